@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The configuration as plain, immutable-after-load structs. Only src/config includes yaml-cpp;
+// every other module reads these structs. Defaults here are the documented defaults.
+
+#include "sluice/key/cidr.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::config {
+
+using std::chrono::milliseconds;
+
+enum class algorithm {
+    leaky_bucket,
+    token_bucket,
+    fixed_window,
+    sliding_window,
+};
+
+/// Leaky bucket only: `shape` holds admitted requests until their slot; `police` forwards at once.
+enum class shaping_mode {
+    shape,
+    police,
+};
+
+enum class store_kind {
+    memory,
+    redis,
+};
+
+/// What to do with a request when the Redis store cannot decide it.
+enum class failure_mode {
+    open,   // forward it, count it
+    closed, // 503 with Retry-After
+    local,  // decide it on the in-process memory store until Redis is back
+};
+
+/// One dimension of a limit's key.
+struct key_part {
+    enum class kind {
+        ip,
+        endpoint,
+        header,
+        global,
+    };
+    kind what = kind::ip;
+    std::string header; // the header name, for kind::header
+};
+
+/// One limit: an algorithm and its parameters. Which fields apply depends on `algo`.
+struct limit {
+    algorithm algo = algorithm::leaky_bucket;
+    /// LEAKY_BUCKET, TOKEN_BUCKET: the queue depth / bucket size.
+    std::int64_t capacity = 50;
+    /// LEAKY_BUCKET: drain rate, requests per second (fractions allowed).
+    double flow_rate = 5;
+    /// TOKEN_BUCKET: tokens per second (fractions allowed).
+    double refill_rate = 0;
+    /// FIXED_WINDOW, SLIDING_WINDOW: requests per window.
+    std::int64_t limit_count = 0;
+    /// FIXED_WINDOW, SLIDING_WINDOW: the window length.
+    milliseconds window{0};
+    shaping_mode mode = shaping_mode::shape;
+    /// Reject at once when the shaping delay would exceed this.
+    std::optional<milliseconds> max_delay;
+    bool dry_run = false;
+    std::vector<key_part> key{{key_part::kind::ip, {}}, {key_part::kind::endpoint, {}}};
+    /// 1-based line in the config file, for messages; 0 when built in code.
+    int line = 0;
+};
+
+struct rule {
+    enum class match_kind {
+        exact,
+        prefix, // pattern ends in "/*" or "*"
+        glob,   // any other pattern with '*'
+    };
+    std::string name;
+    std::string path; // the pattern as written
+    match_kind kind = match_kind::exact;
+    std::vector<std::string> methods; // empty: any method
+    std::vector<limit> limits;        // empty: unlimited
+    int line = 0;
+};
+
+struct redis_settings {
+    std::string host = "127.0.0.1"; // or a unix socket path (starts with '/')
+    std::uint16_t port = 6379;
+    std::string username;
+    std::string password;
+    int db = 0;
+    milliseconds ttl{60'000};
+    milliseconds timeout{50};
+    milliseconds connect_timeout{1'000};
+    failure_mode on_failure = failure_mode::open;
+};
+
+struct rate_limit_settings {
+    store_kind store = store_kind::memory;
+    limit fallback;
+    std::vector<rule> rules;
+    redis_settings redis;
+    /// Global cap on requests held for shaping, across all workers; beyond it: 503.
+    std::int64_t max_held = 10'000;
+    /// Also emit X-RateLimit-Limit/-Remaining/-Reset.
+    bool x_ratelimit_headers = false;
+    /// IPv6 clients are grouped by this prefix length in keys.
+    int ipv6_prefix = 64;
+};
+
+struct endpoint_address {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+};
+
+struct server_settings {
+    endpoint_address listen{"127.0.0.1", 8080};
+    std::vector<key::cidr> trusted_proxies;
+    /// I/O worker threads; 0 means one per core.
+    unsigned workers = 0;
+    std::uint64_t max_header_bytes = 16 * 1024;
+    std::uint64_t max_uri_bytes = 8 * 1024;
+    /// 0 means no limit: bodies are streamed, never buffered whole.
+    std::uint64_t max_body_bytes = 0;
+    /// A keep-alive connection with no request for this long is closed.
+    milliseconds idle_timeout{60'000};
+    /// A request's header must arrive within this (slow-loris protection).
+    milliseconds header_timeout{10'000};
+    /// How long SIGTERM waits for in-flight and held requests.
+    milliseconds drain_timeout{30'000};
+};
+
+struct upstream_settings {
+    std::string url; // required: http://host:port
+    std::string host;
+    std::uint16_t port = 80;
+    milliseconds connect_timeout{2'000};
+    /// Until the upstream's response header arrives, and between body chunks: else 504.
+    milliseconds timeout{30'000};
+    /// Idle keep-alive connections kept per worker.
+    std::size_t max_idle = 64;
+    milliseconds idle_timeout{60'000};
+};
+
+struct logging_settings {
+    std::string level = "info"; // trace debug info warn error critical off
+    enum class format_kind {
+        text,
+        json,
+    };
+    format_kind format = format_kind::text;
+    bool access_log = true;
+};
+
+struct admin_settings {
+    endpoint_address listen{"127.0.0.1", 9901};
+    bool enabled = true;
+};
+
+struct config {
+    std::string source; // file path, for messages
+    server_settings server;
+    upstream_settings upstream;
+    rate_limit_settings rate_limit;
+    logging_settings logging;
+    admin_settings admin;
+    /// Problems that do not stop sluice (e.g. a TTL shorter than a full drain), one per line.
+    std::vector<std::string> warnings;
+};
+
+} // namespace sluice::config

@@ -1,0 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
+int main() {
+    return 0;
+}

@@ -1,0 +1,1 @@
+list(APPEND SLUICE_NET_SOURCES src/store/memory_store.cpp)
