@@ -19,11 +19,14 @@ milliseconds ceil_ms(double ms) noexcept {
 
 } // namespace
 
-decision leaky_bucket_acquire(leaky_bucket_state& state,
-                              bool exists,
-                              const config::limit& limit,
-                              double now_ms) noexcept {
-    const double slot_ms = 1000.0 / limit.flow_rate;
+decision leak_and_admit(leaky_bucket_state& state,
+                        bool exists,
+                        std::int64_t capacity,
+                        double flow_rate,
+                        bool shaping,
+                        std::optional<milliseconds> max_delay,
+                        double now_ms) noexcept {
+    const double slot_ms = 1000.0 / flow_rate;
     std::int64_t q = exists ? state.queue_size : 0;
     double last = exists ? state.last_leak_ms : now_ms;
 
@@ -40,15 +43,14 @@ decision leaky_bucket_acquire(leaky_bucket_state& state,
     }
 
     decision d;
-    d.limit = limit.capacity;
-    d.window = ceil_ms(static_cast<double>(limit.capacity) * slot_ms);
+    d.limit = capacity;
+    d.window = ceil_ms(static_cast<double>(capacity) * slot_ms);
 
-    const bool shaping = limit.mode == config::shaping_mode::shape;
     // The new request would stand at position q + 1; the head leaves at `last`.
     const double wait_ms = last + static_cast<double>(q) * slot_ms - now_ms;
-    const bool has_room = q + 1 <= limit.capacity;
-    const bool wait_fits = !shaping || !limit.max_delay ||
-                           wait_ms <= static_cast<double>(limit.max_delay->count()) + ms_epsilon;
+    const bool has_room = q + 1 <= capacity;
+    const bool wait_fits =
+        !shaping || !max_delay || wait_ms <= static_cast<double>(max_delay->count()) + ms_epsilon;
 
     if (has_room && wait_fits) {
         ++q;
@@ -57,16 +59,29 @@ decision leaky_bucket_acquire(leaky_bucket_state& state,
     } else {
         d.allowed = false;
         // Full: the next slot frees at last + T. Too long a wait: it shrinks one ms per ms.
-        const double until = has_room ? wait_ms - static_cast<double>(limit.max_delay->count())
-                                      : last + slot_ms - now_ms;
+        const double until =
+            has_room ? wait_ms - static_cast<double>(max_delay->count()) : last + slot_ms - now_ms;
         d.retry_after = std::max(ceil_ms(until), milliseconds{1});
     }
-    d.remaining = limit.capacity - q;
+    d.remaining = capacity - q;
     d.reset_after = ceil_ms(last + static_cast<double>(q) * slot_ms - now_ms);
 
     state.queue_size = q;
     state.last_leak_ms = last;
     return d;
+}
+
+decision leaky_bucket_acquire(leaky_bucket_state& state,
+                              bool exists,
+                              const config::limit& limit,
+                              double now_ms) noexcept {
+    return leak_and_admit(state,
+                          exists,
+                          limit.capacity,
+                          limit.flow_rate,
+                          limit.mode == config::shaping_mode::shape,
+                          limit.max_delay,
+                          now_ms);
 }
 
 } // namespace sluice::limiter

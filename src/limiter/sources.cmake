@@ -1,1 +1,6 @@
-list(APPEND SLUICE_CORE_SOURCES src/limiter/leaky_bucket.cpp)
+list(APPEND SLUICE_CORE_SOURCES
+  src/limiter/algorithm.cpp
+  src/limiter/fixed_window.cpp
+  src/limiter/leaky_bucket.cpp
+  src/limiter/sliding_window.cpp
+  src/limiter/token_bucket.cpp)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/store/memory_store.hpp"
 
-#include "sluice/limiter/leaky_bucket.hpp"
+#include "sluice/limiter/algorithm.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@ namespace sluice::store {
 namespace {
 
 struct entry {
-    limiter::leaky_bucket_state state;
+    limiter::state state;
     /// From this clock reading on, the state equals a fresh one: the key may be forgotten.
     double idle_at_ms = 0;
 };
@@ -93,7 +93,7 @@ outcome memory_store::acquire_now(const checks& request_checks) {
             p.existing = &found->second;
             p.next = found->second;
         }
-        auto d = limiter::leaky_bucket_acquire(p.next.state, exists, *c.limit, now);
+        auto d = limiter::acquire(p.next.state, exists, *c.limit, now);
         p.next.idle_at_ms = now + static_cast<double>(d.reset_after.count());
         admitted = admitted && (d.allowed || c.limit->dry_run);
         result.decisions.push_back(d);

@@ -5,6 +5,7 @@
 #include "sluice/limiter/decision.hpp"
 
 #include <cstdint>
+#include <optional>
 
 namespace sluice::limiter {
 
@@ -36,5 +37,17 @@ decision leaky_bucket_acquire(leaky_bucket_state& state,
                               bool exists,
                               const config::limit& limit,
                               double now_ms) noexcept;
+
+/**
+ * The arithmetic shared by the leaky and the token bucket (a token bucket is a leaky bucket
+ * that never delays: tokens = capacity - queue_size), with the limit's fields spelled out.
+ */
+decision leak_and_admit(leaky_bucket_state& state,
+                        bool exists,
+                        std::int64_t capacity,
+                        double flow_rate,
+                        bool shaping,
+                        std::optional<milliseconds> max_delay,
+                        double now_ms) noexcept;
 
 } // namespace sluice::limiter

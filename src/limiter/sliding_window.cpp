@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/limiter/sliding_window.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sluice::limiter {
+namespace {
+
+milliseconds ceil_ms(double ms) noexcept {
+    return milliseconds{static_cast<std::int64_t>(std::ceil(std::max(0.0, ms)))};
+}
+
+} // namespace
+
+decision sliding_window_acquire(sliding_window_state& state,
+                                bool exists,
+                                const config::limit& limit,
+                                double now_ms) {
+    auto& log = state.admitted_ms;
+    if (!exists) {
+        log.clear();
+    }
+    const auto window_ms = static_cast<double>(limit.window.count());
+    // Forget what has left the window (now - window, now].
+    const auto first_inside = std::upper_bound(log.begin(), log.end(), now_ms - window_ms);
+    log.erase(log.begin(), first_inside);
+
+    decision d;
+    d.limit = limit.limit_count;
+    d.window = limit.window;
+    d.allowed = static_cast<std::int64_t>(log.size()) < limit.limit_count;
+    if (d.allowed) {
+        // A clock that stepped back must not break the order the erase above relies on.
+        log.insert(std::upper_bound(log.begin(), log.end(), now_ms), now_ms);
+    } else {
+        // A slot frees when the oldest admission leaves the window.
+        d.retry_after = std::max(ceil_ms(log.front() + window_ms - now_ms), milliseconds{1});
+    }
+    d.remaining = limit.limit_count - static_cast<std::int64_t>(log.size());
+    d.reset_after = log.empty() ? milliseconds{0} : ceil_ms(log.back() + window_ms - now_ms);
+    return d;
+}
+
+} // namespace sluice::limiter
