@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Server-owned counters, exported in one place (Seastar's httpd keeps its counters so). Counters
+// are relaxed atomics shared by all workers: an increment is one uncontended-enough instruction
+// and a scrape reads a consistent-enough snapshot; nothing here takes a lock on the request path.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace sluice::metrics {
+
+using counter = std::atomic<std::uint64_t>;
+using gauge = std::atomic<std::int64_t>;
+
+inline void bump(counter& c, std::uint64_t n = 1) noexcept {
+    c.fetch_add(n, std::memory_order_relaxed);
+}
+
+/// A latency histogram with fixed bucket bounds (seconds), Prometheus style (cumulative on export).
+class histogram {
+public:
+    static constexpr std::array<double, 14> bounds{
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+    void observe(std::chrono::nanoseconds elapsed) noexcept;
+
+    /// Appends the `_bucket`, `_sum` and `_count` lines for `name` with extra `labels` (may be "").
+    void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+private:
+    std::array<counter, bounds.size() + 1> buckets_{}; // the last one is +Inf
+    counter sum_ns_{0};
+};
+
+/// How one request ended, as far as the limiter is concerned.
+enum class decision_kind {
+    allowed,          // forwarded at once
+    delayed,          // held by shaping, then forwarded
+    rejected,         // 429
+    dry_run_rejected, // a dry-run limit would have rejected; forwarded
+    failed_open,      // the store failed; forwarded (failure-mode open)
+    failed_closed,    // the store failed; 503 (failure-mode closed)
+};
+
+inline constexpr std::size_t decision_kind_count = 6;
+
+const char* to_string(decision_kind kind) noexcept;
+
+/// Per-rule request counters; `rule` is the rule's name, or "fallback".
+struct rule_counters {
+    std::array<counter, decision_kind_count> by_decision{};
+
+    void count(decision_kind kind) noexcept { bump(by_decision[static_cast<std::size_t>(kind)]); }
+};
+
+/// Every metric sluice exports. One instance per process, owned by the app.
+class registry {
+public:
+    /// The counters of rule `name`, created on first use; the reference stays valid for the
+    /// registry's lifetime (rules are resolved when a config is loaded, not per request).
+    rule_counters& rule(const std::string& name);
+
+    // Connections and requests.
+    gauge connections_open{0};
+    counter connections_total{0};
+    counter bad_requests_total{0}; // 400/413/414/431 answered by sluice itself
+
+    // Shaping.
+    gauge held_now{0};
+    counter held_total{0};
+    counter held_overflow_total{0};  // refused with 503: rate-limit.max-held reached
+    counter held_abandoned_total{0}; // the client left while held: never forwarded
+
+    // Upstream.
+    histogram upstream_latency;               // request sent → response header received
+    std::array<counter, 6> upstream_status{}; // index 1..5 = 1xx..5xx, 0 = no response
+    counter upstream_connect_errors_total{0};
+    counter upstream_timeouts_total{0};
+
+    // Store.
+    histogram redis_latency;
+    counter redis_errors_total{0};
+    counter redis_timeouts_total{0};
+    counter redis_reconnects_total{0};
+    counter store_errors_total{0};
+
+    /// The whole registry in the Prometheus text exposition format (version 0.0.4).
+    std::string render() const;
+
+private:
+    mutable std::mutex rules_mutex_;
+    std::map<std::string, std::unique_ptr<rule_counters>> rules_;
+};
+
+} // namespace sluice::metrics

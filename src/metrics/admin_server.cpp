@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/metrics/admin_server.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+namespace sluice::metrics {
+namespace http = beast::http;
+
+struct admin_server::impl : std::enable_shared_from_this<impl> {
+    impl(net::any_io_executor ex, const registry& m, readiness r)
+        : acceptor(ex)
+        , metrics(m)
+        , ready(std::move(r)) {}
+
+    tcp_acceptor acceptor;
+    const registry& metrics;
+    readiness ready;
+};
+
+namespace {
+
+http::response<http::string_body> answer(const http::request<http::string_body>& req,
+                                         const registry& metrics,
+                                         const admin_server::readiness& ready) {
+    http::response<http::string_body> res{http::status::ok, req.version()};
+    res.set(http::field::server, "sluice");
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.keep_alive(false);
+    const auto target = req.target();
+    const auto path = target.substr(0, target.find('?'));
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+        res.result(http::status::method_not_allowed);
+        res.set(http::field::allow, "GET, HEAD");
+        res.body() = "method not allowed\n";
+    } else if (path == "/metrics") {
+        res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+        res.body() = metrics.render();
+    } else if (path == "/healthz") {
+        res.body() = "ok\n";
+    } else if (path == "/readyz") {
+        const bool ok = !ready || ready();
+        res.result(ok ? http::status::ok : http::status::service_unavailable);
+        res.body() = ok ? "ready\n" : "not ready\n";
+    } else {
+        res.result(http::status::not_found);
+        res.body() = "not found: try /metrics, /healthz or /readyz\n";
+    }
+    res.prepare_payload();
+    return res;
+}
+
+awaitable<void> serve(tcp_socket socket, std::shared_ptr<admin_server::impl> self) {
+    tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    http::request<http::string_body> req;
+    stream.expires_after(std::chrono::seconds(10));
+    auto [ec, n] = co_await http::async_read(stream, buffer, req);
+    if (ec) {
+        co_return;
+    }
+    auto res = answer(req, self->metrics, self->ready);
+    stream.expires_after(std::chrono::seconds(10));
+    auto [wec, wn] = co_await http::async_write(stream, res);
+    if (!wec) {
+        stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    }
+}
+
+awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
+    for (;;) {
+        auto [ec, socket] = co_await self->acceptor.async_accept();
+        if (ec == net::error::operation_aborted || !self->acceptor.is_open()) {
+            co_return;
+        }
+        if (ec) {
+            spdlog::warn("admin: accept failed: {}", ec.message());
+            continue;
+        }
+        net::co_spawn(self->acceptor.get_executor(), serve(std::move(socket), self), net::detached);
+    }
+}
+
+} // namespace
+
+admin_server::admin_server(net::any_io_executor executor, const registry& metrics, readiness ready)
+    : impl_(std::make_shared<impl>(std::move(executor), metrics, std::move(ready))) {}
+
+admin_server::~admin_server() {
+    stop();
+}
+
+error_code admin_server::listen(const config::endpoint_address& address) {
+    error_code ec;
+    const auto ip = net::ip::make_address(address.host, ec);
+    if (ec) {
+        return ec;
+    }
+    const tcp::endpoint endpoint{ip, address.port};
+    auto& a = impl_->acceptor;
+    a.open(endpoint.protocol(), ec);
+    if (!ec) {
+        a.set_option(net::socket_base::reuse_address(true), ec);
+    }
+    if (!ec) {
+        a.bind(endpoint, ec);
+    }
+    if (!ec) {
+        a.listen(net::socket_base::max_listen_connections, ec);
+    }
+    return ec;
+}
+
+std::uint16_t admin_server::port() const {
+    error_code ec;
+    return impl_->acceptor.local_endpoint(ec).port();
+}
+
+void admin_server::start() {
+    net::co_spawn(impl_->acceptor.get_executor(), accept_loop(impl_), net::detached);
+}
+
+void admin_server::stop() {
+    if (impl_ && impl_->acceptor.is_open()) {
+        error_code ec;
+        impl_->acceptor.close(ec);
+    }
+}
+
+} // namespace sluice::metrics
