@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/config/loader.hpp"
+
+#include "loader_detail.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace sluice::config {
+namespace {
+
+using detail::mapping;
+using detail::problems;
+
+constexpr std::int64_t max_int = std::numeric_limits<std::int64_t>::max();
+constexpr std::uint64_t max_size = std::numeric_limits<std::uint64_t>::max();
+constexpr std::uint64_t one_gib = std::uint64_t{1} << 30;
+
+/// A section of `parent` (absent or null reads as empty), located at its key.
+mapping section(mapping& parent, std::string_view name) {
+    return mapping(
+        parent.report(), parent.get(name), parent.key_mark_of(name), parent.path_of(name));
+}
+
+void read_listen(mapping& m, endpoint_address& out) {
+    std::string text;
+    if (!m.read("listen", text, false)) {
+        return;
+    }
+    auto parsed = detail::parse_listen(text);
+    if (!parsed.value) {
+        m.error("listen",
+                "must be host:port or [v6]:port, got " + detail::quoted(text) + ": " +
+                    parsed.error);
+        return;
+    }
+    out = *parsed.value;
+}
+
+void read_trusted_proxies(mapping& m, std::vector<key::cidr>& out) {
+    const auto items = m.read_list("trusted-proxies");
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        const auto path = m.path_of("trusted-proxies") + "[" + std::to_string(i) + "]";
+        const auto block = items[i].IsScalar() ? key::cidr::parse(items[i].Scalar()) : std::nullopt;
+        if (!block) {
+            m.report().add(
+                items[i].Mark(),
+                path,
+                detail::must_be("an address or CIDR block such as 10.0.0.0/8", items[i]));
+            continue;
+        }
+        out.push_back(*block);
+    }
+}
+
+void read_server(mapping& root, server_settings& out) {
+    auto m = section(root, "server");
+    read_listen(m, out.listen);
+    read_trusted_proxies(m, out.trusted_proxies);
+    m.read_int("workers", out.workers, 0, 1024);
+    m.read_size("max-header-size", out.max_header_bytes, 1, one_gib);
+    m.read_size("max-uri-length", out.max_uri_bytes, 1, one_gib);
+    m.read_size("max-body-size", out.max_body_bytes, 0, max_size);
+    m.read_duration("idle-timeout", out.idle_timeout, false);
+    m.read_duration("header-timeout", out.header_timeout, false);
+    m.read_duration("drain-timeout", out.drain_timeout, true);
+    m.finish();
+}
+
+void read_upstream(mapping& root, upstream_settings& out) {
+    auto m = section(root, "upstream");
+    if (!m.has("url")) {
+        m.require("url", "e.g. url: http://127.0.0.1:9000");
+    } else if (m.read("url", out.url, false)) {
+        auto parsed = detail::parse_upstream_url(out.url);
+        if (parsed.value) {
+            out.host = parsed.value->host;
+            out.port = parsed.value->port;
+        } else {
+            m.error("url",
+                    "must be http://host[:port], got " + detail::quoted(out.url) + ": " +
+                        parsed.error);
+        }
+    }
+    m.read_duration("connect-timeout", out.connect_timeout, false);
+    m.read_duration("timeout", out.timeout, false);
+    m.read_int("max-idle-connections", out.max_idle, 0, 1'000'000);
+    m.read_duration("idle-timeout", out.idle_timeout, false);
+    m.finish();
+}
+
+void read_redis(mapping& parent, redis_settings& out) {
+    auto m = section(parent, "redis");
+    m.read("host", out.host, false);
+    m.read_int("port", out.port, 1, 65535);
+    m.read("username", out.username, true);
+    m.read("password", out.password, true);
+    m.read_int("db", out.db, 0, std::numeric_limits<int>::max());
+    m.read_duration("ttl", out.ttl, false);
+    m.read_duration("timeout", out.timeout, false);
+    m.read_duration("connect-timeout", out.connect_timeout, false);
+    m.read_enum<failure_mode>("failure-mode",
+                              out.on_failure,
+                              {{"open", failure_mode::open},
+                               {"closed", failure_mode::closed},
+                               {"local", failure_mode::local}});
+    m.finish();
+}
+
+void read_rate_limit(mapping& root, rate_limit_settings& out) {
+    auto m = section(root, "rate-limit");
+    m.read_enum<store_kind>(
+        "store", out.store, {{"memory", store_kind::memory}, {"redis", store_kind::redis}});
+    m.read_int("max-held", out.max_held, 1, max_int);
+    m.read("x-ratelimit-headers", out.x_ratelimit_headers);
+    m.read_int("ipv6-prefix", out.ipv6_prefix, 1, 128);
+    // Absent or empty: the page's example (LEAKY_BUCKET, capacity 50, flowRate 5).
+    if (const auto fallback = m.get("fallback"); fallback.IsDefined() && !fallback.IsNull()) {
+        out.fallback = detail::parse_limit(
+            m.report(), fallback, m.key_mark_of("fallback"), m.path_of("fallback"));
+    } else {
+        out.fallback.line = detail::line_of(m.key_mark_of("fallback"));
+    }
+    read_redis(m, out.redis);
+    out.rules = detail::parse_rules(m);
+    m.finish();
+}
+
+void read_logging(mapping& root, logging_settings& out) {
+    auto m = section(root, "logging");
+    m.read_enum<std::string>("level",
+                             out.level,
+                             {{"trace", "trace"},
+                              {"debug", "debug"},
+                              {"info", "info"},
+                              {"warn", "warn"},
+                              {"error", "error"},
+                              {"critical", "critical"},
+                              {"off", "off"}});
+    m.read_enum<logging_settings::format_kind>("format",
+                                               out.format,
+                                               {{"text", logging_settings::format_kind::text},
+                                                {"json", logging_settings::format_kind::json}});
+    m.read("access-log", out.access_log);
+    m.finish();
+}
+
+void read_admin(mapping& root, admin_settings& out) {
+    auto m = section(root, "admin");
+    read_listen(m, out.listen);
+    m.read("enabled", out.enabled);
+    m.finish();
+}
+
+/// Two sockets on one fixed port cannot both bind; port 0 picks a free one each.
+void check_ports(const config& cfg, mapping& root) {
+    const auto& a = cfg.server.listen;
+    const auto& b = cfg.admin.listen;
+    if (cfg.admin.enabled && a.port != 0 && a.port == b.port && a.host == b.host) {
+        auto admin = section(root, "admin");
+        admin.error("listen",
+                    "must differ from server.listen (both are " + a.host + ":" +
+                        std::to_string(a.port) + ")");
+    }
+}
+
+/// YAML text to a document; a syntax error is recorded and yields nothing.
+std::optional<YAML::Node> parse_yaml(std::string_view yaml, problems& report) {
+    try {
+        auto documents = YAML::LoadAll(std::string(yaml));
+        if (documents.size() > 1) {
+            // Only the first would be read: the rest would be silently ignored.
+            report.add_plain(documents[1].Mark(), "only one YAML document is allowed ('---')");
+            return std::nullopt;
+        }
+        return documents.empty() ? YAML::Node() : documents.front();
+    } catch (const YAML::Exception& e) {
+        report.add_plain(e.mark, "YAML syntax error: " + e.msg);
+        return std::nullopt;
+    }
+}
+
+} // namespace
+
+config load_string(std::string_view yaml, const std::string& source) {
+    problems report(source);
+    config cfg;
+    cfg.source = source;
+    const auto document = parse_yaml(yaml, report);
+    if (document) {
+        mapping root(report, *document, YAML::Mark(), "");
+        read_server(root, cfg.server);
+        read_upstream(root, cfg.upstream);
+        read_rate_limit(root, cfg.rate_limit);
+        read_logging(root, cfg.logging);
+        read_admin(root, cfg.admin);
+        root.finish();
+        check_ports(cfg, root);
+    }
+    if (!report.empty()) {
+        throw config_error(report.joined());
+    }
+    detail::add_warnings(cfg);
+    return cfg;
+}
+
+config load_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        throw config_error(path + ": cannot open: " + std::strerror(errno));
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) {
+        throw config_error(path + ": cannot read: " + std::strerror(errno));
+    }
+    return load_string(text.str(), path);
+}
+
+} // namespace sluice::config

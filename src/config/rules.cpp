@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "loader_detail.hpp"
+#include "sluice/key/path.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <limits>
+#include <map>
+
+namespace sluice::config::detail {
+namespace {
+
+// Counts stay exact in the Lua script, whose numbers are doubles.
+constexpr std::int64_t max_count = std::int64_t{1} << 53;
+
+constexpr std::array<std::string_view, 5> all_parameters{
+    "capacity", "flowRate", "refillRate", "limit", "window"};
+
+std::vector<std::string_view> parameters_of(algorithm algo) {
+    switch (algo) {
+    case algorithm::leaky_bucket:
+        return {"capacity", "flowRate"};
+    case algorithm::token_bucket:
+        return {"capacity", "refillRate"};
+    case algorithm::fixed_window:
+    case algorithm::sliding_window:
+        return {"limit", "window"};
+    }
+    return {};
+}
+
+std::string join(const std::vector<std::string_view>& words) {
+    std::string out;
+    for (const auto word : words) {
+        out += (out.empty() ? "" : ", ") + std::string(word);
+    }
+    return out;
+}
+
+/// Reads one parameter that `algo` takes.
+void read_parameter(mapping& m, std::string_view name, limit& out) {
+    if (name == "capacity") {
+        m.read_int("capacity", out.capacity, 1, max_count);
+    } else if (name == "flowRate") {
+        m.read_number_above("flowRate", out.flow_rate, 0);
+    } else if (name == "refillRate") {
+        m.read_number_above("refillRate", out.refill_rate, 0);
+    } else if (name == "limit") {
+        m.read_int("limit", out.limit_count, 1, max_count);
+    } else if (name == "window") {
+        m.read_duration("window", out.window, false);
+    }
+}
+
+/**
+ * Exactly the parameters the algorithm takes: a missing one is an error, and so is one that
+ * belongs to another algorithm, since it would be silently ignored (e.g. `refillRate` on a leaky
+ * bucket, where the operator meant to tune the drain).
+ */
+void read_parameters(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
+    const auto wanted = parameters_of(out.algo);
+    for (const auto name : all_parameters) {
+        if (!algo_known) {
+            m.has(name); // known key; which ones belong is unknowable
+            continue;
+        }
+        const bool belongs = std::find(wanted.begin(), wanted.end(), name) != wanted.end();
+        if (!belongs) {
+            if (m.has(name)) {
+                m.error(name, "does not apply to " + algo_name + ", which takes " + join(wanted));
+            }
+        } else if (!m.has(name)) {
+            m.require(name, algo_name + " takes " + join(wanted));
+        } else {
+            read_parameter(m, name, out);
+        }
+    }
+}
+
+/// HTTP header field names are RFC 9110 tokens.
+bool is_token(std::string_view text) {
+    static constexpr std::string_view extra = "!#$%&'*+-.^_`|~";
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) ||
+               extra.find(c) != std::string_view::npos;
+    });
+}
+
+std::optional<key_part>
+parse_key_part(problems& report, const YAML::Node& item, const std::string& path) {
+    static const std::vector<std::string> words{"ip", "endpoint", "global"};
+    const std::string expected = "ip, endpoint, global or header:NAME";
+    if (!item.IsScalar()) {
+        report.add(item.Mark(), path, must_be(expected, item));
+        return std::nullopt;
+    }
+    const auto& text = item.Scalar();
+    if (text.rfind("header:", 0) == 0) {
+        const auto name = text.substr(7);
+        if (!is_token(name)) {
+            report.add(
+                item.Mark(), path, "must name an HTTP header after 'header:', got " + quoted(text));
+            return std::nullopt;
+        }
+        return key_part{key_part::kind::header, name};
+    }
+    if (text == "ip") {
+        return key_part{key_part::kind::ip, {}};
+    }
+    if (text == "endpoint") {
+        return key_part{key_part::kind::endpoint, {}};
+    }
+    if (text == "global") {
+        return key_part{key_part::kind::global, {}};
+    }
+    auto what = must_be(expected, item);
+    if (const auto near = closest(text, words); !near.empty()) {
+        what += "; did you mean " + quoted(near) + "?";
+    }
+    report.add(item.Mark(), path, what);
+    return std::nullopt;
+}
+
+bool same_part(const key_part& a, const key_part& b) {
+    if (a.what != b.what) {
+        return false;
+    }
+    return std::equal(
+        a.header.begin(), a.header.end(), b.header.begin(), b.header.end(), [](char x, char y) {
+            return std::tolower(static_cast<unsigned char>(x)) ==
+                   std::tolower(static_cast<unsigned char>(y));
+        });
+}
+
+void read_key(mapping& m, limit& out) {
+    if (!m.has("key")) {
+        return;
+    }
+    const auto items = m.read_list("key");
+    if (m.get("key").IsSequence() && items.empty()) {
+        m.error("key", "must not be empty; [global] makes one limit shared by every client");
+        return;
+    }
+    std::vector<key_part> parts;
+    bool ok = !items.empty();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        const auto path = m.path_of("key") + "[" + std::to_string(i) + "]";
+        const auto part = parse_key_part(m.report(), items[i], path);
+        if (!part) {
+            ok = false;
+            continue;
+        }
+        const auto same = [&](const key_part& p) {
+            return same_part(p, *part);
+        };
+        if (std::any_of(parts.begin(), parts.end(), same)) {
+            m.report().add(items[i].Mark(), path, "appears twice");
+            ok = false;
+            continue;
+        }
+        parts.push_back(*part);
+    }
+    const auto is_global = [](const key_part& p) {
+        return p.what == key_part::kind::global;
+    };
+    if (parts.size() > 1 && std::any_of(parts.begin(), parts.end(), is_global)) {
+        m.error("key", "'global' must be the only part: a global limit is shared by every client");
+        ok = false;
+    }
+    if (ok) {
+        out.key = std::move(parts);
+    }
+}
+
+/// mode, max-delay, dry-run and key.
+void read_options(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
+    const bool leaky = out.algo == algorithm::leaky_bucket;
+    if (m.has("mode")) {
+        if (algo_known && !leaky) {
+            m.error("mode", "applies only to LEAKY_BUCKET, not " + algo_name);
+        } else {
+            m.read_enum<shaping_mode>(
+                "mode",
+                out.mode,
+                {{"shape", shaping_mode::shape}, {"police", shaping_mode::police}});
+        }
+    }
+    if (m.has("max-delay")) {
+        std::chrono::milliseconds delay{0};
+        if (algo_known && !leaky) {
+            m.error("max-delay", "applies only to LEAKY_BUCKET, not " + algo_name);
+        } else if (out.mode == shaping_mode::police) {
+            m.error("max-delay", "applies only to mode: shape (police never holds a request)");
+        } else if (m.read_duration("max-delay", delay, true)) {
+            out.max_delay = delay;
+        }
+    }
+    m.read("dry-run", out.dry_run);
+    read_key(m, out);
+}
+
+/// Sets the rule's path and its kind: exact, prefix ("/v1/*", "/v1*") or glob.
+void read_path(mapping& m, rule& r) {
+    if (!m.has("path")) {
+        m.require("path", "e.g. path: /v1/completions, or /v1/* for a prefix");
+        return;
+    }
+    if (!m.read("path", r.path, false)) {
+        return;
+    }
+    if (r.path.front() != '/') {
+        m.error("path", "must start with '/', got " + quoted(r.path));
+        return;
+    }
+    if (r.path.find_first_of(" \t?#") != std::string::npos) {
+        m.error("path",
+                "must be a path only (no spaces, query or fragment), got " + quoted(r.path));
+        return;
+    }
+    // Requests are matched by their normalized path, so a pattern that normalization would change
+    // ("/v1//x", "/a/../b") could never match anything.
+    const auto normal = key::normalize_path(r.path);
+    if (normal != r.path) {
+        m.error("path",
+                "would never match: request paths are normalized first" +
+                    (normal ? "; write " + quoted(*normal) : std::string()));
+        return;
+    }
+    const auto stars = std::count(r.path.begin(), r.path.end(), '*');
+    if (stars == 0) {
+        r.kind = rule::match_kind::exact;
+    } else if (stars == 1 && r.path.back() == '*') {
+        r.kind = rule::match_kind::prefix;
+    } else {
+        r.kind = rule::match_kind::glob;
+    }
+}
+
+/// Methods are case-sensitive, so "post" would never match: that is reported, not accepted.
+void read_methods(mapping& m, rule& r) {
+    const auto items = m.read_list("methods");
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        const auto path = m.path_of("methods") + "[" + std::to_string(i) + "]";
+        const auto& item = items[i];
+        if (!item.IsScalar() || !is_token(item.Scalar())) {
+            m.report().add(item.Mark(), path, must_be("an HTTP method such as GET", item));
+            continue;
+        }
+        auto upper = item.Scalar();
+        std::transform(upper.begin(), upper.end(), upper.begin(), [](char c) {
+            return static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        });
+        if (upper != item.Scalar()) {
+            m.report().add(item.Mark(),
+                           path,
+                           "HTTP methods are case-sensitive, got " + quoted(item.Scalar()) +
+                               "; did you mean " + quoted(upper) + "?");
+            continue;
+        }
+        r.methods.push_back(upper);
+    }
+}
+
+void read_match(mapping& parent, rule& r) {
+    const auto node = parent.get("match");
+    if (!node.IsMap()) {
+        parent.error("match", must_be("a mapping such as { path: /v1/*, methods: [POST] }", node));
+        return;
+    }
+    mapping m(parent.report(), node, parent.key_mark_of("match"), parent.path_of("match"));
+    read_path(m, r);
+    read_methods(m, r);
+    m.finish();
+}
+
+rule parse_rule(problems& report, const YAML::Node& node, const std::string& path) {
+    rule r;
+    r.line = line_of(node.Mark());
+    if (!node.IsMap()) {
+        report.add(node.Mark(), path, must_be("a mapping with name, match and limits", node));
+        return r;
+    }
+    mapping m(report, node, node.Mark(), path);
+    if (!m.has("name")) {
+        m.require("name");
+    } else {
+        m.read("name", r.name, false);
+    }
+    if (!m.has("match")) {
+        m.require("match", "e.g. match: { path: /v1/* }");
+    } else {
+        read_match(m, r);
+    }
+    // Required, so that a misspelt `limits` cannot quietly exempt a path from limiting.
+    if (!m.has("limits")) {
+        m.require("limits", "a list of limits; [] exempts the path");
+    } else if (m.get("limits").IsNull()) {
+        m.error("limits", "must be a list of limits ([] exempts the path), got nothing");
+    }
+    const auto items = m.read_list("limits");
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        const auto item_path = m.path_of("limits") + "[" + std::to_string(i) + "]";
+        r.limits.push_back(parse_limit(report, items[i], items[i].Mark(), item_path));
+    }
+    m.finish();
+    return r;
+}
+
+} // namespace
+
+limit parse_limit(problems& report,
+                  const YAML::Node& node,
+                  const YAML::Mark& at,
+                  const std::string& path) {
+    limit out;
+    out.line = line_of(at);
+    if (!node.IsMap()) {
+        report.add(at,
+                   path,
+                   must_be("a mapping such as { algorithm: LEAKY_BUCKET, capacity: 50, "
+                           "flowRate: 5 }",
+                           node));
+        return out;
+    }
+    mapping m(report, node, at, path);
+    std::string algo_name = "LEAKY_BUCKET";
+    bool algo_known = true;
+    if (m.has("algorithm")) {
+        algo_known = m.read_enum<algorithm>("algorithm",
+                                            out.algo,
+                                            {{"LEAKY_BUCKET", algorithm::leaky_bucket},
+                                             {"TOKEN_BUCKET", algorithm::token_bucket},
+                                             {"FIXED_WINDOW", algorithm::fixed_window},
+                                             {"FIXED_COUNTER", algorithm::fixed_window},
+                                             {"SLIDING_WINDOW", algorithm::sliding_window}});
+        if (algo_known) {
+            algo_name = m.get("algorithm").Scalar();
+        }
+    }
+    read_parameters(m, out, algo_name, algo_known);
+    read_options(m, out, algo_name, algo_known);
+    m.finish();
+    return out;
+}
+
+std::vector<rule> parse_rules(mapping& rate_limit) {
+    std::vector<rule> out;
+    std::map<std::string, int> first_line; // rule name -> line
+    const auto items = rate_limit.read_list("rules");
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        const auto path = rate_limit.path_of("rules") + "[" + std::to_string(i) + "]";
+        auto r = parse_rule(rate_limit.report(), items[i], path);
+        if (!r.name.empty()) {
+            const auto [it, fresh] = first_line.emplace(r.name, r.line);
+            if (!fresh) {
+                rate_limit.report().add(items[i]["name"].Mark(),
+                                        path + ".name",
+                                        "duplicate rule name " + quoted(r.name) +
+                                            " (first at line " + std::to_string(it->second) + ")");
+            }
+        }
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+} // namespace sluice::config::detail

@@ -1,0 +1,328 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "scalars_detail.hpp"
+#include "sluice/key/cidr.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace sluice::config::detail {
+namespace {
+
+bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+
+bool is_alpha(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+std::string_view trim(std::string_view text) {
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) {
+        text.remove_prefix(1);
+    }
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) {
+        text.remove_suffix(1);
+    }
+    return text;
+}
+
+/// Splits "30s" into "30" and "s", "1.5 m" into "1.5" and "m".
+std::pair<std::string_view, std::string_view> split_unit(std::string_view text) {
+    std::size_t i = 0;
+    while (i < text.size() && !is_alpha(text[i])) {
+        ++i;
+    }
+    return {trim(text.substr(0, i)), text.substr(i)};
+}
+
+/// Digits with at most one '.', and at least one digit; an optional leading '-'.
+bool is_plain_decimal(std::string_view text) {
+    if (!text.empty() && text.front() == '-') {
+        text.remove_prefix(1);
+    }
+    const auto dots = std::count(text.begin(), text.end(), '.');
+    const auto digits = std::count_if(text.begin(), text.end(), is_digit);
+    return digits > 0 && dots <= 1 && static_cast<std::size_t>(digits + dots) == text.size();
+}
+
+/// A DNS name or an IPv4 literal (no brackets, no IPv6).
+bool is_host_name(std::string_view host) {
+    if (host.empty() || host.size() > 253) {
+        return false;
+    }
+    const bool numeric =
+        std::all_of(host.begin(), host.end(), [](char c) { return is_digit(c) || c == '.'; });
+    if (numeric) {
+        return key::ip_address::parse(host).has_value();
+    }
+    std::size_t label = 0;
+    for (const char c : host) {
+        if (c == '.') {
+            if (label == 0) {
+                return false;
+            }
+            label = 0;
+        } else if (is_alpha(c) || is_digit(c) || c == '-') {
+            ++label;
+        } else {
+            return false;
+        }
+    }
+    return label > 0;
+}
+
+/**
+ * Parses "host", "host:port", "[v6]" or "[v6]:port" (the port is required unless `default_port`
+ * is given). IPv6 hosts are returned without brackets.
+ */
+parsed<endpoint_address> parse_authority(std::string_view text,
+                                         std::optional<std::uint16_t> default_port,
+                                         std::uint16_t min_port) {
+    using result = parsed<endpoint_address>;
+    endpoint_address out;
+    std::string_view port_text;
+    bool has_port = false;
+    if (!text.empty() && text.front() == '[') {
+        const auto close = text.find(']');
+        if (close == std::string_view::npos) {
+            return result::fail("missing ']' after the IPv6 address");
+        }
+        const auto host = text.substr(1, close - 1);
+        const auto address = key::ip_address::parse(host);
+        if (!address) {
+            return result::fail("'" + std::string(host) + "' is not an IPv6 address");
+        }
+        out.host = std::string(host);
+        const auto rest = text.substr(close + 1);
+        if (!rest.empty() && rest.front() != ':') {
+            return result::fail("expected ':port' after ']'");
+        }
+        has_port = !rest.empty();
+        port_text = has_port ? rest.substr(1) : rest;
+    } else {
+        const auto colon = text.rfind(':');
+        if (colon != std::string_view::npos && text.find(':') != colon) {
+            return result::fail("an IPv6 address needs brackets, e.g. [::1]:8080");
+        }
+        has_port = colon != std::string_view::npos;
+        const auto host = text.substr(0, has_port ? colon : text.size());
+        if (host.empty()) {
+            return result::fail("the host is missing");
+        }
+        if (!is_host_name(host)) {
+            return result::fail("'" + std::string(host) + "' is not a host name or IPv4 address");
+        }
+        out.host = std::string(host);
+        port_text = has_port ? text.substr(colon + 1) : std::string_view{};
+    }
+    if (!has_port) {
+        if (!default_port) {
+            return result::fail("the port is missing");
+        }
+        out.port = *default_port;
+        return {out, {}};
+    }
+    const auto port = parse_int(port_text);
+    if (!port || *port < min_port || *port > 65535) {
+        return result::fail("the port must be a number between " + std::to_string(min_port) +
+                            " and 65535");
+    }
+    out.port = static_cast<std::uint16_t>(*port);
+    return {out, {}};
+}
+
+bool starts_with_nocase(std::string_view text, std::string_view prefix) {
+    if (text.size() < prefix.size()) {
+        return false;
+    }
+    return std::equal(prefix.begin(), prefix.end(), text.begin(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) ==
+               std::tolower(static_cast<unsigned char>(b));
+    });
+}
+
+} // namespace
+
+std::optional<std::int64_t> parse_int(std::string_view text) noexcept {
+    std::int64_t value = 0;
+    const auto* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc{} || ptr != end) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+std::optional<double> parse_number(std::string_view text) noexcept {
+    if (!is_plain_decimal(text)) {
+        return std::nullopt;
+    }
+    double value = 0;
+    const auto* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (ec != std::errc{} || ptr != end || !std::isfinite(value)) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+std::optional<bool> parse_bool(std::string_view text) noexcept {
+    static constexpr std::array<std::string_view, 9> yes{
+        "true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+    static constexpr std::array<std::string_view, 9> no{
+        "false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+    if (std::find(yes.begin(), yes.end(), text) != yes.end()) {
+        return true;
+    }
+    if (std::find(no.begin(), no.end(), text) != no.end()) {
+        return false;
+    }
+    return std::nullopt;
+}
+
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) noexcept {
+    const auto [number_text, unit] = split_unit(trim(text));
+    const auto number = parse_number(number_text);
+    if (!number) {
+        return std::nullopt;
+    }
+    double scale = 0;
+    if (unit.empty() || unit == "s") {
+        scale = 1000;
+    } else if (unit == "ms") {
+        scale = 1;
+    } else if (unit == "m") {
+        scale = 60'000;
+    } else if (unit == "h") {
+        scale = 3'600'000;
+    } else {
+        return std::nullopt;
+    }
+    const double ms = *number * scale;
+    // A century is plenty, and keeps every later addition to a time point far from overflow.
+    if (std::fabs(ms) > 3.2e12) {
+        return std::nullopt;
+    }
+    return std::chrono::milliseconds(std::llround(ms));
+}
+
+std::optional<std::uint64_t> parse_size(std::string_view text) noexcept {
+    const auto [number_text, unit] = split_unit(trim(text));
+    std::uint64_t number = 0;
+    const auto* end = number_text.data() + number_text.size();
+    const auto [ptr, ec] = std::from_chars(number_text.data(), end, number);
+    if (number_text.empty() || ec != std::errc{} || ptr != end) {
+        return std::nullopt;
+    }
+    std::uint64_t scale = 0;
+    if (unit.empty() || unit == "B") {
+        scale = 1;
+    } else if (unit == "KiB" || unit == "k" || unit == "K") {
+        scale = 1ULL << 10;
+    } else if (unit == "MiB" || unit == "M") {
+        scale = 1ULL << 20;
+    } else if (unit == "GiB" || unit == "G") {
+        scale = 1ULL << 30;
+    } else {
+        return std::nullopt;
+    }
+    if (number > std::numeric_limits<std::uint64_t>::max() / scale) {
+        return std::nullopt;
+    }
+    return number * scale;
+}
+
+parsed<endpoint_address> parse_listen(std::string_view text) {
+    return parse_authority(text, std::nullopt, 0);
+}
+
+parsed<endpoint_address> parse_upstream_url(std::string_view text) {
+    using result = parsed<endpoint_address>;
+    if (starts_with_nocase(text, "https://")) {
+        return result::fail("https is not supported: sluice speaks plain HTTP to its upstream");
+    }
+    if (!starts_with_nocase(text, "http://")) {
+        return result::fail("must start with http://");
+    }
+    auto rest = text.substr(7);
+    const auto end = rest.find_first_of("/?#");
+    const auto authority = rest.substr(0, end);
+    const auto path = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
+    if (authority.find('@') != std::string_view::npos) {
+        return result::fail("user information ('user@') is not supported");
+    }
+    if (!path.empty() && path != "/") {
+        return result::fail("must not have a path, query or fragment (got '" + std::string(path) +
+                            "'); requests are forwarded with their own path");
+    }
+    return parse_authority(authority, 80, 1);
+}
+
+std::string format_duration(std::chrono::milliseconds d) {
+    const auto ms = d.count();
+    if (ms != 0 && ms % 3'600'000 == 0) {
+        return std::to_string(ms / 3'600'000) + "h";
+    }
+    if (ms != 0 && ms % 60'000 == 0) {
+        return std::to_string(ms / 60'000) + "m";
+    }
+    if (ms % 1000 == 0) {
+        return std::to_string(ms / 1000) + "s";
+    }
+    if (ms > -1000 && ms < 1000) {
+        return std::to_string(ms) + "ms";
+    }
+    return format_number(static_cast<double>(ms) / 1000) + "s";
+}
+
+std::string format_number(double value) {
+    std::array<char, 32> buffer{};
+    const auto [ptr, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+    return ec == std::errc{} ? std::string(buffer.data(), ptr) : std::string("?");
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    // Three rolling rows of the classic table; the third one supports transpositions.
+    std::vector<std::size_t> before(b.size() + 1), previous(b.size() + 1), current(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) {
+        previous[j] = j;
+    }
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        current[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+                current[j] = std::min(current[j], before[j - 2] + 1);
+            }
+        }
+        std::swap(before, previous);
+        std::swap(previous, current);
+    }
+    return previous[b.size()];
+}
+
+std::string closest(std::string_view word, const std::vector<std::string>& candidates) {
+    // A difference only in case is the likeliest slip ("leaky_bucket" for "LEAKY_BUCKET").
+    for (const auto& candidate : candidates) {
+        if (candidate.size() == word.size() && starts_with_nocase(candidate, word)) {
+            return candidate;
+        }
+    }
+    std::string best;
+    std::size_t best_distance = 3;
+    for (const auto& candidate : candidates) {
+        const auto distance = edit_distance(word, candidate);
+        if (distance < best_distance) {
+            best = candidate;
+            best_distance = distance;
+        }
+    }
+    return best;
+}
+
+} // namespace sluice::config::detail

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Pure text parsers for configuration scalars. No yaml-cpp here, so tests can use them directly.
+
+#include "sluice/config/config.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::config::detail {
+
+/// A parsed value, or why the text is not one.
+template <class T>
+struct parsed {
+    std::optional<T> value;
+    std::string error; // set when `value` is empty
+
+    static parsed fail(std::string why) { return {std::nullopt, std::move(why)}; }
+};
+
+/// A decimal integer with an optional '-' ("50", "-1"); nothing else, not even '+' or spaces.
+std::optional<std::int64_t> parse_int(std::string_view text) noexcept;
+
+/// A finite decimal number ("5", "0.5", "-2"); no inf, no nan.
+std::optional<double> parse_number(std::string_view text) noexcept;
+
+/// true/false, yes/no, on/off (lower, Capitalised or UPPER case), as YAML 1.1 spells booleans.
+std::optional<bool> parse_bool(std::string_view text) noexcept;
+
+/**
+ * A duration: a plain number is seconds (fractions allowed: "1.5"), or a number followed by
+ * `ms`, `s`, `m` or `h` ("500ms", "30s", "5m", "1h", "0.5s"). Rounded to whole milliseconds.
+ * Negative values parse (the caller's range check reports them); absurdly large ones do not.
+ */
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) noexcept;
+
+/**
+ * A byte size: a whole number, optionally followed by B, KiB, MiB, GiB or the shorthands k/K, M,
+ * G, all 1024-based ("16KiB" = "16k" = 16384). nullopt on overflow.
+ */
+std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
+
+/// "host:port" or "[v6]:port" for a listening socket; port 0 means "any free port".
+parsed<endpoint_address> parse_listen(std::string_view text);
+
+/// The upstream URL: http://host[:port] with an empty or "/" path. Fills host and port (default
+/// 80).
+parsed<endpoint_address> parse_upstream_url(std::string_view text);
+
+/// A duration the way an operator writes it: "25s", "1.5s", "500ms", "5m", "2h".
+std::string format_duration(std::chrono::milliseconds d);
+
+/// The shortest text that reads back as `value`: "2", "0.5".
+std::string format_number(double value);
+
+/// Optimal-string-alignment distance (insertions, deletions, substitutions, transpositions).
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+/// The candidate nearest to `word` when it is within edit distance 2, else an empty string.
+std::string closest(std::string_view word, const std::vector<std::string>& candidates);
+
+} // namespace sluice::config::detail

@@ -1,0 +1,6 @@
+list(APPEND SLUICE_CORE_SOURCES
+  src/config/loader.cpp
+  src/config/rules.cpp
+  src/config/scalars.cpp
+  src/config/warnings.cpp
+  src/config/yaml_reader.cpp)

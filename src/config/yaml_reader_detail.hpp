@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Reading YAML mappings with typed getters that record problems instead of throwing, so that one
+// pass over a configuration finds every mistake in it.
+
+#include "scalars_detail.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::config::detail {
+
+/// Every problem found so far, each one line "FILE:LINE: what".
+class problems {
+public:
+    explicit problems(std::string source)
+        : source_(std::move(source)) {}
+
+    /// Records "FILE:LINE: key 'KEY': WHAT" at `at` (a 0-based yaml-cpp mark).
+    void add(const YAML::Mark& at, std::string_view key, std::string_view what);
+
+    /// Records "FILE:LINE: WHAT", for problems that belong to no single key.
+    void add_plain(const YAML::Mark& at, std::string_view what);
+
+    bool empty() const noexcept { return entries_.empty(); }
+
+    /// The problems in line order, one per line.
+    std::string joined() const;
+
+    /// "FILE:LINE" for a mark; line 1 when the mark is unknown.
+    std::string where(const YAML::Mark& at) const;
+
+    const std::string& source() const noexcept { return source_; }
+
+private:
+    struct entry {
+        int line;
+        std::string text;
+    };
+
+    std::string source_;
+    std::vector<entry> entries_;
+};
+
+/// 1-based line of a mark (1 when unknown).
+int line_of(const YAML::Mark& at) noexcept;
+
+/// What the operator wrote, for "got ..." messages: "'abc'", "a list", "a mapping" or "nothing".
+std::string describe(const YAML::Node& node);
+
+/// "'text'".
+std::string quoted(std::string_view text);
+
+/// "must be EXPECTED, got WHAT", the one shape of every type and range message.
+std::string must_be(std::string_view expected, const YAML::Node& got);
+
+/// One spelling of an enumeration value.
+template <class E>
+struct choice {
+    std::string_view name;
+    E value;
+};
+
+/**
+ * One YAML mapping being read. Every key that a getter asks for becomes a known key; `finish()`
+ * then reports the others as unknown, suggesting the nearest known one. Getters leave their
+ * output unchanged when the key is absent or its value is invalid (and report the latter), and
+ * return true only when they stored a value.
+ */
+class mapping {
+public:
+    /// `at` locates the mapping itself (its key in the parent). A null node reads as empty.
+    mapping(problems& report, const YAML::Node& node, const YAML::Mark& at, std::string path);
+
+    /// Whether `name` is present, with any value. Makes `name` a known key.
+    bool has(std::string_view name);
+
+    /// The value at `name`, or an undefined node. Makes `name` a known key.
+    YAML::Node get(std::string_view name);
+
+    /// Where to point at `name`: its value, else its key, else the mapping.
+    YAML::Mark mark_of(std::string_view name) const;
+
+    /// Where `name`'s key is, else the mapping: for "is required" inside a section.
+    YAML::Mark key_mark_of(std::string_view name) const;
+
+    /// The dotted key path of `name`, e.g. "rate-limit.redis.ttl".
+    std::string path_of(std::string_view name) const;
+
+    /// Reports a problem with `name`'s value.
+    void error(std::string_view name, std::string_view what);
+
+    /// Reports that `name` must be given (at the mapping's own line).
+    void require(std::string_view name, std::string_view hint = {});
+
+    problems& report() const noexcept { return report_; }
+
+    const YAML::Mark& mark() const noexcept { return at_; }
+
+    const std::string& path() const noexcept { return path_; }
+
+    bool read(std::string_view name, bool& out);
+
+    bool read(std::string_view name, std::string& out, bool allow_empty);
+
+    bool read_int(std::string_view name, std::int64_t& out, std::int64_t min, std::int64_t max);
+
+    template <std::integral T>
+    bool read_int(std::string_view name, T& out, std::int64_t min, std::int64_t max) {
+        std::int64_t value = 0;
+        if (!read_int(name, value, min, max)) {
+            return false;
+        }
+        out = static_cast<T>(value);
+        return true;
+    }
+
+    /// A number strictly greater than `bound`.
+    bool read_number_above(std::string_view name, double& out, double bound);
+
+    /// A duration > 0, or >= 0 when `zero_allowed`.
+    bool read_duration(std::string_view name, std::chrono::milliseconds& out, bool zero_allowed);
+
+    bool read_size(std::string_view name, std::uint64_t& out, std::uint64_t min, std::uint64_t max);
+
+    template <class E>
+    bool read_enum(std::string_view name, E& out, std::initializer_list<choice<E>> choices) {
+        std::vector<std::string> names;
+        for (const auto& c : choices) {
+            names.emplace_back(c.name);
+        }
+        const auto index = read_choice(name, names);
+        if (!index) {
+            return false;
+        }
+        out = choices.begin()[*index].value;
+        return true;
+    }
+
+    /// The items of a list value; a null value is an empty list; anything else is reported.
+    std::vector<YAML::Node> read_list(std::string_view name);
+
+    /// Reports every key that no getter asked for. Call once, after all getters.
+    void finish();
+
+private:
+    struct entry {
+        std::string name;
+        YAML::Node key;
+        YAML::Node value;
+    };
+
+    const entry* find(std::string_view name) const;
+
+    /// The scalar text at `name`; reports "must be EXPECTED, got ..." for lists and mappings.
+    std::optional<std::string> scalar(std::string_view name, std::string_view expected);
+
+    std::optional<std::size_t> read_choice(std::string_view name,
+                                           const std::vector<std::string>& names);
+
+    problems& report_;
+    YAML::Mark at_;
+    std::string path_;
+    std::vector<entry> entries_;
+    std::vector<std::string> known_;
+};
+
+} // namespace sluice::config::detail

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/key/rate_limit_key.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+
+namespace sluice::key {
+
+namespace {
+
+constexpr std::string_view key_prefix = "rate-limit:";
+
+// '*' matches any run of characters, possibly empty; `text` holds no '/' (one segment), so the
+// classic single-backtrack-point algorithm is exact here: O(|pattern| × |text|) at worst.
+bool segment_match(std::string_view pattern, std::string_view text) noexcept {
+    std::size_t p = 0;
+    std::size_t t = 0;
+    std::size_t star = std::string_view::npos;
+    std::size_t resume = 0;
+    while (t < text.size()) {
+        if (p < pattern.size() && pattern[p] == '*') {
+            star = p++;
+            resume = t;
+        } else if (p < pattern.size() && pattern[p] == text[t]) {
+            ++p;
+            ++t;
+        } else if (star != std::string_view::npos) {
+            p = star + 1;
+            t = ++resume;
+        } else {
+            return false;
+        }
+    }
+    while (p < pattern.size() && pattern[p] == '*') {
+        ++p;
+    }
+    return p == pattern.size();
+}
+
+// Segment by segment: both must have the same number of segments, each matching its pattern.
+bool glob_match(std::string_view pattern, std::string_view path) noexcept {
+    for (;;) {
+        const std::size_t pe = pattern.find('/');
+        const std::size_t te = path.find('/');
+        if (!segment_match(pattern.substr(0, pe), path.substr(0, te))) {
+            return false;
+        }
+        if (pe == std::string_view::npos || te == std::string_view::npos) {
+            return pe == te;
+        }
+        pattern.remove_prefix(pe + 1);
+        path.remove_prefix(te + 1);
+    }
+}
+
+bool path_matches(const config::rule& rule, std::string_view path) noexcept {
+    const std::string_view pattern = rule.path;
+    switch (rule.kind) {
+    case config::rule::match_kind::exact:
+        return path == pattern;
+    case config::rule::match_kind::prefix:
+        // The loader makes a prefix pattern one '*' at the very end; anything else built in
+        // code is matched as the glob it is.
+        if (pattern.ends_with('*') && pattern.find('*') == pattern.size() - 1) {
+            return path.starts_with(pattern.substr(0, pattern.size() - 1));
+        }
+        break;
+    case config::rule::match_kind::glob:
+        break;
+    }
+    return glob_match(pattern, path);
+}
+
+bool method_matches(const config::rule& rule, std::string_view method) noexcept {
+    if (rule.methods.empty()) {
+        return true;
+    }
+    return std::any_of(rule.methods.begin(), rule.methods.end(), [method](const std::string& m) {
+        return m == method;
+    });
+}
+
+// One key part as a tag ("h=" or nothing) and its text.
+struct piece {
+    std::string_view tag;
+    std::string_view text;
+};
+
+piece resolve(const config::key_part& part,
+              std::string_view client_part,
+              std::string_view endpoint,
+              const header_lookup& headers) {
+    switch (part.what) {
+    case config::key_part::kind::ip:
+        return {{}, client_part};
+    case config::key_part::kind::endpoint:
+        return {{}, endpoint};
+    case config::key_part::kind::global:
+        return {{}, "*"};
+    case config::key_part::kind::header:
+        break;
+    }
+    const std::optional<std::string_view> value = headers(part.header);
+    if (!value || value->empty()) {
+        return {{}, client_part};
+    }
+    return {"h=", *value};
+}
+
+} // namespace
+
+std::string make_key(std::string_view client, std::string_view endpoint) {
+    std::string out;
+    out.reserve(key_prefix.size() + client.size() + 1 + endpoint.size());
+    out.append(key_prefix);
+    out.append(client);
+    out.push_back(':');
+    out.append(endpoint);
+    return out;
+}
+
+config::rule::match_kind classify_pattern(std::string_view pattern) noexcept {
+    const std::size_t star = pattern.find('*');
+    if (star == std::string_view::npos) {
+        return config::rule::match_kind::exact;
+    }
+    if (star + 1 == pattern.size()) {
+        return config::rule::match_kind::prefix;
+    }
+    return config::rule::match_kind::glob;
+}
+
+const config::rule* match_rule(std::span<const config::rule> rules,
+                               std::string_view method,
+                               std::string_view normalized_path) noexcept {
+    for (const config::rule& rule : rules) {
+        if (method_matches(rule, method) && path_matches(rule, normalized_path)) {
+            return &rule;
+        }
+    }
+    return nullptr;
+}
+
+std::string limit_key(const config::limit& limit,
+                      std::string_view client_part,
+                      std::string_view endpoint,
+                      header_lookup headers) {
+    const std::size_t n = limit.key.size();
+    if (n == 0) {
+        return std::string(key_prefix) + "*";
+    }
+    // Resolve every part first (each header looked up once) to size the string exactly.
+    std::array<piece, 8> cache;
+    const bool cached = n <= cache.size();
+    std::size_t size = key_prefix.size() + n - 1;
+    for (std::size_t i = 0; i < n; ++i) {
+        const piece p = resolve(limit.key[i], client_part, endpoint, headers);
+        if (cached) {
+            cache[i] = p;
+        }
+        size += p.tag.size() + p.text.size();
+    }
+    std::string out;
+    out.reserve(size);
+    out.append(key_prefix);
+    for (std::size_t i = 0; i < n; ++i) {
+        const piece p = cached ? cache[i] : resolve(limit.key[i], client_part, endpoint, headers);
+        if (i > 0) {
+            out.push_back(':');
+        }
+        out.append(p.tag);
+        out.append(p.text);
+    }
+    return out;
+}
+
+} // namespace sluice::key

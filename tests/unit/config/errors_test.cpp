@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: Apache-2.0
+// Invalid configurations: each problem names its key and its line, and all are reported at once.
+#include "config_test_util.hpp"
+
+#include <gtest/gtest.h>
+
+namespace sluice::config::test {
+namespace {
+
+TEST(ConfigErrors, UnknownTopLevelKeySuggestsTheNearestOne) {
+    const auto p = problems_of(base + "rate_limit:\n  store: memory\n");
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(has_problem(p, 3, "rate_limit", "unknown key; did you mean 'rate-limit'?"));
+}
+
+TEST(ConfigErrors, UnknownNestedKeySuggestsTheNearestOne) {
+    const auto p = problems_of(base + R"(rate-limit:
+  fallback:
+    algorithm: LEAKY_BUCKET
+    capacity: 50
+    flowrate: 5
+)");
+    EXPECT_TRUE(
+        has_problem(p, 7, "rate-limit.fallback.flowrate", "unknown key; did you mean 'flowRate'?"));
+    // The misspelt parameter also leaves the real one missing: never a silent default.
+    EXPECT_TRUE(has_problem(p, 4, "rate-limit.fallback.flowRate", "is required"));
+}
+
+TEST(ConfigErrors, UnknownKeyFarFromAnyListsTheKnownOnes) {
+    const auto p = problems_of(base + "logging:\n  colour: true\n");
+    EXPECT_TRUE(has_problem(p, 4, "logging.colour", "known keys here: access-log, format, level"));
+}
+
+TEST(ConfigErrors, WrongTypes) {
+    const auto p = problems_of(base + R"(server:
+  workers: [1, 2]
+  listen: { host: x }
+logging:
+  access-log: maybe
+rate-limit: 5
+)");
+    EXPECT_TRUE(
+        has_problem(p, 4, "server.workers", "must be an integer between 0 and 1024, got a list"));
+    EXPECT_TRUE(has_problem(p, 5, "server.listen", "must be a non-empty string, got a mapping"));
+    EXPECT_TRUE(has_problem(p, 7, "logging.access-log", "must be true or false, got 'maybe'"));
+    EXPECT_TRUE(has_problem(p, 8, "rate-limit", "must be a mapping, got '5'"));
+}
+
+TEST(ConfigErrors, CapacityMustBePositive) {
+    for (const std::string bad : {"0", "-3", "2.5", "abc"}) {
+        const auto p = problems_of(base + "rate-limit:\n  fallback:\n    capacity: " + bad +
+                                   "\n    flowRate: 5\n");
+        EXPECT_TRUE(
+            has_problem(p,
+                        5,
+                        "rate-limit.fallback.capacity",
+                        "must be an integer between 1 and 9007199254740992, got '" + bad + "'"));
+    }
+}
+
+TEST(ConfigErrors, FlowRateMustBeAboveZero) {
+    for (const std::string bad : {"0", "-1", "abc", ".inf", "nan"}) {
+        const auto p = problems_of(
+            base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: " + bad + "\n");
+        EXPECT_TRUE(has_problem(
+            p, 6, "rate-limit.fallback.flowRate", "must be a number > 0, got '" + bad + "'"));
+    }
+}
+
+TEST(ConfigErrors, FractionalFlowRateIsAccepted) {
+    const auto cfg = load(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 0.5\n");
+    EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 0.5);
+}
+
+TEST(ConfigErrors, BadDuration) {
+    const auto p = problems_of(base + "rate-limit:\n  redis:\n    ttl: 5 parsecs\n");
+    EXPECT_TRUE(
+        has_problem(p,
+                    5,
+                    "rate-limit.redis.ttl",
+                    "must be a duration > 0 such as 500ms, 30s, 5m, 1h or 1.5 (seconds), got "
+                    "'5 parsecs'"));
+}
+
+TEST(ConfigErrors, ZeroAndNegativeDurations) {
+    const auto p = problems_of(base + "server:\n  idle-timeout: 0\n  drain-timeout: -1s\n");
+    EXPECT_TRUE(has_problem(p, 4, "server.idle-timeout", "must be a duration > 0"));
+    EXPECT_TRUE(has_problem(p, 5, "server.drain-timeout", "must be a duration >= 0"));
+}
+
+TEST(ConfigErrors, BadSizes) {
+    const auto p = problems_of(base + "server:\n  max-header-size: 16KB\n  max-body-size: -1\n"
+                                      "  max-uri-length: 0\n");
+    EXPECT_TRUE(has_problem(p, 4, "server.max-header-size", "got '16KB'"));
+    EXPECT_TRUE(has_problem(p, 5, "server.max-body-size", "must be a size >= 0B"));
+    EXPECT_TRUE(has_problem(p, 6, "server.max-uri-length", "must be a size between 1B and 1GiB"));
+}
+
+TEST(ConfigErrors, BadListenAddresses) {
+    const auto p = problems_of(base + R"(server:
+  listen: 127.0.0.1
+admin:
+  listen: ::1:9901
+)");
+    EXPECT_TRUE(has_problem(p, 4, "server.listen", "the port is missing"));
+    EXPECT_TRUE(has_problem(p, 6, "admin.listen", "an IPv6 address needs brackets"));
+    for (const std::string bad : {"127.0.0.1:70000", "300.1.1.1:80", ":8080", "[zz]:80", "a b:1"}) {
+        const auto q = problems_of(base + "server:\n  listen: \"" + bad + "\"\n");
+        EXPECT_TRUE(
+            has_problem(q, 4, "server.listen", "must be host:port or [v6]:port, got '" + bad))
+            << bad;
+    }
+}
+
+TEST(ConfigErrors, AdminCannotShareTheProxyPort) {
+    const auto p = problems_of(base + "server:\n  listen: 127.0.0.1:9000\nadmin:\n"
+                                      "  listen: 127.0.0.1:9000\n");
+    EXPECT_TRUE(has_problem(p, 6, "admin.listen", "must differ from server.listen"));
+}
+
+TEST(ConfigErrors, BadTrustedProxy) {
+    const auto p =
+        problems_of(base + "server:\n  trusted-proxies:\n    - 10.0.0.0/8\n    - 10.0.0.0/33\n");
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(
+        has_problem(p,
+                    6,
+                    "server.trusted-proxies[1]",
+                    "must be an address or CIDR block such as 10.0.0.0/8, got '10.0.0.0/33'"));
+}
+
+TEST(ConfigErrors, HttpsUpstreamIsRejected) {
+    const auto p = problems_of("upstream:\n  url: https://api.example.com\n");
+    EXPECT_TRUE(has_problem(p, 2, "upstream.url", "https is not supported"));
+}
+
+TEST(ConfigErrors, UpstreamUrlForms) {
+    for (const std::string bad :
+         {"ftp://x", "http://x/api", "http://x?q=1", "http://u@x", "http://x:0", "http://"}) {
+        const auto p = problems_of("upstream:\n  url: \"" + bad + "\"\n");
+        EXPECT_TRUE(has_problem(p, 2, "upstream.url", "must be http://host[:port], got '" + bad))
+            << bad;
+    }
+    const auto cfg = load("upstream:\n  url: http://[::1]:8000\n");
+    EXPECT_EQ(cfg.upstream.host, "::1");
+    EXPECT_EQ(cfg.upstream.port, 8000);
+}
+
+TEST(ConfigErrors, MissingUpstream) {
+    const auto empty = problems_of("");
+    EXPECT_TRUE(has_problem(empty, 1, "upstream.url", "is required"));
+    const auto no_url = problems_of("logging:\n  level: info\nupstream:\n  timeout: 5s\n");
+    EXPECT_TRUE(has_problem(no_url, 3, "upstream.url", "is required"));
+}
+
+TEST(ConfigErrors, SyntaxErrorNamesItsLine) {
+    const auto p = problems_of(base + "server:\n  listen: [127.0.0.1:8080\n  workers: 2\n");
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_EQ(p[0].rfind("t.yaml:", 0), 0u) << p[0];
+    EXPECT_NE(p[0].find("YAML syntax error"), std::string::npos) << p[0];
+    const auto tab = problems_of("upstream:\n\turl: http://x\n");
+    ASSERT_EQ(tab.size(), 1u);
+    EXPECT_EQ(tab[0].rfind("t.yaml:2: YAML syntax error", 0), 0u) << tab[0];
+}
+
+TEST(ConfigErrors, EveryProblemIsCollectedInLineOrder) {
+    const auto p = problems_of(R"(server:
+  workers: -1
+  idle-timeout: soon
+rate-limit:
+  store: mongo
+  fallback: { capacity: 0, flowRate: 0 }
+  redis: { failure-mode: ajar }
+logging: { level: loud }
+)");
+    ASSERT_EQ(p.size(), 8u);
+    EXPECT_TRUE(has_problem(p, 1, "upstream.url", "is required"));
+    EXPECT_TRUE(has_problem(p, 2, "server.workers", "got '-1'"));
+    EXPECT_TRUE(has_problem(p, 3, "server.idle-timeout", "got 'soon'"));
+    EXPECT_TRUE(has_problem(p, 5, "rate-limit.store", "must be one of memory, redis, got 'mongo'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.fallback.capacity", "got '0'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.fallback.flowRate", "got '0'"));
+    EXPECT_TRUE(has_problem(p, 7, "rate-limit.redis.failure-mode", "got 'ajar'"));
+    EXPECT_TRUE(has_problem(p, 8, "logging.level", "got 'loud'"));
+    for (std::size_t i = 1; i < p.size(); ++i) {
+        EXPECT_LE(std::stoi(p[i - 1].substr(7)), std::stoi(p[i].substr(7)));
+    }
+}
+
+TEST(ConfigErrors, MissingAlgorithmParameters) {
+    const auto p = problems_of(base + R"(rate-limit:
+  fallback:
+    algorithm: TOKEN_BUCKET
+    capacity: 5
+)");
+    EXPECT_TRUE(has_problem(p,
+                            4,
+                            "rate-limit.fallback.refillRate",
+                            "is required (TOKEN_BUCKET takes capacity, refillRate)"));
+}
+
+TEST(ConfigErrors, ParametersOfAnotherAlgorithm) {
+    const auto p = problems_of(base + R"(rate-limit:
+  fallback:
+    capacity: 5
+    flowRate: 1
+    refillRate: 2
+    window: 1m
+)");
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_TRUE(has_problem(p,
+                            7,
+                            "rate-limit.fallback.refillRate",
+                            "does not apply to LEAKY_BUCKET, which takes capacity, flowRate"));
+    EXPECT_TRUE(has_problem(p, 8, "rate-limit.fallback.window", "does not apply to LEAKY_BUCKET"));
+}
+
+TEST(ConfigErrors, WindowAlgorithmsTakeLimitAndWindow) {
+    const auto p = problems_of(base + R"(rate-limit:
+  fallback: { algorithm: SLIDING_WINDOW, limit: 10, window: 0s, capacity: 3 }
+)");
+    EXPECT_TRUE(has_problem(p, 4, "rate-limit.fallback.window", "must be a duration > 0"));
+    EXPECT_TRUE(
+        has_problem(p, 4, "rate-limit.fallback.capacity", "does not apply to SLIDING_WINDOW"));
+}
+
+TEST(ConfigErrors, UnknownAlgorithm) {
+    const auto p = problems_of(base + R"(rate-limit:
+  fallback:
+    algorithm: leaky_bucket
+    capacity: 5
+    flowRate: 1
+)");
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(has_problem(p, 5, "rate-limit.fallback.algorithm", "did you mean 'LEAKY_BUCKET'?"));
+    const auto q =
+        problems_of(base + "rate-limit:\n  fallback: { algorithm: GCRA, capacity: 5 }\n");
+    ASSERT_EQ(q.size(), 1u);
+    EXPECT_TRUE(
+        has_problem(q,
+                    4,
+                    "rate-limit.fallback.algorithm",
+                    "must be one of LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, FIXED_COUNTER, "
+                    "SLIDING_WINDOW, got 'GCRA'"));
+}
+
+TEST(ConfigErrors, ModeAndMaxDelayBelongToShaping) {
+    const auto p = problems_of(base + R"(rate-limit:
+  fallback: { algorithm: TOKEN_BUCKET, capacity: 5, refillRate: 1, mode: police }
+  rules:
+    - name: r
+      match: { path: /r }
+      limits:
+        - { capacity: 5, flowRate: 1, mode: police, max-delay: 1s }
+        - { capacity: 5, flowRate: 1, mode: smooth }
+)");
+    EXPECT_TRUE(has_problem(p, 4, "rate-limit.fallback.mode", "applies only to LEAKY_BUCKET"));
+    EXPECT_TRUE(has_problem(p, 9, "rate-limit.rules[0].limits[0].max-delay", "mode: shape"));
+    EXPECT_TRUE(has_problem(p, 10, "rate-limit.rules[0].limits[1].mode", "got 'smooth'"));
+}
+
+TEST(ConfigErrors, FailureModeValues) {
+    for (const auto& [text, mode] : {std::pair{"open", failure_mode::open},
+                                     std::pair{"closed", failure_mode::closed},
+                                     std::pair{"local", failure_mode::local}}) {
+        const auto cfg =
+            load(base + "rate-limit:\n  redis:\n    failure-mode: " + std::string(text) + "\n");
+        EXPECT_EQ(cfg.rate_limit.redis.on_failure, mode) << text;
+    }
+    const auto p = problems_of(base + "rate-limit:\n  redis:\n    failure-mode: Closed\n");
+    EXPECT_TRUE(
+        has_problem(p,
+                    5,
+                    "rate-limit.redis.failure-mode",
+                    "must be one of open, closed, local, got 'Closed'; did you mean 'closed'?"));
+}
+
+TEST(ConfigErrors, DuplicateRuleNames) {
+    const auto p = problems_of(base + R"(rate-limit:
+  rules:
+    - name: api
+      match: { path: /a }
+      limits: []
+    - name: api
+      match: { path: /b }
+      limits: []
+)");
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(has_problem(
+        p, 8, "rate-limit.rules[1].name", "duplicate rule name 'api' (first at line 5)"));
+}
+
+TEST(ConfigErrors, DuplicateKeysInOneMapping) {
+    const auto p = problems_of(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 1\n"
+                                      "    capacity: 500\n");
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(has_problem(p, 7, "rate-limit.fallback.capacity", "appears twice"));
+}
+
+TEST(ConfigErrors, RuleShapeProblems) {
+    const auto p = problems_of(base + R"(rate-limit:
+  rules:
+    - name: a
+      match: { path: v1/x, methods: [post] }
+      limit: []
+    - match: { path: /b, methods: [GET] }
+      limits:
+        - { capacity: 1, flowRate: 1, key: [ip, global] }
+        - { capacity: 1, flowRate: 1, key: [ip, "header:", endpiont] }
+        - 7
+)");
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.rules[0].match.path", "must start with '/'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.rules[0].match.methods[0]", "did you mean 'POST'?"));
+    EXPECT_TRUE(has_problem(p, 7, "rate-limit.rules[0].limit", "did you mean 'limits'?"));
+    EXPECT_TRUE(has_problem(p, 5, "rate-limit.rules[0].limits", "is required"));
+    EXPECT_TRUE(has_problem(p, 8, "rate-limit.rules[1].name", "is required"));
+    EXPECT_TRUE(
+        has_problem(p, 10, "rate-limit.rules[1].limits[0].key", "'global' must be the only part"));
+    EXPECT_TRUE(
+        has_problem(p, 11, "rate-limit.rules[1].limits[1].key[1]", "must name an HTTP header"));
+    EXPECT_TRUE(
+        has_problem(p, 11, "rate-limit.rules[1].limits[1].key[2]", "did you mean 'endpoint'?"));
+    EXPECT_TRUE(has_problem(p, 12, "rate-limit.rules[1].limits[2]", "must be a mapping"));
+}
+
+TEST(ConfigErrors, OutOfRangeValues) {
+    const auto p = problems_of(base + R"(rate-limit:
+  ipv6-prefix: 0
+  max-held: 0
+  redis: { port: 65536, db: -1, host: "" }
+)");
+    EXPECT_TRUE(has_problem(p, 4, "rate-limit.ipv6-prefix", "between 1 and 128, got '0'"));
+    EXPECT_TRUE(has_problem(p, 5, "rate-limit.max-held", "got '0'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.port", "between 1 and 65535, got '65536'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.db", "got '-1'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.host", "must be a non-empty string"));
+}
+
+TEST(ConfigErrors, SecondDocumentIsRejected) {
+    const auto p = problems_of(base + "---\nupstream:\n  url: http://127.0.0.1:9001\n");
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_NE(p[0].find("only one YAML document"), std::string::npos) << p[0];
+}
+
+TEST(ConfigErrors, PatternThatNormalizationChangesNeverMatches) {
+    const auto p = problems_of(base + R"(rate-limit:
+  rules:
+    - name: a
+      match: { path: "/v1//x/../y" }
+      limits: []
+)");
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.rules[0].match.path", "write '/v1/y'"));
+}
+
+TEST(ConfigErrors, BlankLimitsIsNotAnExemption) {
+    const auto p = problems_of(base + R"(rate-limit:
+  rules:
+    - name: a
+      match: { path: /a }
+      limits:
+)");
+    EXPECT_TRUE(has_problem(p, 7, "rate-limit.rules[0].limits", "got nothing"));
+}
+
+TEST(ConfigErrors, EmptyValueIsNotADefault) {
+    const auto p = problems_of(base + "rate-limit:\n  redis:\n    ttl:\n");
+    EXPECT_TRUE(has_problem(p, 5, "rate-limit.redis.ttl", "got nothing"));
+}
+
+} // namespace
+} // namespace sluice::config::test

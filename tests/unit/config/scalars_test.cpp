@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// The text parsers behind durations, sizes, addresses and suggestions.
+#include "config/scalars_detail.hpp"
+
+#include <gtest/gtest.h>
+
+namespace sluice::config::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(ConfigScalars, Durations) {
+    EXPECT_EQ(parse_duration("500ms"), 500ms);
+    EXPECT_EQ(parse_duration("30s"), 30s);
+    EXPECT_EQ(parse_duration("5m"), 5min);
+    EXPECT_EQ(parse_duration("1h"), 1h);
+    EXPECT_EQ(parse_duration("1.5"), 1500ms);
+    EXPECT_EQ(parse_duration("60"), 60s);
+    EXPECT_EQ(parse_duration("0.25s"), 250ms);
+    EXPECT_EQ(parse_duration("2 m"), 2min);
+    EXPECT_EQ(parse_duration("-1s"), -1s); // parses; the caller's range check rejects it
+    EXPECT_EQ(parse_duration("5 parsecs"), std::nullopt);
+    EXPECT_EQ(parse_duration("5sec"), std::nullopt);
+    EXPECT_EQ(parse_duration("s"), std::nullopt);
+    EXPECT_EQ(parse_duration(""), std::nullopt);
+    EXPECT_EQ(parse_duration("1..5s"), std::nullopt);
+    EXPECT_EQ(parse_duration("1e400"), std::nullopt);
+    EXPECT_EQ(parse_duration("99999999999h"), std::nullopt);
+}
+
+TEST(ConfigScalars, Sizes) {
+    EXPECT_EQ(parse_size("0"), 0u);
+    EXPECT_EQ(parse_size("123"), 123u);
+    EXPECT_EQ(parse_size("123B"), 123u);
+    EXPECT_EQ(parse_size("16KiB"), 16u * 1024);
+    EXPECT_EQ(parse_size("16k"), 16u * 1024);
+    EXPECT_EQ(parse_size("16K"), 16u * 1024);
+    EXPECT_EQ(parse_size("2MiB"), 2u << 20);
+    EXPECT_EQ(parse_size("2M"), 2u << 20);
+    EXPECT_EQ(parse_size("3GiB"), 3ull << 30);
+    EXPECT_EQ(parse_size("3 G"), 3ull << 30);
+    EXPECT_EQ(parse_size("16KB"), std::nullopt);
+    EXPECT_EQ(parse_size("1.5M"), std::nullopt);
+    EXPECT_EQ(parse_size("-1"), std::nullopt);
+    EXPECT_EQ(parse_size("99999999999999G"), std::nullopt);
+}
+
+TEST(ConfigScalars, Numbers) {
+    EXPECT_EQ(parse_number("0.5"), 0.5);
+    EXPECT_EQ(parse_number("5"), 5.0);
+    EXPECT_EQ(parse_number("-2"), -2.0);
+    EXPECT_EQ(parse_number("inf"), std::nullopt);
+    EXPECT_EQ(parse_number("nan"), std::nullopt);
+    EXPECT_EQ(parse_number("1e3"), std::nullopt);
+    EXPECT_EQ(parse_int("50"), 50);
+    EXPECT_EQ(parse_int("+50"), std::nullopt);
+    EXPECT_EQ(parse_int("50.0"), std::nullopt);
+    EXPECT_EQ(parse_int("99999999999999999999"), std::nullopt);
+    EXPECT_EQ(parse_bool("yes"), true);
+    EXPECT_EQ(parse_bool("False"), false);
+    EXPECT_EQ(parse_bool("1"), std::nullopt);
+}
+
+TEST(ConfigScalars, ListenAddresses) {
+    const auto v4 = parse_listen("0.0.0.0:8080");
+    ASSERT_TRUE(v4.value) << v4.error;
+    EXPECT_EQ(v4.value->host, "0.0.0.0");
+    EXPECT_EQ(v4.value->port, 8080);
+    const auto v6 = parse_listen("[::]:443");
+    ASSERT_TRUE(v6.value) << v6.error;
+    EXPECT_EQ(v6.value->host, "::");
+    EXPECT_EQ(v6.value->port, 443);
+    const auto name = parse_listen("localhost:0");
+    ASSERT_TRUE(name.value) << name.error;
+    EXPECT_EQ(name.value->port, 0);
+    EXPECT_FALSE(parse_listen("localhost").value);
+    EXPECT_FALSE(parse_listen("[::1]").value);
+    EXPECT_FALSE(parse_listen("[::1]8080").value);
+    EXPECT_FALSE(parse_listen("host:-1").value);
+    EXPECT_FALSE(parse_listen("bad..name:1").value);
+}
+
+TEST(ConfigScalars, UpstreamUrls) {
+    const auto plain = parse_upstream_url("http://127.0.0.1:9000");
+    ASSERT_TRUE(plain.value) << plain.error;
+    EXPECT_EQ(plain.value->host, "127.0.0.1");
+    EXPECT_EQ(plain.value->port, 9000);
+    const auto slash = parse_upstream_url("HTTP://api.internal/");
+    ASSERT_TRUE(slash.value) << slash.error;
+    EXPECT_EQ(slash.value->host, "api.internal");
+    EXPECT_EQ(slash.value->port, 80);
+    EXPECT_NE(parse_upstream_url("https://x").error.find("https is not supported"),
+              std::string::npos);
+    EXPECT_NE(parse_upstream_url("http://x/v1").error.find("must not have a path"),
+              std::string::npos);
+}
+
+TEST(ConfigScalars, Formatting) {
+    EXPECT_EQ(format_duration(25s), "25s");
+    EXPECT_EQ(format_duration(1500ms), "1.5s");
+    EXPECT_EQ(format_duration(500ms), "500ms");
+    EXPECT_EQ(format_duration(5min), "5m");
+    EXPECT_EQ(format_duration(2h), "2h");
+    EXPECT_EQ(format_duration(0ms), "0s");
+    EXPECT_EQ(format_number(2), "2");
+    EXPECT_EQ(format_number(0.5), "0.5");
+}
+
+TEST(ConfigScalars, Suggestions) {
+    EXPECT_EQ(edit_distance("flowRate", "flowRate"), 0u);
+    EXPECT_EQ(edit_distance("flowrate", "flowRate"), 1u);
+    EXPECT_EQ(edit_distance("flwoRate", "flowRate"), 1u); // a transposition counts once
+    EXPECT_EQ(edit_distance("", "abc"), 3u);
+    const std::vector<std::string> keys{"capacity", "flowRate", "algorithm"};
+    EXPECT_EQ(closest("capacty", keys), "capacity");
+    EXPECT_EQ(closest("FLOWRATE", keys), "flowRate");
+    EXPECT_EQ(closest("burst", keys), "");
+}
+
+} // namespace
+} // namespace sluice::config::detail

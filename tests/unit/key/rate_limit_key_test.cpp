@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/key/rate_limit_key.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::key {
+namespace {
+
+using kind = config::rule::match_kind;
+using part = config::key_part;
+
+config::rule make_rule(std::string name, std::string path, std::vector<std::string> methods = {}) {
+    config::rule r;
+    r.name = std::move(name);
+    r.kind = classify_pattern(path);
+    r.path = std::move(path);
+    r.methods = std::move(methods);
+    return r;
+}
+
+TEST(MakeKey, IsThePagesKey) {
+    EXPECT_EQ(make_key("203.0.113.7", "/v1/infer"), "rate-limit:203.0.113.7:/v1/infer");
+    EXPECT_EQ(make_key("2001:db8::/64", "/"), "rate-limit:2001:db8::/64:/");
+}
+
+TEST(ClassifyPattern, FromSpelling) {
+    EXPECT_EQ(classify_pattern("/v1/models"), kind::exact);
+    EXPECT_EQ(classify_pattern("/"), kind::exact);
+    EXPECT_EQ(classify_pattern("/v1/models/*"), kind::prefix);
+    EXPECT_EQ(classify_pattern("/*"), kind::prefix);
+    EXPECT_EQ(classify_pattern("/v1/model*"), kind::prefix);
+    EXPECT_EQ(classify_pattern("*"), kind::prefix);
+    EXPECT_EQ(classify_pattern("/v1/*/infer"), kind::glob);
+    EXPECT_EQ(classify_pattern("/v1/*/items/*"), kind::glob);
+}
+
+struct match_case {
+    std::string_view method;
+    std::string_view path;
+    std::string_view rule; // expected rule name, "" for none
+};
+
+TEST(MatchRule, FirstMatchInOrder) {
+    const std::vector<config::rule> rules = {
+        make_rule("post-infer", "/v1/infer", {"POST"}),
+        make_rule("infer-any", "/v1/infer"),
+        make_rule("models-get", "/v1/models/*", {"GET", "HEAD"}),
+        make_rule("model-prefix", "/v1/model-*"),
+        make_rule("items", "/v2/*/items"),
+        make_rule("nested", "/v3/*/items/*"),
+        make_rule("ext", "/files/*.json"),
+        make_rule("root", "/"),
+    };
+    const match_case cases[] = {
+        {"POST", "/v1/infer", "post-infer"},
+        {"GET", "/v1/infer", "infer-any"},
+        {"post", "/v1/infer", "infer-any"}, // methods are case-sensitive
+        {"POST", "/v1/infer/", ""},         // exact means exact
+        {"GET", "/v1/models/1", "models-get"},
+        {"HEAD", "/v1/models/a/b", "models-get"},
+        {"GET", "/v1/models/", "models-get"},
+        {"GET", "/v1/models", ""}, // the prefix rule needs something after "/v1/models/"
+        {"POST", "/v1/models/1", ""},
+        {"GET", "/v1/modelsx/1", ""},
+        {"GET", "/v1/model-a", "model-prefix"},
+        {"GET", "/v1/model-", "model-prefix"}, // '*' may match nothing
+        {"GET", "/v1/model-a/b", "model-prefix"},
+        {"GET", "/v1/model", ""},
+        {"GET", "/v2/x/items", "items"},
+        {"GET", "/v2/items", ""},
+        {"GET", "/v2/x/y/items", ""},
+        {"GET", "/v2/x/items/1", ""},
+        {"GET", "/v3/x/items/1", "nested"},
+        {"GET", "/v3/x/items/", "nested"}, // a glob '*' may match an empty segment
+        {"GET", "/v3/x/items/1/2", ""},    // a glob '*' stays within its segment
+        {"GET", "/v3/x/items", ""},
+        {"GET", "/v3/x/y/items/1", ""},
+        {"GET", "/files/a.json", "ext"},
+        {"GET", "/files/a.b.json", "ext"},
+        {"GET", "/files/a.json.bak", ""},
+        {"GET", "/files/d/a.json", ""},
+        {"GET", "/", "root"},
+        {"GET", "/other", ""},
+    };
+    for (const match_case& c : cases) {
+        SCOPED_TRACE(std::string(c.method) + " " + std::string(c.path));
+        const config::rule* r = match_rule(rules, c.method, c.path);
+        if (c.rule.empty()) {
+            EXPECT_EQ(r, nullptr) << r->name;
+        } else {
+            ASSERT_NE(r, nullptr);
+            EXPECT_EQ(r->name, c.rule);
+        }
+    }
+}
+
+TEST(MatchRule, CatchAllPrefixAndEmptyRules) {
+    const std::vector<config::rule> rules = {make_rule("all", "/*")};
+    ASSERT_NE(match_rule(rules, "GET", "/"), nullptr);
+    ASSERT_NE(match_rule(rules, "GET", "/a/b/c"), nullptr);
+    EXPECT_EQ(match_rule({}, "GET", "/"), nullptr);
+}
+
+TEST(MatchRule, PrefixKindWithInnerStarIsAGlob) {
+    // Only code can build this (the loader classifies by spelling): it must still match sanely.
+    config::rule r = make_rule("odd", "/v1/*/x*");
+    r.kind = kind::prefix;
+    const std::vector<config::rule> rules = {r};
+    EXPECT_NE(match_rule(rules, "GET", "/v1/a/xy"), nullptr);
+    EXPECT_EQ(match_rule(rules, "GET", "/v1/a/xy/z"), nullptr);
+    EXPECT_EQ(match_rule(rules, "GET", "/v1/*/xy"), match_rule(rules, "GET", "/v1/q/xy"));
+}
+
+TEST(MatchRule, PrefixWithoutSlash) {
+    const std::vector<config::rule> rules = {make_rule("v1", "/v1*")};
+    EXPECT_NE(match_rule(rules, "GET", "/v1"), nullptr);
+    EXPECT_NE(match_rule(rules, "GET", "/v1beta/x"), nullptr);
+    EXPECT_NE(match_rule(rules, "GET", "/v1/a/b"), nullptr);
+    EXPECT_EQ(match_rule(rules, "GET", "/v2"), nullptr);
+}
+
+TEST(MatchRule, GlobBacktracks) {
+    const std::vector<config::rule> rules = {make_rule("g", "/a*b*c")};
+    EXPECT_NE(match_rule(rules, "GET", "/abxbyc"), nullptr);
+    EXPECT_NE(match_rule(rules, "GET", "/abcbc"), nullptr);
+    EXPECT_EQ(match_rule(rules, "GET", "/abxbycd"), nullptr);
+}
+
+config::limit limit_with(std::vector<part> key) {
+    config::limit l;
+    l.key = std::move(key);
+    return l;
+}
+
+// A header table for the lookups; HTTP's case-insensitivity is the callable's business.
+struct fake_headers {
+    std::map<std::string, std::string, std::less<>> values;
+
+    std::optional<std::string_view> operator()(std::string_view name) const {
+        const auto it = values.find(name);
+        if (it == values.end()) {
+            return std::nullopt;
+        }
+        return std::string_view(it->second);
+    }
+};
+
+TEST(LimitKey, DefaultKeyIsMakeKey) {
+    const config::limit l; // [ip, endpoint]
+    EXPECT_EQ(limit_key(l, "203.0.113.7", "/v1/infer", {}), make_key("203.0.113.7", "/v1/infer"));
+    EXPECT_EQ(limit_key(l, "2001:db8::/64", "/", {}), make_key("2001:db8::/64", "/"));
+}
+
+TEST(LimitKey, EachDimension) {
+    const fake_headers headers{{{"X-Api-Key", "k-123"}, {"X-Empty", ""}}};
+    const std::string_view ip = "203.0.113.7";
+    const std::string_view ep = "/v1/models/*";
+
+    struct key_case {
+        std::vector<part> key;
+        std::string_view expected;
+    };
+
+    const key_case cases[] = {
+        {{{part::kind::ip, {}}}, "rate-limit:203.0.113.7"},
+        {{{part::kind::endpoint, {}}}, "rate-limit:/v1/models/*"},
+        {{{part::kind::global, {}}}, "rate-limit:*"},
+        {{{part::kind::header, "X-Api-Key"}}, "rate-limit:h=k-123"},
+        {{{part::kind::header, "X-Missing"}}, "rate-limit:203.0.113.7"},
+        {{{part::kind::header, "X-Empty"}}, "rate-limit:203.0.113.7"},
+        {{{part::kind::header, "X-Api-Key"}, {part::kind::endpoint, {}}},
+         "rate-limit:h=k-123:/v1/models/*"},
+        {{{part::kind::endpoint, {}}, {part::kind::ip, {}}}, "rate-limit:/v1/models/*:203.0.113.7"},
+        {{{part::kind::global, {}}, {part::kind::endpoint, {}}}, "rate-limit:*:/v1/models/*"},
+        {{}, "rate-limit:*"},
+    };
+    for (const key_case& c : cases) {
+        SCOPED_TRACE(std::string(c.expected));
+        EXPECT_EQ(limit_key(limit_with(c.key), ip, ep, headers), c.expected);
+    }
+}
+
+TEST(LimitKey, ManyPartsBeyondTheCache) {
+    std::vector<part> key(10, part{part::kind::header, "X-Api-Key"});
+    key.push_back({part::kind::ip, {}});
+    const fake_headers headers{{{"X-Api-Key", "k"}}};
+    std::string expected = "rate-limit:";
+    for (int i = 0; i < 10; ++i) {
+        expected += "h=k:";
+    }
+    expected += "198.51.100.1";
+    EXPECT_EQ(limit_key(limit_with(key), "198.51.100.1", "/", headers), expected);
+}
+
+TEST(LimitKey, LooksUpEachHeaderOnce) {
+    int calls = 0;
+    auto lookup = [&calls](std::string_view) -> std::optional<std::string_view> {
+        ++calls;
+        return "v";
+    };
+    const config::limit l = limit_with({{part::kind::header, "A"}, {part::kind::header, "B"}});
+    EXPECT_EQ(limit_key(l, "1.2.3.4", "/", lookup), "rate-limit:h=v:h=v");
+    EXPECT_EQ(calls, 2);
+}
+
+} // namespace
+} // namespace sluice::key
