@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "sluice/config/config.hpp"
+#include "sluice/core/errc.hpp"
+#include "sluice/core/net.hpp"
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice::redis {
+
+using std::chrono::milliseconds;
+
+/**
+ * One Redis reply, owned: hiredis frees its `redisReply` when the callback returns, so every
+ * reply is copied into this small tree inside the callback.
+ */
+struct reply {
+    enum class kind {
+        nil,
+        integer,
+        string, // bulk string
+        status, // "+OK"
+        error,  // "-ERR ...": `str` holds the text
+        array,
+    };
+
+    kind type = kind::nil;
+    std::int64_t integer = 0;
+    std::string str;
+    std::vector<reply> elements;
+
+    bool is_nil() const noexcept { return type == kind::nil; }
+
+    bool is_error() const noexcept { return type == kind::error; }
+
+    /// A one-line rendering for logs and test messages, e.g. `[1, "a", nil]`.
+    std::string describe() const;
+
+    friend bool operator==(const reply&, const reply&) = default;
+};
+
+/// How a `client` connects; `from_settings` maps the configuration onto it.
+struct client_options {
+    std::string host = "127.0.0.1"; // or a unix socket path (starts with '/')
+    std::uint16_t port = 6379;
+    std::string username; // AUTH username password when set (Redis 6 ACL)
+    std::string password; // AUTH password when set
+    int db = 0;           // SELECT db when not 0
+    /// A command without a reply after this completes with `errc::redis_timeout`.
+    milliseconds command_timeout{50};
+    /// A connection not established after this is dropped and retried.
+    milliseconds connect_timeout{1'000};
+    /// A connection that leaves a command unanswered this long past its deadline is taken for
+    /// dead (a hung server, a silent network): it is dropped and re-established.
+    milliseconds stall_timeout{1'000};
+    /// Reconnect backoff: doubles from `reconnect_min` up to `reconnect_max`, with jitter.
+    milliseconds reconnect_min{100};
+    milliseconds reconnect_max{5'000};
+    /// Commands awaiting a reply (timed-out ones included) beyond which new commands fail at
+    /// once with `redis_unavailable`: a stalled server must not grow memory without bound.
+    std::size_t max_pending = 10'000;
+
+    static client_options from_settings(const config::redis_settings& settings);
+};
+
+/**
+ * An asynchronous Redis client on hiredis 0.14.1, bound to one Asio executor.
+ *
+ * One client per worker thread: it is single-threaded and must be used only from its executor's
+ * thread (one `io_context` run by one thread). Commands pipeline on one connection. After the
+ * connection is lost the client reconnects by itself, with exponential backoff and jitter;
+ * while it is not connected, commands fail at once with `errc::redis_unavailable` (they are not
+ * queued), so callers can apply their failure mode without waiting. Each new connection first
+ * sends AUTH, SELECT and the registered connect commands, pipelined ahead of any other command.
+ * Nothing here blocks: host names are resolved with Asio's resolver.
+ */
+class client {
+public:
+    using completion_signature = void(error_code, reply);
+    using handler_type = net::any_completion_handler<completion_signature>;
+
+    /// Does not connect yet; call `start()`.
+    client(executor ex, client_options options);
+
+    /// Drops the connection; commands still pending complete with `errc::redis_unavailable`.
+    /// Must not be called from inside a completion handler of this client's own hiredis
+    /// callbacks (none run inline: every completion is posted).
+    ~client();
+
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+
+    /// Starts connecting (and reconnecting until `stop()` or destruction). Idempotent; does
+    /// nothing after `stop()`, which is final.
+    void start();
+
+    /**
+     * Stops reconnecting and disconnects gracefully: replies already in flight still complete,
+     * new commands fail with `errc::redis_unavailable`.
+     */
+    void stop();
+
+    /**
+     * Sends one command, e.g. `{"SET", "k", "v"}`; arguments are binary-safe.
+     *
+     * Completes with `(error_code, reply)`:
+     * - success: `ec` clear and the reply (which may be nil);
+     * - an error reply: `errc::bad_reply`, with the error text in `reply.str`;
+     * - not connected, connection lost, or too many commands pending: `errc::redis_unavailable`;
+     * - no reply within `command_timeout`: `errc::redis_timeout` (a late reply is dropped).
+     *
+     * The completion never runs inside this call: it is posted to the client's executor and
+     * then dispatched to the handler's associated executor.
+     */
+    template <typename CompletionToken = net::default_completion_token_t<executor>>
+    auto async_command(std::vector<std::string> args, CompletionToken&& token = {}) {
+        return net::async_initiate<CompletionToken, completion_signature>(
+            [this](auto handler, std::vector<std::string> command) {
+                submit(std::move(command), handler_type(std::move(handler)));
+            },
+            token,
+            std::move(args));
+    }
+
+    /**
+     * Registers a command to send first on every connection, after AUTH and SELECT (e.g.
+     * `SCRIPT LOAD`); sent at once too when connected now. An identical command registered
+     * twice is kept once. Error replies are logged.
+     */
+    void add_connect_command(std::vector<std::string> args);
+
+    /// True when the TCP (or unix) connection is established.
+    bool connected() const noexcept;
+
+    /// Connections established so far (1 after the first, 2 after a reconnect, ...).
+    std::uint64_t connection_count() const noexcept;
+
+    const executor& get_executor() const noexcept { return ex_; }
+
+private:
+    void submit(std::vector<std::string> args, handler_type handler);
+
+    struct state;
+    executor ex_;
+    std::shared_ptr<state> state_;
+};
+
+} // namespace sluice::redis

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "sluice/config/config.hpp"
+#include "sluice/core/net.hpp"
+#include "sluice/redis/client.hpp"
+#include "sluice/store/memory_store.hpp"
+#include "sluice/store/store.hpp"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+namespace sluice::store {
+
+/**
+ * Limiter state in Redis, shared by every sluice instance: one store (and one `redis::client`)
+ * per worker thread.
+ *
+ * Each `acquire` is one EVALSHA of src/redis/limits.lua with every check of the request, so all
+ * its limits are decided and charged atomically in one round trip, with Redis `TIME` as the
+ * clock. The script is loaded with SCRIPT LOAD on every (re)connection, ahead of any request;
+ * should Redis answer NOSCRIPT anyway (SCRIPT FLUSH, failover), the request is retried once
+ * with EVAL, which loads it again.
+ *
+ * When Redis cannot decide (unavailable, timed out, an error reply), the outcome depends on
+ * `redis_settings::on_failure`: `open` and `closed` return the error in `outcome.ec` (the caller
+ * applies the mode); `local` decides on `local_fallback` instead and clears `ec`.
+ *
+ * `acquire` must be awaited on the client's executor (the worker's thread). It never completes
+ * inline except for an empty `checks`; it never throws.
+ */
+class redis_store final : public store {
+public:
+    /**
+     * Uses `client`, which must outlive the store and be started by its owner. Registers the
+     * script's SCRIPT LOAD as a connect command on it. `local_fallback` may be null; when set, it
+     * must outlive the store.
+     */
+    redis_store(redis::client& client,
+                const config::redis_settings& settings,
+                memory_store* local_fallback = nullptr);
+
+    /// Owns a client on `ex` built from `settings`, and starts it.
+    redis_store(executor ex,
+                const config::redis_settings& settings,
+                memory_store* local_fallback = nullptr);
+
+    ~redis_store() override;
+
+    awaitable<outcome> acquire(checks request_checks) override;
+
+    /// For tests: pass this time (unix ms) to the script instead of letting it read Redis TIME;
+    /// `std::nullopt` restores TIME.
+    void set_time_override_for_test(std::optional<double> now_ms) { now_override_ = now_ms; }
+
+    redis::client& client() noexcept { return client_; }
+
+private:
+    std::vector<std::string> script_command(const checks& request_checks, bool with_text) const;
+    outcome fail(const checks& request_checks, error_code ec, const redis::reply& r);
+
+    std::unique_ptr<redis::client> owned_client_;
+    redis::client& client_;
+    std::chrono::milliseconds ttl_;
+    config::failure_mode on_failure_;
+    memory_store* local_fallback_;
+    std::optional<double> now_override_;
+    std::chrono::steady_clock::time_point last_warning_{};
+};
+
+/**
+ * A started Redis store that owns its client: what the app builds once per worker, on that
+ * worker's executor. `local_fallback` serves `on_failure: local` and may be null otherwise.
+ */
+std::unique_ptr<store>
+make_redis_store(executor ex, const config::redis_settings& settings, memory_store* local_fallback);
+
+} // namespace sluice::store

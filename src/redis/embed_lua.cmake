@@ -1,0 +1,25 @@
+# Run as `cmake -DINPUT=<script.lua> -DOUTPUT=<file.cpp> -DNAME=<identifier> -P embed_lua.cmake`.
+# Writes a .cpp that holds the script verbatim in a raw string literal, plus its SHA1 (the name
+# EVALSHA knows it by, computed over the very same bytes that SCRIPT LOAD sends).
+file(READ "${INPUT}" script)
+file(SHA1 "${INPUT}" sha1)
+set(delimiter "sluice_lua")
+string(FIND "${script}" ")${delimiter}\"" clash)
+if(NOT clash EQUAL -1)
+  message(FATAL_ERROR "${INPUT} contains the raw-string delimiter )${delimiter}\"")
+endif()
+get_filename_component(input_name "${INPUT}" NAME)
+set(text "// Generated from src/redis/${input_name} by src/redis/embed_lua.cmake: do not edit.\n")
+string(APPEND text "#include \"sluice/redis/scripts.hpp\"\n\n")
+string(APPEND text "namespace sluice::redis {\n\n")
+string(APPEND text "const script ${NAME}{\n    R\"${delimiter}(${script})${delimiter}\",\n")
+string(APPEND text "    \"${sha1}\"};\n\n")
+string(APPEND text "} // namespace sluice::redis\n")
+# Rewrite only on change, so that an unchanged script recompiles nothing.
+if(EXISTS "${OUTPUT}")
+  file(READ "${OUTPUT}" previous)
+  if(previous STREQUAL text)
+    return()
+  endif()
+endif()
+file(WRITE "${OUTPUT}" "${text}")

@@ -1,0 +1,21 @@
+# The redis module, and the Redis store (listed here so that src/store/sources.cmake stays the
+# memory store's).
+#
+# src/redis/limits.lua is embedded at build time: embed_lua.cmake turns it into a .cpp holding
+# the script and its SHA1, regenerated whenever the script changes.
+set(_sluice_limits_lua ${CMAKE_CURRENT_LIST_DIR}/limits.lua)
+set(_sluice_limits_cpp ${CMAKE_CURRENT_BINARY_DIR}/generated/limits_lua.cpp)
+add_custom_command(
+  OUTPUT ${_sluice_limits_cpp}
+  COMMAND ${CMAKE_COMMAND} -DINPUT=${_sluice_limits_lua} -DOUTPUT=${_sluice_limits_cpp}
+          -DNAME=limits_script -P ${CMAKE_CURRENT_LIST_DIR}/embed_lua.cmake
+  DEPENDS ${_sluice_limits_lua} ${CMAKE_CURRENT_LIST_DIR}/embed_lua.cmake
+  COMMENT "Embedding src/redis/limits.lua"
+  VERBATIM)
+
+list(APPEND SLUICE_NET_SOURCES
+  src/redis/asio_adapter.cpp
+  src/redis/client.cpp
+  src/redis/reply.cpp
+  src/store/redis_store.cpp
+  ${_sluice_limits_cpp})

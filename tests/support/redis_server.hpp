@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// A private redis-server for tests: its own free port on 127.0.0.1, its own temporary directory,
+// no persistence. It can be killed, restarted on the same port, and paused (SIGSTOP) to make
+// commands time out.
+
+#include "sluice/config/config.hpp"
+#include "support/temp_dir.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+
+namespace sluice::test {
+
+class redis_server {
+public:
+    struct options {
+        /// Started with `--requirepass` when not empty.
+        std::string requirepass;
+        /// Also listen on a unix socket in the temporary directory.
+        bool unix_socket = false;
+    };
+
+    /// True when `redis-server` can be found on PATH; tests skip themselves otherwise.
+    static bool available();
+
+    /**
+     * Starts the server and waits until it answers PING (or refuses with NOAUTH). Throws
+     * std::runtime_error when it cannot within a few seconds.
+     */
+    redis_server()
+        : redis_server(options{}) {}
+
+    explicit redis_server(options opts);
+
+    /// Kills the server (SIGKILL: nothing to save) and removes its directory.
+    ~redis_server();
+
+    redis_server(const redis_server&) = delete;
+    redis_server& operator=(const redis_server&) = delete;
+
+    const std::string& host() const { return host_; }
+
+    std::uint16_t port() const { return port_; }
+
+    /// The unix socket's path; empty unless `options::unix_socket`.
+    const std::string& unix_socket() const { return unix_socket_; }
+
+    bool running() const { return pid_ > 0; }
+
+    /// Settings that reach this server over TCP (password included), with default timeouts.
+    config::redis_settings settings() const;
+
+    /// Kills the server at once (a crash, as far as clients can tell). Idempotent.
+    void stop();
+
+    /// Starts it again on the same port and waits until it answers. Throws like the constructor.
+    void restart();
+
+    /// SIGSTOP: the server keeps its connections but answers nothing until `resume()`.
+    void pause();
+
+    /// SIGCONT.
+    void resume();
+
+private:
+    void start(std::chrono::milliseconds limit);
+    bool wait_ready(std::chrono::milliseconds limit);
+
+    options opts_;
+    temp_dir dir_;
+    std::string host_ = "127.0.0.1";
+    std::uint16_t port_ = 0;
+    std::string unix_socket_;
+    pid_t pid_ = -1;
+    bool paused_ = false;
+};
+
+} // namespace sluice::test

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/redis/client.hpp"
+#include "support/redis_server.hpp"
+#include "support/run_coro.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <tuple>
+
+namespace sluice::redis {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using result = std::tuple<error_code, reply>;
+
+// PINGs until the outcome is the wanted one (success, or `redis_unavailable`), or the deadline.
+awaitable<bool> ping_until(client* c, bool want_success, steady::time_point deadline) {
+    auto ex = co_await net::this_coro::executor;
+    steady_timer pause(ex);
+    const std::vector<std::string> ping{"PING"};
+    while (steady::now() < deadline) {
+        auto [ec, r] = co_await c->async_command(ping);
+        if (want_success ? !ec : ec == errc::redis_unavailable) {
+            co_return true;
+        }
+        pause.expires_after(10ms);
+        co_await pause.async_wait();
+    }
+    co_return false;
+}
+
+class RedisClient : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!test::redis_server::available()) {
+            GTEST_SKIP() << "redis-server is not on PATH";
+        }
+    }
+
+    void start_server(test::redis_server::options o = {}) { server_.emplace(std::move(o)); }
+
+    client_options options() const {
+        client_options o;
+        o.host = server_->host();
+        o.port = server_->port();
+        o.command_timeout = 2s;
+        o.reconnect_min = 20ms;
+        o.reconnect_max = 200ms;
+        return o;
+    }
+
+    std::unique_ptr<client> make_client(client_options o) {
+        auto c = std::make_unique<client>(executor{ioc_.get_executor()}, std::move(o));
+        c->start();
+        return c;
+    }
+
+    result run(client& c, std::vector<std::string> args) {
+        return test::run_coro(ioc_, c.async_command(std::move(args)));
+    }
+
+    net::io_context ioc_;
+    std::optional<test::redis_server> server_;
+};
+
+TEST_F(RedisClient, PingSetGetAndErrorReplies) {
+    start_server();
+    auto c = make_client(options());
+
+    auto [ec, pong] = run(*c, {"PING"});
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(pong.type, reply::kind::status);
+    EXPECT_EQ(pong.str, "PONG");
+
+    const std::string binary("v\0w\r\n", 5);
+    auto [set_ec, ok] = run(*c, {"SET", "k", binary});
+    ASSERT_FALSE(set_ec);
+    EXPECT_EQ(ok.str, "OK");
+    auto [get_ec, value] = run(*c, {"GET", "k"});
+    ASSERT_FALSE(get_ec);
+    EXPECT_EQ(value.type, reply::kind::string);
+    EXPECT_EQ(value.str, binary);
+
+    auto [missing_ec, missing] = run(*c, {"GET", "no-such-key"});
+    ASSERT_FALSE(missing_ec);
+    EXPECT_TRUE(missing.is_nil());
+
+    auto [push_ec, pushed] = run(*c, {"RPUSH", "list", "a", "b"});
+    ASSERT_FALSE(push_ec);
+    EXPECT_EQ(pushed.type, reply::kind::integer);
+    EXPECT_EQ(pushed.integer, 2);
+    auto [range_ec, range] = run(*c, {"LRANGE", "list", "0", "-1"});
+    ASSERT_FALSE(range_ec);
+    ASSERT_EQ(range.type, reply::kind::array);
+    ASSERT_EQ(range.elements.size(), 2u);
+    EXPECT_EQ(range.elements[1].str, "b");
+
+    // An error reply completes with bad_reply and keeps the text.
+    auto [incr_ec, error] = run(*c, {"INCR", "k"});
+    EXPECT_EQ(incr_ec, errc::bad_reply);
+    EXPECT_TRUE(error.is_error());
+    EXPECT_TRUE(error.str.starts_with("ERR")) << error.str;
+
+    EXPECT_TRUE(c->connected());
+    EXPECT_EQ(c->connection_count(), 1u);
+}
+
+TEST_F(RedisClient, PipelinedCommandsCompleteInOrder) {
+    start_server();
+    auto c = make_client(options());
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+
+    // All 1000 are written before any reply is read: one connection, pipelined.
+    std::vector<std::int64_t> seen;
+    int failures = 0;
+    for (int i = 0; i < 1000; ++i) {
+        c->async_command({"INCR", "counter"}, [&](error_code ec, reply r) {
+            failures += ec ? 1 : 0;
+            seen.push_back(r.integer);
+        });
+    }
+    EXPECT_TRUE(seen.empty()); // completions are never inline
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return seen.size() == 1000; }, 20s));
+    EXPECT_EQ(failures, 0);
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+        ASSERT_EQ(seen[i], static_cast<std::int64_t>(i + 1)) << "at " << i;
+    }
+}
+
+TEST_F(RedisClient, CommandTimesOutOnPausedServerAndLateRepliesAreDropped) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 100ms;
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"SET", "k", "before"})));
+
+    server_->pause();
+    // Two more in flight behind the awaited one, so that several late replies arrive at once.
+    int late_timeouts = 0;
+    for (int i = 0; i < 2; ++i) {
+        c->async_command({"GET", "k"}, [&](error_code ec, reply) {
+            late_timeouts += ec == errc::redis_timeout ? 1 : 0;
+        });
+    }
+    const auto start = steady::now();
+    auto [ec, r] = run(*c, {"GET", "k"});
+    const auto elapsed = steady::now() - start;
+    EXPECT_EQ(ec, errc::redis_timeout) << ec.message();
+    EXPECT_GE(elapsed, o.command_timeout);
+    // The deadline timer fires at the deadline; the tolerance covers a loaded two-core machine.
+    EXPECT_LT(elapsed, o.command_timeout + 400ms);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return late_timeouts == 2; }, 2s));
+
+    // The three late GET replies arrive now and are dropped: the next command gets its own.
+    server_->resume();
+    auto [echo_ec, echo] = run(*c, {"ECHO", "after"});
+    ASSERT_FALSE(echo_ec) << echo_ec.message();
+    EXPECT_EQ(echo.str, "after");
+    auto [get_ec, value] = run(*c, {"GET", "k"});
+    ASSERT_FALSE(get_ec);
+    EXPECT_EQ(value.str, "before");
+    EXPECT_EQ(c->connection_count(), 1u);
+}
+
+TEST_F(RedisClient, ReconnectsAfterServerRestart) {
+    start_server();
+    auto c = make_client(options());
+    ASSERT_FALSE(std::get<0>(run(*c, {"SET", "k", "v"})));
+
+    server_->stop();
+    auto lost = ping_until(c.get(), false, steady::now() + 5s);
+    ASSERT_TRUE(test::run_coro(ioc_, std::move(lost))) << "commands kept succeeding";
+    EXPECT_FALSE(c->connected());
+
+    server_->restart();
+    auto back = ping_until(c.get(), true, steady::now() + 10s);
+    ASSERT_TRUE(test::run_coro(ioc_, std::move(back))) << "no reconnection";
+    EXPECT_TRUE(c->connected());
+    EXPECT_EQ(c->connection_count(), 2u);
+    // A new server without persistence: the old key is gone, and commands work again.
+    auto [ec, value] = run(*c, {"GET", "k"});
+    ASSERT_FALSE(ec);
+    EXPECT_TRUE(value.is_nil());
+}
+
+TEST_F(RedisClient, ReplacesAStalledConnection) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 50ms;
+    o.stall_timeout = 100ms;
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+
+    // A hung server: the kernel still accepts connections, but nothing answers.
+    server_->pause();
+    auto [ec, r] = run(*c, {"PING"});
+    EXPECT_EQ(ec, errc::redis_timeout);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return c->connection_count() >= 2; }, 5s))
+        << "the stalled connection was kept";
+
+    server_->resume();
+    auto back = ping_until(c.get(), true, steady::now() + 5s);
+    EXPECT_TRUE(test::run_coro(ioc_, std::move(back)));
+}
+
+TEST_F(RedisClient, AuthenticatesWithPasswordAndUsername) {
+    start_server({.requirepass = "s3cret", .unix_socket = false});
+    auto o = options();
+    o.password = "s3cret";
+    auto with_password = make_client(o);
+    auto [ec, pong] = run(*with_password, {"PING"});
+    ASSERT_FALSE(ec) << pong.describe();
+    EXPECT_EQ(pong.str, "PONG");
+
+    o.username = "default";
+    auto with_user = make_client(o);
+    auto [user_ec, user_pong] = run(*with_user, {"PING"});
+    ASSERT_FALSE(user_ec) << user_pong.describe();
+
+    auto anonymous = make_client(options());
+    auto [anon_ec, refused] = run(*anonymous, {"PING"});
+    EXPECT_EQ(anon_ec, errc::bad_reply);
+    EXPECT_TRUE(refused.str.starts_with("NOAUTH")) << refused.str;
+
+    o.username.clear();
+    o.password = "wrong";
+    auto wrong = make_client(o);
+    auto [wrong_ec, wrong_reply] = run(*wrong, {"PING"});
+    EXPECT_EQ(wrong_ec, errc::bad_reply) << wrong_reply.describe();
+}
+
+TEST_F(RedisClient, SelectsTheConfiguredDatabase) {
+    start_server();
+    auto o = options();
+    o.db = 3;
+    auto in_db3 = make_client(o);
+    auto in_db0 = make_client(options());
+    ASSERT_FALSE(std::get<0>(run(*in_db3, {"SET", "where", "db3"})));
+    auto [ec0, from0] = run(*in_db0, {"GET", "where"});
+    ASSERT_FALSE(ec0);
+    EXPECT_TRUE(from0.is_nil());
+    auto [ec3, from3] = run(*in_db3, {"GET", "where"});
+    ASSERT_FALSE(ec3);
+    EXPECT_EQ(from3.str, "db3");
+}
+
+TEST_F(RedisClient, ConnectsOverUnixSocket) {
+    start_server({.requirepass = {}, .unix_socket = true});
+    auto o = options();
+    o.host = server_->unix_socket();
+    auto c = make_client(o);
+    auto [ec, pong] = run(*c, {"PING"});
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(pong.str, "PONG");
+}
+
+TEST_F(RedisClient, FailsFastWhenNothingListens) {
+    client_options o;
+    o.port = test::free_port();
+    o.command_timeout = 5s;
+    o.reconnect_min = 20ms;
+    o.reconnect_max = 50ms;
+    auto c = make_client(o);
+    const auto start = steady::now();
+    auto [ec, r] = run(*c, {"PING"});
+    // Refused at once on loopback: unavailable, long before the command timeout.
+    EXPECT_EQ(ec, errc::redis_unavailable);
+    EXPECT_LT(steady::now() - start, 1s);
+    EXPECT_FALSE(c->connected());
+    EXPECT_EQ(c->connection_count(), 0u);
+}
+
+TEST_F(RedisClient, PendingCommandsCompleteWhenTheClientIsDestroyed) {
+    start_server();
+    auto c = make_client(options());
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+    server_->pause();
+    std::optional<error_code> outcome;
+    c->async_command({"PING"}, [&](error_code ec, reply) { outcome = ec; });
+    c.reset();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return outcome.has_value(); }, 2s));
+    EXPECT_EQ(*outcome, errc::redis_unavailable);
+    server_->resume();
+}
+
+TEST_F(RedisClient, StopDrainsRepliesInFlightAndRefusesNewCommands) {
+    start_server();
+    auto c = make_client(options());
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+    std::optional<result> in_flight;
+    c->async_command({"ECHO", "last"}, [&](error_code ec, reply r) { in_flight.emplace(ec, r); });
+    c->stop();
+    auto [ec, r] = run(*c, {"PING"});
+    EXPECT_EQ(ec, errc::redis_unavailable);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return in_flight.has_value(); }, 2s));
+    EXPECT_FALSE(std::get<0>(*in_flight));
+    EXPECT_EQ(std::get<1>(*in_flight).str, "last");
+}
+
+TEST_F(RedisClient, RefusesCommandsBeyondMaxPending) {
+    start_server();
+    auto o = options();
+    o.max_pending = 5;
+    o.command_timeout = 200ms;
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+    server_->pause();
+    int timeouts = 0;
+    for (int i = 0; i < 5; ++i) {
+        c->async_command(
+            {"PING"}, [&](error_code ec, reply) { timeouts += ec == errc::redis_timeout ? 1 : 0; });
+    }
+    auto [ec, r] = run(*c, {"PING"});
+    EXPECT_EQ(ec, errc::redis_unavailable);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return timeouts == 5; }, 2s));
+    // Timed out but unanswered, they still count until their replies arrive.
+    auto [still_ec, still] = run(*c, {"PING"});
+    EXPECT_EQ(still_ec, errc::redis_unavailable);
+    server_->resume();
+    auto back = ping_until(c.get(), true, steady::now() + 5s);
+    EXPECT_TRUE(test::run_coro(ioc_, std::move(back)));
+}
+
+} // namespace
+} // namespace sluice::redis

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/limiter/leaky_bucket.hpp"
+#include "sluice/redis/scripts.hpp"
+#include "sluice/store/redis_store.hpp"
+#include "support/redis_server.hpp"
+#include "support/run_coro.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+
+namespace sluice::store {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+// A realistic unix time, so that stored times need all of %.17g's digits.
+constexpr double t0 = 1'700'000'000'000.0;
+
+config::limit leaky(std::int64_t capacity,
+                    double flow_rate,
+                    config::shaping_mode mode = config::shaping_mode::shape) {
+    config::limit l;
+    l.capacity = capacity;
+    l.flow_rate = flow_rate;
+    l.mode = mode;
+    return l;
+}
+
+checks one(const std::string& key, const config::limit& l) {
+    return checks{check{key, &l}};
+}
+
+// Requests the C++ reference admits at `times`, charging only admitted ones, as the stores do.
+int reference_admitted(const config::limit& l, const std::vector<double>& times) {
+    limiter::leaky_bucket_state stored;
+    bool exists = false;
+    int admitted = 0;
+    for (double t : times) {
+        auto next = stored;
+        if (limiter::leaky_bucket_acquire(next, exists, l, t).allowed) {
+            stored = next;
+            exists = true;
+            ++admitted;
+        }
+    }
+    return admitted;
+}
+
+class RedisStore : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!test::redis_server::available()) {
+            GTEST_SKIP() << "redis-server is not on PATH";
+        }
+        server_.emplace();
+        settings_ = server_->settings();
+        settings_.timeout = 2s;
+        client_ = std::make_unique<redis::client>(executor{ioc_.get_executor()},
+                                                  redis::client_options::from_settings(settings_));
+        client_->start();
+        store_ = std::make_unique<redis_store>(*client_, settings_);
+    }
+
+    outcome acquire(const checks& c, std::optional<double> now) {
+        store_->set_time_override_for_test(now);
+        return test::run_coro(ioc_, store_->acquire(c));
+    }
+
+    limiter::decision
+    acquire_one(const std::string& key, const config::limit& l, std::optional<double> now) {
+        auto out = acquire(one(key, l), now);
+        EXPECT_FALSE(out.ec) << out.ec.message();
+        EXPECT_EQ(out.decisions.size(), 1u);
+        return out.decisions.empty() ? limiter::decision{} : out.decisions.front();
+    }
+
+    redis::reply command(std::vector<std::string> args) {
+        auto [ec, r] = test::run_coro(ioc_, client_->async_command(std::move(args)));
+        EXPECT_FALSE(ec) << ec.message() << ": " << r.describe();
+        return r;
+    }
+
+    // HGETALL as a map.
+    std::map<std::string, std::string> hash(const std::string& key) {
+        auto r = command({"HGETALL", key});
+        std::map<std::string, std::string> fields;
+        for (std::size_t i = 0; i + 1 < r.elements.size(); i += 2) {
+            fields[r.elements[i].str] = r.elements[i + 1].str;
+        }
+        return fields;
+    }
+
+    net::io_context ioc_;
+    std::optional<test::redis_server> server_;
+    config::redis_settings settings_;
+    std::unique_ptr<redis::client> client_;
+    std::unique_ptr<redis_store> store_;
+};
+
+TEST_F(RedisStore, WorkedExampleFromThePage) {
+    const auto l = leaky(50, 5);
+    const std::string key = "rate-limit:10.0.0.1:/api";
+    for (int i = 0; i < 30; ++i) {
+        const auto d = acquire_one(key, l, t0);
+        ASSERT_TRUE(d.allowed) << i;
+        EXPECT_EQ(d.delay, milliseconds(200 * i));
+        EXPECT_EQ(d.remaining, 50 - (i + 1));
+        EXPECT_EQ(d.limit, 50);
+        EXPECT_EQ(d.window, 10'000ms);
+    }
+    for (int i = 0; i < 50; ++i) {
+        const auto d = acquire_one(key, l, t0);
+        if (i < 20) {
+            ASSERT_TRUE(d.allowed) << i;
+            EXPECT_EQ(d.delay, milliseconds(6000 + 200 * i));
+        } else {
+            ASSERT_FALSE(d.allowed) << i;
+            EXPECT_EQ(d.retry_after, 200ms);
+            EXPECT_EQ(d.remaining, 0);
+            EXPECT_EQ(d.reset_after, 10'000ms);
+        }
+    }
+
+    // The page's hash: exactly these two fields, integers printed without a fraction.
+    const std::map<std::string, std::string> expected{{"queue_size", "50"},
+                                                      {"last_leak_time", "1700000000000"}};
+    EXPECT_EQ(hash(key), expected);
+    const auto pttl = command({"PTTL", key});
+    EXPECT_GT(pttl.integer, 0);
+    EXPECT_LE(pttl.integer, settings_.ttl.count());
+}
+
+TEST_F(RedisStore, LoadsTheScriptUnderTheEmbeddedSha) {
+    const auto loaded = command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
+    EXPECT_EQ(loaded.str, redis::limits_script.sha1);
+    const auto exists = command({"SCRIPT", "EXISTS", std::string(redis::limits_script.sha1)});
+    ASSERT_EQ(exists.elements.size(), 1u);
+    EXPECT_EQ(exists.elements[0].integer, 1);
+}
+
+TEST_F(RedisStore, ReloadsTheScriptAfterScriptFlush) {
+    const auto l = leaky(10, 1);
+    EXPECT_TRUE(acquire_one("k", l, t0).allowed);
+    command({"SCRIPT", "FLUSH"});
+    // EVALSHA answers NOSCRIPT; the store retries with EVAL, transparently.
+    const auto d = acquire_one("k", l, t0);
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 8);
+    const auto exists = command({"SCRIPT", "EXISTS", std::string(redis::limits_script.sha1)});
+    ASSERT_EQ(exists.elements.size(), 1u);
+    EXPECT_EQ(exists.elements[0].integer, 1);
+}
+
+TEST_F(RedisStore, UsesRedisTimeWithoutAnOverride) {
+    const auto time_ms = [this] {
+        const auto r = command({"TIME"});
+        return std::stod(r.elements.at(0).str) * 1000 +
+               std::floor(std::stod(r.elements.at(1).str) / 1000);
+    };
+    const double before = time_ms();
+    EXPECT_TRUE(acquire_one("k", leaky(10, 1), std::nullopt).allowed);
+    const double after = time_ms();
+    const double stored = std::stod(hash("k").at("last_leak_time"));
+    EXPECT_LE(before, stored);
+    EXPECT_LE(stored, after);
+}
+
+TEST_F(RedisStore, NoDriftAtTwiceTheFlowRate) {
+    for (const auto mode : {config::shaping_mode::shape, config::shaping_mode::police}) {
+        for (const double rate : {5.0, 3.0}) {
+            const auto l = leaky(50, rate, mode);
+            const std::string key = "drift:" + std::to_string(rate) +
+                                    (mode == config::shaping_mode::shape ? ":shape" : ":police");
+            // A client at 2 x flowRate for 60 simulated seconds (every 100 ms, or 166.67 ms).
+            std::vector<double> times;
+            for (double t = 0; t < 60'000; t += 1000.0 / (2 * rate)) {
+                times.push_back(t0 + t);
+            }
+            int admitted = 0;
+            for (double t : times) {
+                admitted += acquire_one(key, l, t).allowed ? 1 : 0;
+            }
+            const auto drained = static_cast<int>(rate * 60);
+            EXPECT_GE(admitted, drained) << key;
+            EXPECT_LE(admitted, drained + 50) << key;
+            EXPECT_EQ(admitted, reference_admitted(l, times)) << key;
+        }
+    }
+}
+
+TEST_F(RedisStore, ChargesEveryLimitOrNone) {
+    auto narrow = leaky(1, 1);
+    const auto wide = leaky(5, 1);
+    const checks both{check{"narrow", &narrow}, check{"wide", &wide}};
+
+    auto first = acquire(both, t0);
+    ASSERT_FALSE(first.ec);
+    ASSERT_EQ(first.decisions.size(), 2u);
+    EXPECT_TRUE(first.decisions[0].allowed);
+    EXPECT_TRUE(first.decisions[1].allowed);
+
+    // The narrow limit rejects: the wide one decides "allowed" but is not charged.
+    auto second = acquire(both, t0);
+    ASSERT_EQ(second.decisions.size(), 2u);
+    EXPECT_FALSE(second.decisions[0].allowed);
+    EXPECT_TRUE(second.decisions[1].allowed);
+    EXPECT_EQ(hash("wide").at("queue_size"), "1");
+
+    // A dry-run limit that rejects does not block the others.
+    narrow.dry_run = true;
+    auto third = acquire(both, t0);
+    ASSERT_EQ(third.decisions.size(), 2u);
+    EXPECT_FALSE(third.decisions[0].allowed);
+    EXPECT_TRUE(third.decisions[1].allowed);
+    EXPECT_EQ(hash("wide").at("queue_size"), "2");
+    EXPECT_EQ(hash("narrow").at("queue_size"), "1");
+}
+
+TEST_F(RedisStore, UnavailableRedisFollowsTheFailureMode) {
+    const auto l = leaky(10, 1);
+    ASSERT_TRUE(acquire_one("k", l, t0).allowed);
+    server_->stop();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [this] { return !client_->connected(); }, 5s));
+
+    // open and closed: the error is reported, the caller applies the mode.
+    auto out = acquire(one("k", l), t0);
+    EXPECT_EQ(out.ec, errc::redis_unavailable);
+    EXPECT_TRUE(out.decisions.empty());
+
+    // local: decided on the memory store instead.
+    manual_clock clock(t0);
+    memory_store local(clock);
+    auto local_settings = settings_;
+    local_settings.on_failure = config::failure_mode::local;
+    redis_store with_fallback(*client_, local_settings, &local);
+    for (int i = 0; i < 11; ++i) {
+        auto decided = test::run_coro(ioc_, with_fallback.acquire(one("k", l)));
+        EXPECT_FALSE(decided.ec);
+        ASSERT_EQ(decided.decisions.size(), 1u);
+        EXPECT_EQ(decided.decisions[0].allowed, i < 10) << i;
+    }
+}
+
+TEST_F(RedisStore, TimeoutFollowsTheFailureMode) {
+    auto fast = settings_;
+    fast.timeout = 100ms;
+    auto o = redis::client_options::from_settings(fast);
+    redis::client c(executor{ioc_.get_executor()}, o);
+    c.start();
+    redis_store closed(c, fast);
+    closed.set_time_override_for_test(t0);
+    const auto l = leaky(10, 1);
+    auto ok = test::run_coro(ioc_, closed.acquire(one("k", l)));
+    ASSERT_FALSE(ok.ec) << ok.ec.message();
+
+    server_->pause();
+    auto out = test::run_coro(ioc_, closed.acquire(one("k", l)));
+    EXPECT_EQ(out.ec, errc::redis_timeout);
+
+    manual_clock clock(t0);
+    memory_store local(clock);
+    fast.on_failure = config::failure_mode::local;
+    redis_store with_fallback(c, fast, &local);
+    auto decided = test::run_coro(ioc_, with_fallback.acquire(one("k", l)));
+    EXPECT_FALSE(decided.ec);
+    ASSERT_EQ(decided.decisions.size(), 1u);
+    EXPECT_TRUE(decided.decisions[0].allowed);
+    server_->resume();
+}
+
+TEST_F(RedisStore, FactoryBuildsAStartedStore) {
+    auto owned = make_redis_store(executor{ioc_.get_executor()}, settings_, nullptr);
+    auto out = test::run_coro(ioc_, owned->acquire(one("factory", leaky(2, 1))));
+    ASSERT_FALSE(out.ec) << out.ec.message();
+    ASSERT_EQ(out.decisions.size(), 1u);
+    EXPECT_TRUE(out.decisions[0].allowed);
+}
+
+TEST_F(RedisStore, AlgorithmsNotYetInTheScriptFailWithBadReply) {
+    config::limit l;
+    l.algo = config::algorithm::token_bucket;
+    l.capacity = 10;
+    l.refill_rate = 1;
+    auto out = acquire(one("token", l), t0);
+    EXPECT_EQ(out.ec, errc::bad_reply);
+}
+
+} // namespace
+} // namespace sluice::store
