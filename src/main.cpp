@@ -1,4 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
-int main() {
-    return 0;
+#include "sluice/app/app.hpp"
+#include "sluice/app/command_line.hpp"
+#include "sluice/app/logging.hpp"
+#include "sluice/config/loader.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+
+int main(int argc, char** argv) {
+    sluice::app::init_logging();
+    sluice::app::command_line command;
+    try {
+        command = sluice::app::parse_command_line(argc, argv);
+    } catch (const sluice::app::command_line_error& e) {
+        spdlog::error("{} (try --help)", e.what());
+        return 2;
+    }
+    try {
+        return sluice::app::run(command, SLUICE_VERSION);
+    } catch (const sluice::config::config_error& e) {
+        spdlog::error("invalid configuration:\n{}", e.what());
+    } catch (const std::exception& e) {
+        spdlog::error("cannot start: {}", e.what());
+    }
+    return 1;
 }

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "sluice/config/config.hpp"
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+namespace sluice::http {
+
+/// What one request came to, for the access log.
+struct access_record {
+    std::string client;      // the address the request was limited by
+    std::string_view method; // points into the request, valid until it is logged
+    std::string path;        // the normalized path, or the raw target if it was invalid
+    std::string key;         // the first limit's key, empty when no limit applied
+    std::string_view decision = "-";
+    unsigned status = 0;                         // 0: no response was sent (the client left first)
+    std::chrono::milliseconds upstream_time{-1}; // -1: not forwarded
+    std::chrono::milliseconds delay{0};
+};
+
+/**
+ * One access-log line (without the logger's own prefix). Text:
+ * `client=203.0.113.7 method=GET path=/v1/x key=rate-limit:203.0.113.7:/v1/x decision=allowed
+ * status=200 upstream_ms=3 delay_ms=0`, with '-' for an empty field. JSON: the same fields as the
+ * members of an object *without* the braces (`"client":"…","method":…`), so that the JSON log
+ * formatter can add time and level around them.
+ */
+std::string format_access(const access_record& record, config::logging_settings::format_kind kind);
+
+} // namespace sluice::http

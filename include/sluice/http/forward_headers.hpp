@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Header rewriting for messages that sluice forwards, in either direction.
+
+#include <boost/beast/http/fields.hpp>
+
+#include <string_view>
+
+namespace sluice::http {
+
+/**
+ * Removes the connection-specific ("hop-by-hop") fields of RFC 9110 7.6.1: Connection and every
+ * field it names, Keep-Alive, Proxy-Connection, TE, Trailer and Upgrade. They describe one hop
+ * and must not travel on.
+ *
+ * Framing is the caller's business and survives: Content-Length, Transfer-Encoding and Host are
+ * never removed, even when Connection names them, because a client that could strip them would
+ * change how the next hop splits the byte stream into messages (request smuggling).
+ * Proxy-Authorization is kept, as nginx does.
+ */
+void strip_hop_by_hop(boost::beast::http::fields& fields);
+
+/**
+ * Adds the forwarding fields of a request sent upstream: `peer` (the TCP peer's address) is
+ * appended to X-Forwarded-For, whose several lines, if any, are first joined into one (RFC 9110
+ * 5.3), and X-Forwarded-Proto is set to "http", replacing whatever the client sent.
+ */
+void add_forwarding_headers(boost::beast::http::fields& fields, std::string_view peer);
+
+} // namespace sluice::http

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The rate-limit response headers, in the structured-field form of
+// draft-ietf-httpapi-ratelimit-headers (-08 and later):
+//
+//   RateLimit-Policy: "api";q=50;w=10
+//   RateLimit: "api";r=17;t=4
+//
+// and, when `rate-limit.x_ratelimit_headers` asks for them, the older X-RateLimit-Limit,
+// X-RateLimit-Remaining and X-RateLimit-Reset.
+
+#include "sluice/limiter/decision.hpp"
+
+#include <boost/beast/http/fields.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice::http {
+
+/// Whole seconds, rounded up; never negative (`t`, `w`, X-RateLimit-Reset).
+std::int64_t ceil_seconds(std::chrono::milliseconds duration) noexcept;
+
+/// Retry-After seconds: rounded up and at least 1, so that a client never retries at once.
+std::int64_t retry_after_seconds(std::chrono::milliseconds duration) noexcept;
+
+/**
+ * The RateLimit-Policy value for one limit: `"<name>";q=<limit>;w=<window seconds>`. `w` is left
+ * out when the window is zero. The name becomes an sf-string: '"' and '\' are escaped, and any
+ * byte outside printable ASCII (which an sf-string cannot carry) becomes '_'.
+ */
+std::string policy_value(std::string_view name, const limiter::decision& decision);
+
+/// The RateLimit value for one limit: `"<name>";r=<remaining>;t=<reset seconds, rounded up>`.
+std::string rate_limit_value(std::string_view name, const limiter::decision& decision);
+
+/**
+ * Sets RateLimit-Policy and RateLimit from `decision` (replacing any the upstream sent), and the
+ * three X-RateLimit-* fields when `x_ratelimit` is true. The caller picks the decision: for a
+ * request under several limits, the most restrictive one (lowest remaining).
+ */
+void set_rate_limit_headers(boost::beast::http::fields& fields,
+                            std::string_view name,
+                            const limiter::decision& decision,
+                            bool x_ratelimit);
+
+/// The 429 body: `{"error":"rate_limited","limit":"<name>","retry_after":<seconds>}`.
+std::string rejection_body(std::string_view name, std::int64_t retry_after);
+
+/// Appends `text` to `out` as the inside of a JSON string (quotes, backslashes and control
+/// characters escaped; other bytes as they are).
+void append_json_escaped(std::string& out, std::string_view text);
+
+} // namespace sluice::http

@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "sluice/core/net.hpp"
+#include "sluice/http/worker_context.hpp"
+
+namespace sluice::http {
+
+/**
+ * Serves one client connection until it closes: per request, read the header (within the
+ * limits of `server.*`), decide it against the rate limits, then answer it locally (429, 503, a
+ * 4xx for a malformed request) or hold it for its shaping delay and forward it upstream.
+ * Requests on one connection are answered strictly in order: the next is not read before the
+ * previous response is written, and bytes already read for it stay in the connection's buffer.
+ *
+ * Runs on `worker`'s executor, which must outlive it; never throws for anything the network
+ * does.
+ */
+awaitable<void> run_session(tcp_socket socket, worker_context& worker);
+
+} // namespace sluice::http

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "sluice/config/config.hpp"
+#include "sluice/store/store.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace sluice::http {
+
+/// What the proxy does with one request, given the store's decisions for its limits.
+struct verdict {
+    enum class kind {
+        allowed,       // forward at once
+        delayed,       // hold for `delay`, then forward (shaping)
+        rejected,      // 429
+        failed_open,   // the store could not decide; forward (failure mode open)
+        failed_closed, // the store could not decide; 503 (failure mode closed)
+    };
+    kind what = kind::allowed;
+    /// delayed: how long to hold the request (the longest wait among enforced limits).
+    std::chrono::milliseconds delay{0};
+    /// rejected, failed_closed: the Retry-After seconds (the longest among refusing limits).
+    std::int64_t retry_after = 0;
+    /// The decision whose values go into the RateLimit headers, or -1 for none.
+    int headers_from = -1;
+};
+
+/**
+ * Folds the decisions of one request's limits (one per entry of `limits`, in order) into a
+ * verdict:
+ *
+ * - an enforced limit (not `dry_run`) that refuses makes it `rejected`; Retry-After is the
+ *   longest `retry_after` among the refusing enforced limits, in whole seconds rounded up, at
+ *   least 1; a dry-run limit never rejects and never delays;
+ * - otherwise the longest `delay` among enforced limits makes it `delayed` when above zero;
+ * - a store error (`outcome.ec`, or a decision count that does not match) gives `failed_open` or
+ *   `failed_closed` after `on_failure` (`local` is the store's own business; if an error still
+ *   arrives it is treated as `open`). Retry-After is then 1.
+ *
+ * The header decision is the most restrictive (lowest remaining) among the enforced limits, or
+ * among all limits when every one is dry-run. Cost: one pass, no allocation.
+ */
+verdict decide(std::span<const config::limit> limits,
+               const store::outcome& outcome,
+               config::failure_mode on_failure) noexcept;
+
+/// The access-log word for a verdict: allowed, delayed, rejected, failed-open, failed-closed.
+std::string_view to_string(verdict::kind what) noexcept;
+
+} // namespace sluice::http

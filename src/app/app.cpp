@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: Apache-2.0
+// The application: configuration → workers, each an io_context on its own thread with its own
+// acceptor (SO_REUSEPORT), upstream pool and store handle; plus a control io_context on the main
+// thread for signals (drain, reload) and the memory store's sweep.
+#include "sluice/app/app.hpp"
+
+#include "sluice/app/logging.hpp"
+#include "sluice/config/loader.hpp"
+#include "sluice/core/clock.hpp"
+#include "sluice/http/listener.hpp"
+#include "sluice/store/memory_store.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace sluice::app {
+namespace {
+
+using signal_set = net::signal_set::rebind_executor<executor>::other;
+using config_ptr = std::shared_ptr<const config::config>;
+
+/// How often the memory store forgets keys whose state has fully reset.
+constexpr std::chrono::seconds sweep_interval{10};
+
+/// One I/O thread and what it owns. The io_context is declared first so that it is destroyed
+/// last: sockets and timers must go before their io_context.
+struct worker {
+    explicit worker(std::size_t index) { context.index = index; }
+
+    net::io_context ioc{1}; // one thread: Asio may skip its internal locking
+    http::worker_context context;
+    std::unique_ptr<upstream::pool> pool;
+    std::shared_ptr<store::store> store;
+    std::optional<tcp_acceptor> acceptor;
+    std::thread thread;
+};
+
+std::string describe_limit(const config::limit& l) {
+    switch (l.algo) {
+    case config::algorithm::leaky_bucket:
+        return fmt::format("LEAKY_BUCKET capacity={} flowRate={}/s {}{}",
+                           l.capacity,
+                           l.flow_rate,
+                           l.mode == config::shaping_mode::shape ? "shape" : "police",
+                           l.dry_run ? " dry-run" : "");
+    case config::algorithm::token_bucket:
+        return fmt::format("TOKEN_BUCKET capacity={} refill={}/s{}",
+                           l.capacity,
+                           l.refill_rate,
+                           l.dry_run ? " dry-run" : "");
+    case config::algorithm::fixed_window:
+    case config::algorithm::sliding_window:
+        return fmt::format("{} limit={} window={}ms{}",
+                           l.algo == config::algorithm::fixed_window ? "FIXED_WINDOW"
+                                                                     : "SLIDING_WINDOW",
+                           l.limit_count,
+                           l.window.count(),
+                           l.dry_run ? " dry-run" : "");
+    }
+    return "?";
+}
+
+std::string format_endpoint(const tcp::endpoint& endpoint) {
+    const auto address = endpoint.address();
+    return address.is_v6() ? fmt::format("[{}]:{}", address.to_string(), endpoint.port())
+                           : fmt::format("{}:{}", address.to_string(), endpoint.port());
+}
+
+tcp::endpoint resolve_listen(const config::endpoint_address& listen) {
+    error_code ec;
+    const auto address = net::ip::make_address(listen.host, ec);
+    if (!ec) {
+        return {address, listen.port};
+    }
+    net::io_context ioc;
+    tcp::resolver resolver(ioc);
+    const auto results = resolver.resolve(listen.host, std::to_string(listen.port), ec);
+    if (ec || results.empty()) {
+        throw std::runtime_error("cannot resolve server.listen host '" + listen.host +
+                                 "': " + ec.message());
+    }
+    return results.begin()->endpoint();
+}
+
+class application {
+public:
+    application(command_line command, config_ptr cfg)
+        : command_(std::move(command))
+        , config_(std::move(cfg)) {}
+
+    int run();
+
+private:
+    /// The store a worker's sessions use. Memory: the one shared table. Redis: one store (and
+    /// client) per worker on that worker's executor, e.g. store::make_redis_store(ex,
+    /// cfg.redis, memory_store_ for on_failure: local); its client keeps the io_context busy,
+    /// so stop it from the worker's `context.on_drained`. Not wired yet: refused at start-up.
+    std::shared_ptr<store::store> make_worker_store(std::size_t worker_index, const executor& ex);
+
+    void start_workers();
+    void log_summary(const tcp::endpoint& bound) const;
+    void publish(const config_ptr& cfg);
+    void reload();
+    void begin_drain();
+    void worker_finished();
+
+    awaitable<void> handle_signals();
+    awaitable<void> sweep_memory_store();
+    awaitable<void> enforce_drain_deadline();
+
+    command_line command_;
+    config_ptr config_;
+    steady_clock_source clock_;
+    std::unique_ptr<store::memory_store> memory_store_;
+    std::atomic<std::int64_t> held_{0};
+    std::shared_ptr<spdlog::logger> access_log_;
+
+    net::io_context control_{1};
+    signal_set signals_{control_.get_executor(), SIGINT, SIGTERM, SIGHUP};
+    steady_timer sweep_timer_{control_.get_executor()};
+    steady_timer drain_timer_{control_.get_executor()};
+    bool draining_ = false;
+    std::size_t running_ = 0;
+    std::vector<std::unique_ptr<worker>> workers_;
+};
+
+std::shared_ptr<store::store> application::make_worker_store(std::size_t worker_index,
+                                                             const executor& ex) {
+    (void)worker_index;
+    (void)ex;
+    switch (config_->rate_limit.store) {
+    case config::store_kind::memory:
+        // Non-owning: the application owns the shared table and outlives every worker.
+        return std::shared_ptr<store::store>(std::shared_ptr<void>{}, memory_store_.get());
+    case config::store_kind::redis:
+        break;
+    }
+    throw std::runtime_error("rate-limit.store: redis is not available in this build yet");
+}
+
+void application::start_workers() {
+    const auto& cfg = *config_;
+    auto count = cfg.server.workers;
+    if (count == 0) {
+        count = std::max(1u, std::thread::hardware_concurrency());
+    }
+    auto endpoint = resolve_listen(cfg.server.listen);
+    for (std::size_t i = 0; i < count; ++i) {
+        auto w = std::make_unique<worker>(i);
+        const executor ex = w->ioc.get_executor();
+        w->acceptor.emplace(http::open_acceptor(ex, endpoint));
+        if (i == 0 && endpoint.port() == 0) {
+            // Port 0: the first acceptor picked a free port; the others share it.
+            endpoint = w->acceptor->local_endpoint();
+        }
+        w->pool = std::make_unique<upstream::pool>(ex);
+        w->store = make_worker_store(i, ex);
+        w->context.store = w->store.get();
+        w->context.pool = w->pool.get();
+        w->context.held = &held_;
+        w->context.access_log = access_log_;
+        workers_.push_back(std::move(w));
+    }
+    publish(config_);
+    log_summary(workers_.front()->acceptor->local_endpoint());
+
+    for (auto& w : workers_) {
+        net::co_spawn(w->ioc, http::accept_loop(*w->acceptor, w->context), net::detached);
+    }
+    running_ = workers_.size();
+    for (auto& w : workers_) {
+        w->thread = std::thread([this, raw = w.get()] {
+            try {
+                raw->ioc.run();
+            } catch (const std::exception& e) {
+                spdlog::critical(
+                    "worker {} stopped by an exception: {}", raw->context.index, e.what());
+            }
+            net::post(control_, [this] { worker_finished(); });
+        });
+    }
+}
+
+void application::log_summary(const tcp::endpoint& bound) const {
+    const auto& cfg = *config_;
+    spdlog::info("sluice starting: listen {}, upstream {}:{}, store {}, {} workers, fallback {}, "
+                 "{} rules, max_held {}",
+                 format_endpoint(bound),
+                 cfg.upstream.host,
+                 cfg.upstream.port,
+                 cfg.rate_limit.store == config::store_kind::memory ? "memory" : "redis",
+                 workers_.size(),
+                 describe_limit(cfg.rate_limit.fallback),
+                 cfg.rate_limit.rules.size(),
+                 cfg.rate_limit.max_held);
+    for (const auto& rule : cfg.rate_limit.rules) {
+        for (const auto& limit : rule.limits) {
+            spdlog::info("rule '{}' {}: {}", rule.name, rule.path, describe_limit(limit));
+        }
+    }
+    spdlog::info("listening on {}", format_endpoint(bound));
+}
+
+void application::publish(const config_ptr& cfg) {
+    for (auto& w : workers_) {
+        // Each worker gets a pointer with its own control block (aliasing a per-worker holder),
+        // so that the per-request snapshot copies of different workers never contend on one
+        // reference count.
+        auto holder = std::make_shared<config_ptr>(cfg);
+        config_ptr local(holder, holder->get());
+        if (w->thread.joinable()) {
+            net::post(w->ioc, [ctx = &w->context, local = std::move(local)]() mutable {
+                ctx->config = std::move(local);
+            });
+        } else {
+            w->context.config = std::move(local);
+        }
+    }
+}
+
+void application::reload() {
+    config_ptr next;
+    try {
+        next = std::make_shared<const config::config>(config::load_file(command_.config_path));
+    } catch (const std::exception& e) {
+        spdlog::error("reload failed, keeping the current configuration: {}", e.what());
+        return;
+    }
+    for (const auto& warning : next->warnings) {
+        spdlog::warn("{}", warning);
+    }
+    const auto& old = *config_;
+    if (next->server.listen.host != old.server.listen.host ||
+        next->server.listen.port != old.server.listen.port ||
+        next->server.workers != old.server.workers ||
+        next->rate_limit.store != old.rate_limit.store) {
+        spdlog::warn("reload: server.listen, server.workers and rate-limit.store change only on "
+                     "restart; the running values stay");
+    }
+    setup_logging(next->logging);
+    config_ = next;
+    publish(next);
+    spdlog::info("configuration reloaded from {}", command_.config_path);
+}
+
+void application::begin_drain() {
+    if (draining_) {
+        // A second signal: the operator does not want to wait.
+        spdlog::warn("second stop signal: stopping now");
+        for (auto& w : workers_) {
+            w->ioc.stop();
+        }
+        return;
+    }
+    draining_ = true;
+    spdlog::info("stopping: no new connections; draining for up to {} ms",
+                 config_->server.drain_timeout.count());
+    sweep_timer_.cancel();
+    for (auto& w : workers_) {
+        net::post(w->ioc, [raw = w.get()] {
+            error_code ignored;
+            raw->acceptor->close(ignored);
+            raw->context.begin_drain();
+            raw->pool->close_idle();
+        });
+    }
+    drain_timer_.expires_after(config_->server.drain_timeout);
+    net::co_spawn(control_, enforce_drain_deadline(), net::detached);
+}
+
+void application::worker_finished() {
+    if (--running_ == 0) {
+        drain_timer_.cancel();
+        sweep_timer_.cancel();
+        error_code ignored;
+        signals_.cancel(ignored);
+    }
+}
+
+awaitable<void> application::handle_signals() {
+    for (;;) {
+        auto [ec, signal] = co_await signals_.async_wait();
+        if (ec) {
+            co_return;
+        }
+        if (signal == SIGHUP) {
+            reload();
+        } else {
+            begin_drain();
+        }
+    }
+}
+
+awaitable<void> application::sweep_memory_store() {
+    for (;;) {
+        sweep_timer_.expires_after(sweep_interval);
+        auto [ec] = co_await sweep_timer_.async_wait();
+        if (ec || draining_) {
+            co_return;
+        }
+        memory_store_->sweep();
+    }
+}
+
+awaitable<void> application::enforce_drain_deadline() {
+    auto [ec] = co_await drain_timer_.async_wait();
+    if (ec) {
+        co_return; // every worker finished in time
+    }
+    spdlog::warn("drain timeout: closing the connections still open");
+    for (auto& w : workers_) {
+        w->ioc.stop();
+    }
+}
+
+int application::run() {
+    access_log_ = setup_logging(config_->logging);
+    for (const auto& warning : config_->warnings) {
+        spdlog::warn("{}", warning);
+    }
+    if (config_->rate_limit.store == config::store_kind::memory) {
+        memory_store_ = std::make_unique<store::memory_store>(clock_);
+    }
+    start_workers();
+
+    net::co_spawn(control_, handle_signals(), net::detached);
+    if (memory_store_) {
+        net::co_spawn(control_, sweep_memory_store(), net::detached);
+    }
+    control_.run();
+    for (auto& w : workers_) {
+        w->thread.join();
+    }
+    spdlog::info("stopped");
+    return 0;
+}
+
+} // namespace
+
+int run(const command_line& command, std::string_view version) {
+    if (command.show_help) {
+        std::fputs(usage("sluice").c_str(), stdout);
+        return 0;
+    }
+    if (command.show_version) {
+        std::printf("sluice %.*s\n", static_cast<int>(version.size()), version.data());
+        return 0;
+    }
+    auto cfg = std::make_shared<const config::config>(config::load_file(command.config_path));
+    if (command.check_config) {
+        for (const auto& warning : cfg->warnings) {
+            std::printf("warning: %s\n", warning.c_str());
+        }
+        std::printf("%s: configuration ok\n", command.config_path.c_str());
+        return 0;
+    }
+    application app(command, std::move(cfg));
+    return app.run();
+}
+
+} // namespace sluice::app

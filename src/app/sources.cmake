@@ -1,0 +1,4 @@
+list(APPEND SLUICE_NET_SOURCES
+  src/app/app.cpp
+  src/app/command_line.cpp
+  src/app/logging.cpp)

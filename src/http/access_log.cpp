@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/http/access_log.hpp"
+
+#include "sluice/http/rate_limit_headers.hpp"
+
+#include <fmt/format.h>
+
+namespace sluice::http {
+namespace {
+
+std::string_view or_dash(std::string_view text) {
+    return text.empty() ? std::string_view{"-"} : text;
+}
+
+// Text fields are separated by spaces, so a space or control byte in one (a raw target that
+// failed to parse) is shown escaped, keeping one request on one parseable line.
+void append_text_field(std::string& out, std::string_view text) {
+    constexpr char hex[] = "0123456789ABCDEF";
+    for (char c : or_dash(text)) {
+        const auto byte = static_cast<unsigned char>(c);
+        if (byte <= 0x20 || byte == 0x7f) {
+            out += '%';
+            out += hex[byte >> 4];
+            out += hex[byte & 0xf];
+        } else {
+            out += c;
+        }
+    }
+}
+
+} // namespace
+
+std::string format_access(const access_record& r, config::logging_settings::format_kind kind) {
+    std::string out;
+    out.reserve(160 + r.path.size() + r.key.size());
+    if (kind == config::logging_settings::format_kind::json) {
+        const auto field = [&out](std::string_view name, std::string_view value) {
+            out += '"';
+            out += name;
+            out += R"(":")";
+            append_json_escaped(out, value);
+            out += R"(",)";
+        };
+        field("client", r.client);
+        field("method", r.method);
+        field("path", r.path);
+        field("key", r.key);
+        field("decision", r.decision);
+        out += fmt::format(R"("status":{},"upstream_ms":{},"delay_ms":{})",
+                           r.status,
+                           r.upstream_time.count(),
+                           r.delay.count());
+        return out;
+    }
+    const auto field = [&out](std::string_view name, std::string_view value) {
+        if (!out.empty()) {
+            out += ' ';
+        }
+        out += name;
+        out += '=';
+        append_text_field(out, value);
+    };
+    field("client", r.client);
+    field("method", r.method);
+    field("path", r.path);
+    field("key", r.key);
+    field("decision", r.decision);
+    out += fmt::format(" status={} upstream_ms={} delay_ms={}",
+                       r.status == 0 ? std::string("-") : std::to_string(r.status),
+                       r.upstream_time.count() < 0 ? std::string("-")
+                                                   : std::to_string(r.upstream_time.count()),
+                       r.delay.count());
+    return out;
+}
+
+} // namespace sluice::http

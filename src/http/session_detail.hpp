@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Pieces of the session shared by session.cpp, forwarder.cpp and local_reply.cpp.
+
+#include "sluice/config/config.hpp"
+#include "sluice/core/net.hpp"
+#include "sluice/limiter/decision.hpp"
+#include "sluice/upstream/pool.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/status.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sluice::http::detail {
+
+namespace bhttp = beast::http;
+using std::chrono::milliseconds;
+
+using request_parser = bhttp::request_parser<bhttp::buffer_body>;
+
+/// Bodies pass through a buffer of this size; a request or response is never held whole.
+inline constexpr std::size_t relay_buffer_size = 32 * 1024;
+
+/// A rejected request's unread body is read and dropped (keeping the connection) up to this
+/// size; a larger or unknown one closes the connection instead.
+inline constexpr std::uint64_t max_discard_bytes = 64 * 1024;
+
+/**
+ * Reads until `buffer` holds a complete request header (its blank line), within `limit` bytes
+ * (bhttp::error::header_limit otherwise), and refuses obsolete line folding
+ * (bhttp::error::bad_value). The caller's parser then parses the header from the buffer without
+ * reading. The caller sets the stream's deadline.
+ */
+awaitable<error_code>
+read_header_block(tcp_stream& stream, beast::flat_buffer& buffer, std::uint64_t limit);
+
+/// The answer to a request whose header could not be read or parsed; nullopt: close without
+/// one (the client left, or was idle). `got_some`: part of a header had arrived.
+std::optional<bhttp::status> header_error_status(const error_code& ec, bool got_some);
+
+/**
+ * The checks Beast's parser leaves to us, on a parsed header: target length (414), exactly one
+ * Host in HTTP/1.1 (400), a single plain Content-Length (400), Transfer-Encoding only as
+ * HTTP/1.1 chunked (400), Expect only 100-continue (417). nullopt: the request is acceptable.
+ */
+std::optional<bhttp::status> check_request(const request_parser& parser, const config::config& cfg);
+
+/// The rate-limit headers a response carries; `decision` null: none.
+struct rate_limit_context {
+    std::string_view name;
+    const limiter::decision* decision = nullptr;
+    bool x_ratelimit = false;
+};
+
+/// A response sluice makes itself (429, 4xx for bad requests, 502/503/504).
+struct local_reply {
+    bhttp::status status = bhttp::status::ok;
+    /// JSON text; a default one names the status when empty.
+    std::string body;
+    /// Retry-After seconds, 0 for none.
+    std::int64_t retry_after = 0;
+};
+
+/// The request-level facts a reply depends on.
+struct reply_context {
+    unsigned version = 11;
+    bool head = false;
+    rate_limit_context limits;
+    milliseconds write_timeout{30'000};
+};
+
+/**
+ * Writes `reply`, with `Connection: close` unless `keep_alive`. Returns the write's error.
+ */
+awaitable<error_code> write_local_reply(tcp_stream& stream,
+                                        const local_reply& reply,
+                                        const reply_context& context,
+                                        bool keep_alive);
+
+/**
+ * Reads and drops the rest of a request body, if it is small enough (`max_discard_bytes`, known
+ * length) to be cheaper than a new connection. Returns true when the connection can carry
+ * another request.
+ */
+awaitable<bool> discard_body(tcp_stream& stream,
+                             beast::flat_buffer& buffer,
+                             request_parser& parser,
+                             milliseconds timeout);
+
+/**
+ * Closes a connection after a final response without losing it: shut down the sending side,
+ * then read and drop whatever the client still sends (a body we did not want) until it closes or
+ * a short deadline passes. Closing with unread bytes would make the kernel send a RST, which can
+ * destroy the response before the client reads it.
+ */
+awaitable<void> lingering_close(tcp_stream& stream);
+
+/// What forwarding a request came to.
+struct forward_result {
+    unsigned status = 0;
+    /// The client connection may carry another request.
+    bool keep_alive = false;
+    milliseconds upstream_time{-1};
+};
+
+/// Everything `forward` needs; references point into the session's frame.
+struct forward_args {
+    tcp_stream& client;
+    beast::flat_buffer& client_buffer;
+    request_parser& parser;
+    upstream::pool& pool;
+    const config::config& config;
+    std::string_view peer;
+    reply_context reply;
+    bool client_keep_alive = true;
+    /// The client sent `Expect: 100-continue` and waits for our word before sending the body.
+    bool expect_continue = false;
+    /// The worker is draining: close the client connection after this response.
+    const bool* draining = nullptr;
+};
+
+/**
+ * Sends the request in `args.parser` (header read, body not) to the upstream and its response
+ * back, streaming both bodies through one fixed buffer, and answers 502/504 itself when the
+ * upstream fails before a response started. See forwarder.cpp for the retry and framing rules.
+ */
+awaitable<forward_result> forward(forward_args& args);
+
+} // namespace sluice::http::detail

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/http/verdict.hpp"
+
+#include "sluice/http/rate_limit_headers.hpp"
+
+#include <algorithm>
+
+namespace sluice::http {
+namespace {
+
+// The lowest remaining among the limits `eligible` accepts; ties go to the first.
+template <typename Eligible>
+int most_restrictive(std::span<const config::limit> limits,
+                     const store::outcome& outcome,
+                     Eligible eligible) noexcept {
+    int best = -1;
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (!eligible(limits[i])) {
+            continue;
+        }
+        if (best < 0 || outcome.decisions[i].remaining <
+                            outcome.decisions[static_cast<std::size_t>(best)].remaining) {
+            best = static_cast<int>(i);
+        }
+    }
+    return best;
+}
+
+} // namespace
+
+verdict decide(std::span<const config::limit> limits,
+               const store::outcome& outcome,
+               config::failure_mode on_failure) noexcept {
+    verdict v;
+    if (outcome.ec || outcome.decisions.size() != limits.size()) {
+        if (on_failure == config::failure_mode::closed) {
+            v.what = verdict::kind::failed_closed;
+            v.retry_after = 1;
+        } else {
+            v.what = verdict::kind::failed_open;
+        }
+        return v;
+    }
+
+    std::chrono::milliseconds longest_retry{0};
+    bool refused = false;
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        const auto& d = outcome.decisions[i];
+        if (limits[i].dry_run) {
+            continue;
+        }
+        if (!d.allowed) {
+            refused = true;
+            longest_retry = std::max(longest_retry, d.retry_after);
+        } else {
+            v.delay = std::max(v.delay, d.delay);
+        }
+    }
+    if (refused) {
+        v.what = verdict::kind::rejected;
+        v.delay = std::chrono::milliseconds{0};
+        v.retry_after = retry_after_seconds(longest_retry);
+    } else if (v.delay.count() > 0) {
+        v.what = verdict::kind::delayed;
+    }
+
+    v.headers_from =
+        most_restrictive(limits, outcome, [](const config::limit& l) { return !l.dry_run; });
+    if (v.headers_from < 0) {
+        v.headers_from =
+            most_restrictive(limits, outcome, [](const config::limit&) { return true; });
+    }
+    return v;
+}
+
+std::string_view to_string(verdict::kind what) noexcept {
+    switch (what) {
+    case verdict::kind::allowed:
+        return "allowed";
+    case verdict::kind::delayed:
+        return "delayed";
+    case verdict::kind::rejected:
+        return "rejected";
+    case verdict::kind::failed_open:
+        return "failed-open";
+    case verdict::kind::failed_closed:
+        return "failed-closed";
+    }
+    return "unknown";
+}
+
+} // namespace sluice::http

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/upstream/pool.hpp"
+
+#include <boost/asio/ip/address.hpp>
+
+#include <cerrno>
+#include <string_view>
+#include <sys/socket.h>
+#include <utility>
+
+namespace sluice::upstream {
+namespace {
+
+using resolver = tcp::resolver::rebind_executor<executor>::other;
+
+// Whether an idle socket is still usable: the upstream has neither closed it (recv would return
+// 0) nor sent anything unasked (a stray response would be taken for the next request's). One
+// non-blocking syscall, far cheaper than a failed request and a retry.
+bool still_open(connection& conn) noexcept {
+    if (conn.buffer.size() != 0) {
+        return false;
+    }
+    char byte = 0;
+    const auto n = ::recv(conn.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+void close_quietly(connection& conn) noexcept {
+    error_code ignored;
+    conn.stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    conn.stream.socket().close(ignored);
+}
+
+} // namespace
+
+pool::pool(executor ex)
+    : ex_(std::move(ex)) {}
+
+pool::~pool() {
+    close_idle();
+}
+
+void pool::retarget(const config::upstream_settings& settings) {
+    if (settings.host == host_ && settings.port == port_) {
+        return;
+    }
+    close_idle();
+    host_ = settings.host;
+    port_ = settings.port;
+}
+
+void pool::evict_expired(const config::upstream_settings& settings,
+                         std::chrono::steady_clock::time_point now) noexcept {
+    while (!idle_.empty() && now - idle_.front()->idle_since >= settings.idle_timeout) {
+        close_quietly(*idle_.front());
+        idle_.pop_front();
+    }
+}
+
+awaitable<std::tuple<error_code, connection_ptr>>
+pool::acquire(const config::upstream_settings& settings) {
+    retarget(settings);
+    evict_expired(settings, std::chrono::steady_clock::now());
+    while (!idle_.empty()) {
+        auto conn = std::move(idle_.back());
+        idle_.pop_back();
+        if (still_open(*conn)) {
+            conn->reused = true;
+            co_return std::tuple{error_code{}, std::move(conn)};
+        }
+        close_quietly(*conn);
+    }
+    auto result = co_await connect(settings);
+    co_return result;
+}
+
+awaitable<std::tuple<error_code, connection_ptr>>
+pool::connect(const config::upstream_settings& settings) {
+    auto conn = std::make_unique<connection>(ex_);
+    conn->stream.expires_after(settings.connect_timeout);
+
+    // An address needs no resolver round trip (the common case: 127.0.0.1, a pod IP).
+    error_code ec;
+    const auto address = net::ip::make_address(settings.host, ec);
+    if (!ec) {
+        auto [connect_ec] =
+            co_await conn->stream.async_connect(tcp::endpoint(address, settings.port));
+        ec = connect_ec;
+    } else {
+        resolver r(ex_);
+        auto [resolve_ec, results] =
+            co_await r.async_resolve(settings.host, std::to_string(settings.port));
+        ec = resolve_ec;
+        if (!ec) {
+            auto [connect_ec, endpoint] = co_await conn->stream.async_connect(results);
+            ec = connect_ec;
+        }
+    }
+    if (ec) {
+        co_return std::tuple{ec, connection_ptr{}};
+    }
+    conn->stream.expires_never();
+    conn->stream.socket().set_option(tcp::no_delay(true), ec);
+    co_return std::tuple{error_code{}, std::move(conn)};
+}
+
+void pool::release(connection_ptr conn, const config::upstream_settings& settings) {
+    const auto now = std::chrono::steady_clock::now();
+    evict_expired(settings, now);
+    if (settings.host != host_ || settings.port != port_ || settings.max_idle == 0 ||
+        conn->buffer.size() != 0) {
+        close_quietly(*conn);
+        return;
+    }
+    if (idle_.size() >= settings.max_idle) {
+        close_quietly(*idle_.front());
+        idle_.pop_front();
+    }
+    conn->stream.expires_never();
+    conn->idle_since = now;
+    idle_.push_back(std::move(conn));
+}
+
+void pool::close_idle() noexcept {
+    for (auto& conn : idle_) {
+        close_quietly(*conn);
+    }
+    idle_.clear();
+}
+
+} // namespace sluice::upstream

@@ -1,0 +1,1 @@
+list(APPEND SLUICE_NET_SOURCES src/upstream/pool.cpp)

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// `sluice --check-config`: validates a config without serving, names the bad key and its line.
+
+#include "integration_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <string>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// The 1-based line of the first line of `text` containing `needle`.
+int line_of(const std::string& text, const std::string& needle) {
+    const auto at = text.find(needle);
+    return at == std::string::npos
+               ? 0
+               : 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+/// Whether one line of `output` reads like "FILE:LINE: ... KEY ..." (config_error's format).
+bool names_key_at_line(const std::string& output, const std::string& key, int line) {
+    std::istringstream lines(output);
+    const std::string mark = ":" + std::to_string(line) + ":";
+    for (std::string text; std::getline(lines, text);) {
+        const auto at = text.find(mark);
+        if (at != std::string::npos && text.find(key, at) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+command_result check_config(const temp_dir& dir, const std::string& yaml) {
+    const std::string path = dir.write_file("check.yaml", yaml);
+    return run_command(sluice_binary(), {"--check-config", "--config", path}, 10s);
+}
+
+sluice_config valid_config() {
+    sluice_config config;
+    config.upstream_url = "http://127.0.0.1:9";
+    return config;
+}
+
+TEST(CheckConfig, GoodConfigExitsZero) {
+    temp_dir dir;
+    const command_result result = check_config(dir, valid_config().yaml());
+    ASSERT_FALSE(result.timed_out) << "--check-config must not start serving";
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST(CheckConfig, BadValueExitsNonZeroNamingKeyAndLine) {
+    temp_dir dir;
+    sluice_config config = valid_config();
+    config.capacity = -5;
+    const std::string yaml = config.yaml();
+    const int line = line_of(yaml, "capacity: -5");
+    ASSERT_GT(line, 0);
+
+    const command_result result = check_config(dir, yaml);
+    ASSERT_FALSE(result.timed_out);
+    ASSERT_TRUE(result.exit_code) << "killed by a signal: " << result.status;
+    EXPECT_NE(*result.exit_code, 0);
+    EXPECT_TRUE(names_key_at_line(result.output, "rate-limit.fallback.capacity", line))
+        << "expected line " << line << " and the key on one line of:\n"
+        << result.output;
+}
+
+TEST(CheckConfig, UnknownKeyExitsNonZeroNamingKeyAndLine) {
+    temp_dir dir;
+    std::string yaml = valid_config().yaml();
+    yaml.insert(yaml.find("upstream:"), "  liste: 127.0.0.1:1\n");
+    const int line = line_of(yaml, "liste:");
+
+    const command_result result = check_config(dir, yaml);
+    ASSERT_FALSE(result.timed_out);
+    ASSERT_TRUE(result.exit_code) << "killed by a signal: " << result.status;
+    EXPECT_NE(*result.exit_code, 0);
+    EXPECT_TRUE(names_key_at_line(result.output, "server.liste", line))
+        << "expected line " << line << " and the key on one line of:\n"
+        << result.output;
+}
+
+} // namespace
+} // namespace sluice::test

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+// End-to-end forwarding through the real binary: bodies arrive byte-identical both ways,
+// requests pass unchanged apart from hop-by-hop and forwarding headers, connections are reused
+// and pipelined, and upstream failures become 502 and 504.
+
+#include "integration_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kib = 1024;
+constexpr std::uint64_t mib = 1024 * kib;
+
+struct body_case {
+    std::uint64_t size;
+    bool chunked;
+};
+
+void PrintTo(const body_case& c, std::ostream* os) {
+    *os << c.size << (c.chunked ? " bytes, chunked" : " bytes, Content-Length");
+}
+
+std::string body_case_name(const testing::TestParamInfo<body_case>& info) {
+    return "Size" + std::to_string(info.param.size) +
+           (info.param.chunked ? "Chunked" : "ContentLength");
+}
+
+const auto body_cases = testing::Values(body_case{0, false},
+                                        body_case{1, false},
+                                        body_case{64 * kib, false},
+                                        body_case{1 * mib, false},
+                                        body_case{64 * mib, false},
+                                        body_case{0, true},
+                                        body_case{1, true},
+                                        body_case{64 * kib, true},
+                                        body_case{1 * mib, true},
+                                        body_case{64 * mib, true});
+
+class UploadIntegrity : public testing::TestWithParam<body_case> {};
+
+TEST_P(UploadIntegrity, RequestBodyArrivesByteIdentical) {
+    const auto [size, chunked] = GetParam();
+    const std::uint64_t seed = 1000 + size;
+    recording_upstream upstream;
+    sluice_process sluice(config_for(upstream));
+
+    http_connection connection(sluice.port());
+    const header_list framing = chunked ? header_list{{"Transfer-Encoding", "chunked"}}
+                                        : header_list{{"Content-Length", std::to_string(size)}};
+    connection.send_raw(format_request("POST", "/upload", framing));
+    connection.send_pattern_body(seed, size, chunked);
+    const http_response response = connection.read_response();
+
+    EXPECT_EQ(response.status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(1, 10s));
+    const auto requests = upstream.requests();
+    ASSERT_EQ(requests.size(), 1u);
+    EXPECT_EQ(requests[0].method, "POST");
+    EXPECT_EQ(requests[0].body_size, size);
+    EXPECT_EQ(requests[0].body_hash, pattern_hash(seed, size));
+}
+
+INSTANTIATE_TEST_SUITE_P(Proxy, UploadIntegrity, body_cases, body_case_name);
+
+class DownloadIntegrity : public testing::TestWithParam<body_case> {};
+
+TEST_P(DownloadIntegrity, ResponseBodyArrivesByteIdentical) {
+    const auto [size, chunked] = GetParam();
+    const std::uint64_t seed = 2000 + size;
+    recording_upstream upstream([size = size, chunked = chunked, seed](const recorded_request&) {
+        response_plan plan;
+        plan.kind = response_plan::body_kind::pattern;
+        plan.pattern_size = size;
+        plan.pattern_seed = seed;
+        plan.chunked = chunked;
+        return plan;
+    });
+    sluice_process sluice(config_for(upstream));
+
+    http_connection connection(sluice.port());
+    connection.send("GET", "/download");
+    const http_response response = connection.read_response(false, 0);
+
+    EXPECT_EQ(response.status, 200u);
+    EXPECT_EQ(response.body_size, size);
+    EXPECT_EQ(response.body_hash, pattern_hash(seed, size));
+}
+
+INSTANTIATE_TEST_SUITE_P(Proxy, DownloadIntegrity, body_cases, body_case_name);
+
+TEST(Proxy, MethodTargetAndHeadersPassUnchanged) {
+    recording_upstream upstream;
+    sluice_process sluice(config_for(upstream));
+
+    const std::vector<std::string> methods = {"GET", "PUT", "DELETE", "PATCH", "OPTIONS"};
+    const std::string target = "/api/v1/items?id=42&q=a%20b&empty=";
+    http_connection connection(sluice.port());
+    for (const auto& method : methods) {
+        connection.send(method,
+                        target,
+                        {{"X-Custom", "Value  With Spaces"},
+                         {"X-Multi", "one"},
+                         {"X-Multi", "two"},
+                         {"User-Agent", "sluice-itest/1"},
+                         {"Accept", "*/*"}},
+                        method == "PUT" || method == "PATCH" ? "payload" : "");
+        EXPECT_EQ(connection.read_response().status, 200u) << method;
+    }
+
+    ASSERT_TRUE(upstream.wait_for_count(methods.size(), 10s));
+    const auto requests = upstream.requests();
+    ASSERT_EQ(requests.size(), methods.size());
+    for (std::size_t i = 0; i < methods.size(); ++i) {
+        const auto& r = requests[i];
+        EXPECT_EQ(r.method, methods[i]);
+        EXPECT_EQ(r.target, target);
+        EXPECT_EQ(r.header("X-Custom"), "Value  With Spaces");
+        EXPECT_EQ(r.header("User-Agent"), "sluice-itest/1");
+        EXPECT_EQ(r.header("Accept"), "*/*");
+        // A proxy may keep the two fields or join them (RFC 9110 5.3); the values must survive.
+        std::string multi;
+        for (const auto& [name, value] : r.headers) {
+            if (name == "X-Multi" || name == "x-multi") {
+                multi += (multi.empty() ? "" : ", ") + value;
+            }
+        }
+        EXPECT_EQ(multi, "one, two") << methods[i];
+        if (methods[i] == "PUT" || methods[i] == "PATCH") {
+            EXPECT_EQ(r.body_prefix, "payload");
+        }
+    }
+}
+
+TEST(Proxy, HopByHopRequestHeadersAreStrippedAndForwardingHeadersSet) {
+    recording_upstream upstream;
+    sluice_process sluice(config_for(upstream));
+
+    const http_response response = get(sluice.port(),
+                                       "/hop",
+                                       {{"Connection", "keep-alive, X-Foo"},
+                                        {"X-Foo", "connection-specific"},
+                                        {"Keep-Alive", "timeout=5"},
+                                        {"TE", "trailers"},
+                                        {"Upgrade", "h2c"},
+                                        {"X-End-To-End", "kept"}});
+    EXPECT_EQ(response.status, 200u);
+
+    ASSERT_TRUE(upstream.wait_for_count(1, 10s));
+    const recorded_request r = upstream.requests().at(0);
+    EXPECT_EQ(r.header("X-Foo"), std::nullopt) << "named in Connection";
+    EXPECT_EQ(r.header("Keep-Alive"), std::nullopt);
+    EXPECT_EQ(r.header("TE"), std::nullopt);
+    EXPECT_EQ(r.header("Upgrade"), std::nullopt);
+    EXPECT_EQ(r.header("Connection").value_or("").find("X-Foo"), std::string::npos);
+    EXPECT_EQ(r.header("X-End-To-End"), "kept");
+    EXPECT_EQ(r.header("X-Forwarded-For"), "127.0.0.1");
+    EXPECT_EQ(r.header("X-Forwarded-Proto"), "http");
+}
+
+TEST(Proxy, HopByHopResponseHeadersAreStripped) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.headers = {{"Connection", "X-Bar"},
+                        {"X-Bar", "connection-specific"},
+                        {"Keep-Alive", "timeout=5"},
+                        {"X-Kept", "yes"}};
+        return plan;
+    });
+    sluice_process sluice(config_for(upstream));
+
+    const http_response response = get(sluice.port(), "/hop");
+    EXPECT_EQ(response.status, 200u);
+    EXPECT_EQ(response.body, "ok");
+    EXPECT_EQ(response.header("X-Bar"), std::nullopt);
+    EXPECT_NE(response.header("Keep-Alive"), "timeout=5");
+    EXPECT_EQ(response.header("X-Kept"), "yes");
+}
+
+TEST(Proxy, KeepAliveServesSeveralRequestsOnOneConnection) {
+    recording_upstream upstream;
+    sluice_process sluice(config_for(upstream));
+
+    http_connection connection(sluice.port());
+    for (int i = 0; i < 5; ++i) {
+        const std::string target = "/keep/" + std::to_string(i);
+        connection.send("GET", target);
+        const http_response response = connection.read_response();
+        EXPECT_EQ(response.status, 200u);
+        EXPECT_EQ(response.header("X-Upstream-Target"), target);
+        EXPECT_TRUE(response.keep_alive);
+    }
+    EXPECT_EQ(upstream.requests().size(), 5u);
+}
+
+TEST(Proxy, PipelinedRequestsGetResponsesInOrder) {
+    recording_upstream upstream;
+    sluice_process sluice(config_for(upstream));
+
+    std::string batch;
+    for (int i = 0; i < 5; ++i) {
+        batch += format_request("GET", "/pipe/" + std::to_string(i));
+    }
+    http_connection connection(sluice.port());
+    connection.send_raw(batch);
+    for (int i = 0; i < 5; ++i) {
+        const http_response response = connection.read_response();
+        EXPECT_EQ(response.status, 200u);
+        EXPECT_EQ(response.header("X-Upstream-Target"), "/pipe/" + std::to_string(i));
+    }
+}
+
+TEST(Proxy, PipelinedRequestsWithBodiesKeepTheirBoundaries) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.kind = response_plan::body_kind::echo;
+        return plan;
+    });
+    sluice_process sluice(config_for(upstream));
+
+    const std::vector<std::string> bodies = {
+        "first", pattern_string(7, 100'000), "", "third\r\n\r\nGET /not-a-request HTTP/1.1\r\n"};
+    std::string batch;
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+        const std::string target = "/echo/" + std::to_string(i);
+        // Alternate Content-Length and chunked framing.
+        batch += i % 2 == 0 ? format_request("POST",
+                                             target,
+                                             {{"Content-Length", std::to_string(bodies[i].size())}},
+                                             bodies[i])
+                            : format_request("POST",
+                                             target,
+                                             {{"Transfer-Encoding", "chunked"}},
+                                             chunk_encode(bodies[i], 4000));
+    }
+    http_connection connection(sluice.port());
+    connection.send_raw(batch);
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+        const http_response response = connection.read_response();
+        EXPECT_EQ(response.status, 200u);
+        EXPECT_EQ(response.header("X-Upstream-Target"), "/echo/" + std::to_string(i));
+        EXPECT_EQ(response.body_size, bodies[i].size());
+        EXPECT_EQ(response.body_hash, hash_of(bodies[i]));
+    }
+    EXPECT_EQ(upstream.requests().size(), bodies.size());
+}
+
+TEST(Proxy, UpstreamDownGives502) {
+    sluice_config config;
+    config.upstream_url = "http://127.0.0.1:" + std::to_string(free_port());
+    sluice_process sluice(config);
+
+    EXPECT_EQ(get(sluice.port(), "/down").status, 502u);
+    // Still serving after the failure.
+    EXPECT_EQ(get(sluice.port(), "/down").status, 502u);
+}
+
+TEST(Proxy, SlowUpstreamGives504AfterTheTimeout) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.delay = 3s;
+        return plan;
+    });
+    sluice_config config = config_for(upstream);
+    config.upstream_timeout = "500ms";
+    sluice_process sluice(config);
+
+    const auto start = std::chrono::steady_clock::now();
+    const http_response response = get(sluice.port(), "/slow");
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+
+    EXPECT_EQ(response.status, 504u);
+    EXPECT_GE(elapsed, 450ms);
+    EXPECT_LT(elapsed, 2500ms) << "the 3 s upstream delay must not be waited out";
+}
+
+} // namespace
+} // namespace sluice::test

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/app/logging.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/details/log_msg.h>
+
+#include <string>
+
+namespace sluice::app {
+namespace {
+
+std::string render(bool raw_fields, std::string_view payload) {
+    spdlog::details::log_msg msg(
+        "test", spdlog::level::warn, spdlog::string_view_t(payload.data(), payload.size()));
+    msg.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'700'000'000'123));
+    json_formatter formatter(raw_fields);
+    spdlog::memory_buf_t out;
+    formatter.format(msg, out);
+    return {out.data(), out.size()};
+}
+
+TEST(JsonFormatter, WritesOneObjectPerLineWithEscapedMessage) {
+    EXPECT_EQ(render(false, R"(bad "key")"),
+              "{\"time\":\"2023-11-14T22:13:20.123Z\",\"level\":\"warning\","
+              "\"msg\":\"bad \\\"key\\\"\"}\n");
+}
+
+TEST(JsonFormatter, SplicesAccessFields) {
+    EXPECT_EQ(render(true, R"("status":200)"),
+              "{\"time\":\"2023-11-14T22:13:20.123Z\",\"level\":\"warning\",\"log\":\"access\","
+              "\"status\":200}\n");
+}
+
+TEST(ParseLevel, KnowsTheConfigNames) {
+    EXPECT_EQ(parse_level("trace"), spdlog::level::trace);
+    EXPECT_EQ(parse_level("debug"), spdlog::level::debug);
+    EXPECT_EQ(parse_level("info"), spdlog::level::info);
+    EXPECT_EQ(parse_level("warn"), spdlog::level::warn);
+    EXPECT_EQ(parse_level("error"), spdlog::level::err);
+    EXPECT_EQ(parse_level("critical"), spdlog::level::critical);
+    EXPECT_EQ(parse_level("off"), spdlog::level::off);
+    EXPECT_EQ(parse_level("nonsense"), spdlog::level::info);
+}
+
+} // namespace
+} // namespace sluice::app

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/http/access_log.hpp"
+
+#include <gtest/gtest.h>
+
+namespace sluice::http {
+namespace {
+
+using format = config::logging_settings::format_kind;
+using std::chrono::milliseconds;
+
+access_record forwarded() {
+    access_record r;
+    r.client = "203.0.113.7";
+    r.method = "GET";
+    r.path = "/v1/x";
+    r.key = "rate-limit:203.0.113.7:/v1/x";
+    r.decision = "delayed";
+    r.status = 200;
+    r.upstream_time = milliseconds(12);
+    r.delay = milliseconds(400);
+    return r;
+}
+
+TEST(FormatAccess, TextIsOneLineOfNameValuePairs) {
+    EXPECT_EQ(format_access(forwarded(), format::text),
+              "client=203.0.113.7 method=GET path=/v1/x key=rate-limit:203.0.113.7:/v1/x "
+              "decision=delayed status=200 upstream_ms=12 delay_ms=400");
+}
+
+TEST(FormatAccess, TextShowsDashesForWhatDidNotHappen) {
+    access_record r;
+    r.client = "::1";
+    r.method = "GET";
+    r.path = "/bad path";
+    EXPECT_EQ(format_access(r, format::text),
+              "client=::1 method=GET path=/bad%20path key=- decision=- status=- upstream_ms=- "
+              "delay_ms=0");
+}
+
+TEST(FormatAccess, JsonIsObjectMembersWithEscapedStrings) {
+    auto r = forwarded();
+    r.path = R"(/a"b)";
+    EXPECT_EQ(format_access(r, format::json),
+              R"("client":"203.0.113.7","method":"GET","path":"/a\"b",)"
+              R"("key":"rate-limit:203.0.113.7:/v1/x","decision":"delayed",)"
+              R"("status":200,"upstream_ms":12,"delay_ms":400)");
+}
+
+} // namespace
+} // namespace sluice::http

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/http/forward_headers.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace sluice::http {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+std::vector<std::string> names(const bhttp::fields& f) {
+    std::vector<std::string> out;
+    for (const auto& field : f) {
+        out.emplace_back(field.name_string());
+    }
+    return out;
+}
+
+std::string value(const bhttp::fields& f, std::string_view name) {
+    const auto it = f.find(name);
+    return it == f.end() ? std::string("<absent>") : std::string(it->value());
+}
+
+TEST(StripHopByHop, RemovesTheFixedListAndWhatConnectionNames) {
+    bhttp::fields f;
+    f.insert("Host", "example.com");
+    f.insert("Connection", "keep-alive, X-Session-Token");
+    f.insert("Keep-Alive", "timeout=5");
+    f.insert("Proxy-Connection", "keep-alive");
+    f.insert("TE", "trailers");
+    f.insert("Trailer", "Expires");
+    f.insert("Upgrade", "websocket");
+    f.insert("X-Session-Token", "secret");
+    f.insert("Accept", "*/*");
+    f.insert("Proxy-Authorization", "Basic eDp5");
+    strip_hop_by_hop(f);
+    EXPECT_EQ(names(f), (std::vector<std::string>{"Host", "Accept", "Proxy-Authorization"}));
+}
+
+TEST(StripHopByHop, HonoursEveryConnectionLineCaseInsensitively) {
+    bhttp::fields f;
+    f.insert("Connection", "x-one");
+    f.insert("connection", "X-TWO , close");
+    f.insert("X-One", "1");
+    f.insert("x-two", "2");
+    f.insert("X-Three", "3");
+    strip_hop_by_hop(f);
+    EXPECT_EQ(names(f), (std::vector<std::string>{"X-Three"}));
+}
+
+TEST(StripHopByHop, NeverRemovesFramingNamedInConnection) {
+    // A client must not be able to strip the framing the next hop relies on (smuggling).
+    bhttp::fields f;
+    f.insert("Host", "h");
+    f.insert("Content-Length", "5");
+    f.insert("Transfer-Encoding", "chunked");
+    f.insert("Connection", "Content-Length, transfer-encoding, HOST");
+    strip_hop_by_hop(f);
+    EXPECT_EQ(names(f), (std::vector<std::string>{"Host", "Content-Length", "Transfer-Encoding"}));
+}
+
+TEST(StripHopByHop, LeavesAMessageWithoutThemAlone) {
+    bhttp::fields f;
+    f.insert("Content-Type", "text/plain");
+    f.insert("Content-Length", "2");
+    strip_hop_by_hop(f);
+    EXPECT_EQ(names(f), (std::vector<std::string>{"Content-Type", "Content-Length"}));
+}
+
+TEST(AddForwardingHeaders, StartsTheChainWithThePeer) {
+    bhttp::fields f;
+    add_forwarding_headers(f, "10.0.0.7");
+    EXPECT_EQ(value(f, "X-Forwarded-For"), "10.0.0.7");
+    EXPECT_EQ(value(f, "X-Forwarded-Proto"), "http");
+}
+
+TEST(AddForwardingHeaders, AppendsThePeerToAnExistingChain) {
+    bhttp::fields f;
+    f.insert("X-Forwarded-For", "203.0.113.7, 10.0.0.1");
+    add_forwarding_headers(f, "10.0.0.2");
+    EXPECT_EQ(value(f, "X-Forwarded-For"), "203.0.113.7, 10.0.0.1, 10.0.0.2");
+}
+
+TEST(AddForwardingHeaders, JoinsSeveralLinesIntoOne) {
+    bhttp::fields f;
+    f.insert("X-Forwarded-For", "203.0.113.7");
+    f.insert("x-forwarded-for", "   ");
+    f.insert("X-Forwarded-For", "198.51.100.1");
+    add_forwarding_headers(f, "::1");
+    EXPECT_EQ(f.count("X-Forwarded-For"), 1u);
+    EXPECT_EQ(value(f, "X-Forwarded-For"), "203.0.113.7, 198.51.100.1, ::1");
+}
+
+TEST(AddForwardingHeaders, ReplacesTheClientsProto) {
+    bhttp::fields f;
+    f.insert("X-Forwarded-Proto", "https");
+    add_forwarding_headers(f, "127.0.0.1");
+    EXPECT_EQ(f.count("X-Forwarded-Proto"), 1u);
+    EXPECT_EQ(value(f, "X-Forwarded-Proto"), "http");
+}
+
+} // namespace
+} // namespace sluice::http

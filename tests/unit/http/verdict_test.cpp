@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/core/errc.hpp"
+#include "sluice/http/verdict.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace sluice::http {
+namespace {
+
+using std::chrono::milliseconds;
+using kind = verdict::kind;
+
+limiter::decision admit(std::int64_t remaining, milliseconds delay = milliseconds(0)) {
+    limiter::decision d;
+    d.allowed = true;
+    d.limit = 10;
+    d.remaining = remaining;
+    d.delay = delay;
+    return d;
+}
+
+limiter::decision refuse(milliseconds retry_after) {
+    limiter::decision d;
+    d.allowed = false;
+    d.limit = 10;
+    d.remaining = 0;
+    d.retry_after = retry_after;
+    return d;
+}
+
+config::limit enforced() {
+    return config::limit{};
+}
+
+config::limit dry_run() {
+    config::limit l;
+    l.dry_run = true;
+    return l;
+}
+
+store::outcome outcome_of(std::vector<limiter::decision> decisions) {
+    store::outcome o;
+    o.decisions.assign(decisions.begin(), decisions.end());
+    return o;
+}
+
+TEST(Decide, AllowsWhenEveryLimitAdmits) {
+    const std::vector limits{enforced(), enforced()};
+    const auto v = decide(limits, outcome_of({admit(7), admit(3)}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::allowed);
+    EXPECT_EQ(v.delay, milliseconds(0));
+    EXPECT_EQ(v.headers_from, 1); // the lowest remaining
+}
+
+TEST(Decide, RejectsWhenAnEnforcedLimitRefusesWithTheLongestRetry) {
+    const std::vector limits{enforced(), enforced(), enforced()};
+    const auto v =
+        decide(limits,
+               outcome_of({refuse(milliseconds(1'200)), admit(5), refuse(milliseconds(2'001))}),
+               config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::rejected);
+    EXPECT_EQ(v.retry_after, 3);
+    EXPECT_EQ(v.headers_from, 0); // remaining 0, first of the ties
+}
+
+TEST(Decide, RetryAfterIsAtLeastOneSecond) {
+    const std::vector limits{enforced()};
+    const auto v =
+        decide(limits, outcome_of({refuse(milliseconds(0))}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::rejected);
+    EXPECT_EQ(v.retry_after, 1);
+}
+
+TEST(Decide, ADryRunLimitNeitherRejectsNorDelays) {
+    const std::vector limits{dry_run(), enforced()};
+    const auto refused = decide(
+        limits, outcome_of({refuse(milliseconds(5'000)), admit(4)}), config::failure_mode::open);
+    EXPECT_EQ(refused.what, kind::allowed);
+    EXPECT_EQ(refused.headers_from, 1); // headers describe the enforced limit
+
+    const auto delayed = decide(
+        limits, outcome_of({admit(1, milliseconds(900)), admit(4)}), config::failure_mode::open);
+    EXPECT_EQ(delayed.what, kind::allowed);
+    EXPECT_EQ(delayed.delay, milliseconds(0));
+}
+
+TEST(Decide, DelaysByTheLongestEnforcedWait) {
+    const std::vector limits{enforced(), enforced()};
+    const auto v = decide(limits,
+                          outcome_of({admit(8, milliseconds(200)), admit(2, milliseconds(1'400))}),
+                          config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::delayed);
+    EXPECT_EQ(v.delay, milliseconds(1'400));
+}
+
+TEST(Decide, HeadersComeFromDryRunLimitsWhenThereIsNothingElse) {
+    const std::vector limits{dry_run(), dry_run()};
+    const auto v = decide(limits, outcome_of({admit(6), admit(2)}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::allowed);
+    EXPECT_EQ(v.headers_from, 1);
+}
+
+TEST(Decide, FollowsTheFailureModeOnAStoreError) {
+    const std::vector limits{enforced()};
+    store::outcome failed;
+    failed.ec = make_error_code(errc::redis_timeout);
+
+    const auto open = decide(limits, failed, config::failure_mode::open);
+    EXPECT_EQ(open.what, kind::failed_open);
+    EXPECT_EQ(open.headers_from, -1);
+
+    const auto closed = decide(limits, failed, config::failure_mode::closed);
+    EXPECT_EQ(closed.what, kind::failed_closed);
+    EXPECT_EQ(closed.retry_after, 1);
+
+    EXPECT_EQ(decide(limits, failed, config::failure_mode::local).what, kind::failed_open);
+}
+
+TEST(Decide, TreatsAMissingDecisionAsAStoreError) {
+    const std::vector limits{enforced(), enforced()};
+    const auto v = decide(limits, outcome_of({admit(1)}), config::failure_mode::closed);
+    EXPECT_EQ(v.what, kind::failed_closed);
+}
+
+TEST(VerdictKind, HasAccessLogWords) {
+    EXPECT_EQ(to_string(kind::allowed), "allowed");
+    EXPECT_EQ(to_string(kind::delayed), "delayed");
+    EXPECT_EQ(to_string(kind::rejected), "rejected");
+    EXPECT_EQ(to_string(kind::failed_open), "failed-open");
+    EXPECT_EQ(to_string(kind::failed_closed), "failed-closed");
+}
+
+} // namespace
+} // namespace sluice::http

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/upstream/pool.hpp"
+#include "support/run_coro.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace sluice::upstream {
+namespace {
+
+using std::chrono::milliseconds;
+
+/// A loopback listener that accepts and keeps every connection until told to close them.
+class fake_upstream {
+public:
+    explicit fake_upstream(net::io_context& ioc)
+        : acceptor_(ioc.get_executor(), tcp::endpoint(net::ip::address_v4::loopback(), 0)) {
+        net::co_spawn(ioc, accept_all(), net::detached);
+    }
+
+    std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+
+    std::size_t accepted() const { return accepted_.size(); }
+
+    void close_all() {
+        for (auto& s : accepted_) {
+            error_code ignored;
+            s.close(ignored);
+        }
+    }
+
+    void stop() {
+        error_code ignored;
+        acceptor_.close(ignored);
+    }
+
+private:
+    awaitable<void> accept_all() {
+        for (;;) {
+            auto [ec, socket] = co_await acceptor_.async_accept();
+            if (ec) {
+                co_return;
+            }
+            accepted_.push_back(std::move(socket));
+        }
+    }
+
+    tcp_acceptor acceptor_;
+    std::vector<tcp_socket> accepted_;
+};
+
+class PoolTest : public ::testing::Test {
+protected:
+    PoolTest() {
+        settings_.host = "127.0.0.1";
+        settings_.port = upstream_.port();
+        settings_.connect_timeout = milliseconds(2'000);
+        settings_.max_idle = 4;
+        settings_.idle_timeout = milliseconds(60'000);
+    }
+
+    connection_ptr acquire() {
+        auto [ec, conn] = test::run_coro(ioc_, pool_.acquire(settings_));
+        EXPECT_FALSE(ec) << ec.message();
+        return std::move(conn);
+    }
+
+    std::uint16_t local_port(const connection_ptr& c) {
+        return c->stream.socket().local_endpoint().port();
+    }
+
+    bool wait_accepted(std::size_t n) {
+        return test::run_until(ioc_, [&] { return upstream_.accepted() >= n; });
+    }
+
+    net::io_context ioc_;
+    fake_upstream upstream_{ioc_};
+    pool pool_{ioc_.get_executor()};
+    config::upstream_settings settings_;
+};
+
+TEST_F(PoolTest, ConnectsThenReusesAReleasedConnection) {
+    auto first = acquire();
+    ASSERT_TRUE(first);
+    EXPECT_FALSE(first->reused);
+    const auto port = local_port(first);
+    pool_.release(std::move(first), settings_);
+    EXPECT_EQ(pool_.idle_count(), 1u);
+
+    auto second = acquire();
+    ASSERT_TRUE(second);
+    EXPECT_TRUE(second->reused);
+    EXPECT_EQ(local_port(second), port);
+    EXPECT_EQ(pool_.idle_count(), 0u);
+    ASSERT_TRUE(wait_accepted(1));
+    EXPECT_EQ(upstream_.accepted(), 1u);
+}
+
+TEST_F(PoolTest, DropsAConnectionTheUpstreamClosed) {
+    auto first = acquire();
+    ASSERT_TRUE(wait_accepted(1));
+    pool_.release(std::move(first), settings_);
+    // On loopback the FIN is queued on our socket by the time close() returns.
+    upstream_.close_all();
+
+    auto second = acquire();
+    ASSERT_TRUE(second);
+    EXPECT_FALSE(second->reused);
+    ASSERT_TRUE(wait_accepted(2));
+}
+
+TEST_F(PoolTest, DropsAConnectionWithUnreadBytes) {
+    auto first = acquire();
+    first->buffer.commit(net::buffer_copy(first->buffer.prepare(3), net::buffer("abc", 3)));
+    pool_.release(std::move(first), settings_);
+    EXPECT_EQ(pool_.idle_count(), 0u);
+}
+
+TEST_F(PoolTest, ExpiresIdleConnections) {
+    settings_.idle_timeout = milliseconds(0);
+    pool_.release(acquire(), settings_);
+    auto again = acquire();
+    EXPECT_FALSE(again->reused);
+}
+
+TEST_F(PoolTest, KeepsAtMostMaxIdle) {
+    settings_.max_idle = 2;
+    std::vector<connection_ptr> held;
+    for (int i = 0; i < 3; ++i) {
+        held.push_back(acquire());
+    }
+    for (auto& c : held) {
+        pool_.release(std::move(c), settings_);
+    }
+    EXPECT_EQ(pool_.idle_count(), 2u);
+
+    settings_.max_idle = 0;
+    pool_.release(acquire(), settings_);
+    EXPECT_EQ(pool_.idle_count(), 1u); // one was taken, none returned
+}
+
+TEST_F(PoolTest, ClosesIdleConnectionsWhenTheUpstreamChanges) {
+    pool_.release(acquire(), settings_);
+    ASSERT_EQ(pool_.idle_count(), 1u);
+
+    fake_upstream other(ioc_);
+    settings_.port = other.port();
+    auto conn = acquire();
+    EXPECT_FALSE(conn->reused);
+    EXPECT_EQ(conn->stream.socket().remote_endpoint().port(), other.port());
+    EXPECT_EQ(pool_.idle_count(), 0u);
+}
+
+TEST_F(PoolTest, ReportsARefusedConnection) {
+    upstream_.stop();
+    auto [ec, conn] = test::run_coro(ioc_, pool_.acquire(settings_));
+    EXPECT_EQ(ec, net::error::connection_refused);
+    EXPECT_FALSE(conn);
+}
+
+TEST_F(PoolTest, ResolvesAHostName) {
+    settings_.host = "localhost";
+    auto [ec, conn] = test::run_coro(ioc_, pool_.connect(settings_));
+    // localhost may resolve to ::1 first; the pool tries every address in turn.
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(conn->stream.socket().remote_endpoint().port(), upstream_.port());
+}
+
+} // namespace
+} // namespace sluice::upstream
