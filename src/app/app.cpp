@@ -8,7 +8,10 @@
 #include "sluice/config/loader.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/http/listener.hpp"
+#include "sluice/metrics/admin_server.hpp"
+#include "sluice/metrics/metrics.hpp"
 #include "sluice/store/memory_store.hpp"
+#include "sluice/store/redis_store.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -43,6 +46,8 @@ struct worker {
     http::worker_context context;
     std::unique_ptr<upstream::pool> pool;
     std::shared_ptr<store::store> store;
+    /// Redis only: the worker's store, for readiness and for stopping its client on drain.
+    store::redis_store* redis = nullptr;
     std::optional<tcp_acceptor> acceptor;
     std::thread thread;
 };
@@ -104,10 +109,15 @@ public:
 
 private:
     /// The store a worker's sessions use. Memory: the one shared table. Redis: one store (and
-    /// client) per worker on that worker's executor, e.g. store::make_redis_store(ex,
-    /// cfg.redis, memory_store_ for on_failure: local); its client keeps the io_context busy,
-    /// so stop it from the worker's `context.on_drained`. Not wired yet: refused at start-up.
-    std::shared_ptr<store::store> make_worker_store(std::size_t worker_index, const executor& ex);
+    /// client) per worker on that worker's executor, falling back to the shared table under
+    /// failure-mode local; its client keeps the io_context busy, so it is stopped when the
+    /// worker has drained.
+    void make_worker_store(worker& w);
+
+    /// Ready: listening, and able to decide requests (Redis connected on every worker, unless
+    /// the failure mode lets requests through without it).
+    bool ready() const;
+    void start_admin();
 
     void start_workers();
     void log_summary(const tcp::endpoint& bound) const;
@@ -124,30 +134,74 @@ private:
     config_ptr config_;
     steady_clock_source clock_;
     std::unique_ptr<store::memory_store> memory_store_;
-    std::atomic<std::int64_t> held_{0};
+    metrics::registry metrics_;
     std::shared_ptr<spdlog::logger> access_log_;
+    std::unique_ptr<metrics::admin_server> admin_;
+    std::atomic<bool> listening_{false};
 
     net::io_context control_{1};
     signal_set signals_{control_.get_executor(), SIGINT, SIGTERM, SIGHUP};
     steady_timer sweep_timer_{control_.get_executor()};
     steady_timer drain_timer_{control_.get_executor()};
     bool draining_ = false;
+    std::atomic<bool> draining_flag_{false}; // draining_, readable from the admin's readiness
     std::size_t running_ = 0;
     std::vector<std::unique_ptr<worker>> workers_;
 };
 
-std::shared_ptr<store::store> application::make_worker_store(std::size_t worker_index,
-                                                             const executor& ex) {
-    (void)worker_index;
-    (void)ex;
+void application::make_worker_store(worker& w) {
+    const executor ex = w.ioc.get_executor();
     switch (config_->rate_limit.store) {
     case config::store_kind::memory:
         // Non-owning: the application owns the shared table and outlives every worker.
-        return std::shared_ptr<store::store>(std::shared_ptr<void>{}, memory_store_.get());
-    case config::store_kind::redis:
-        break;
+        w.store = std::shared_ptr<store::store>(std::shared_ptr<void>{}, memory_store_.get());
+        return;
+    case config::store_kind::redis: {
+        const auto& redis = config_->rate_limit.redis;
+        auto* local =
+            redis.on_failure == config::failure_mode::local ? memory_store_.get() : nullptr;
+        auto owned = std::make_shared<store::redis_store>(ex, redis, local);
+        owned->set_metrics(&metrics_);
+        w.redis = owned.get();
+        w.store = std::move(owned);
+        w.context.on_drained = [store = w.redis] {
+            store->client().stop();
+        };
+        return;
     }
-    throw std::runtime_error("rate-limit.store: redis is not available in this build yet");
+    }
+}
+
+bool application::ready() const {
+    if (!listening_.load() || draining_flag_.load()) {
+        return false;
+    }
+    if (config_->rate_limit.store != config::store_kind::redis ||
+        config_->rate_limit.redis.on_failure != config::failure_mode::closed) {
+        return true;
+    }
+    return std::all_of(workers_.begin(), workers_.end(), [](const auto& w) {
+        return w->redis != nullptr && w->redis->client().connected();
+    });
+}
+
+void application::start_admin() {
+    const auto& admin = config_->admin;
+    if (!admin.enabled) {
+        return;
+    }
+    admin_ = std::make_unique<metrics::admin_server>(
+        control_.get_executor(), metrics_, [this] { return ready(); });
+    if (const auto ec = admin_->listen(admin.listen)) {
+        throw std::runtime_error(fmt::format("cannot listen on admin.listen {}:{}: {}",
+                                             admin.listen.host,
+                                             admin.listen.port,
+                                             ec.message()));
+    }
+    admin_->start();
+    spdlog::info("admin listening on {}:{} (/metrics, /healthz, /readyz)",
+                 admin.listen.host,
+                 admin_->port());
 }
 
 void application::start_workers() {
@@ -166,10 +220,11 @@ void application::start_workers() {
             endpoint = w->acceptor->local_endpoint();
         }
         w->pool = std::make_unique<upstream::pool>(ex);
-        w->store = make_worker_store(i, ex);
+        make_worker_store(*w);
         w->context.store = w->store.get();
         w->context.pool = w->pool.get();
-        w->context.held = &held_;
+        w->context.held = &metrics_.held_now;
+        w->context.metrics = &metrics_;
         w->context.access_log = access_log_;
         workers_.push_back(std::move(w));
     }
@@ -265,6 +320,7 @@ void application::begin_drain() {
         return;
     }
     draining_ = true;
+    draining_flag_ = true;
     spdlog::info("stopping: no new connections; draining for up to {} ms",
                  config_->server.drain_timeout.count());
     sweep_timer_.cancel();
@@ -282,6 +338,9 @@ void application::begin_drain() {
 
 void application::worker_finished() {
     if (--running_ == 0) {
+        if (admin_) {
+            admin_->stop();
+        }
         drain_timer_.cancel();
         sweep_timer_.cancel();
         error_code ignored;
@@ -330,15 +389,14 @@ int application::run() {
     for (const auto& warning : config_->warnings) {
         spdlog::warn("{}", warning);
     }
-    if (config_->rate_limit.store == config::store_kind::memory) {
-        memory_store_ = std::make_unique<store::memory_store>(clock_);
-    }
+    // The shared table serves the memory store, and Redis's failure-mode local.
+    memory_store_ = std::make_unique<store::memory_store>(clock_);
     start_workers();
+    listening_ = true;
+    start_admin();
 
     net::co_spawn(control_, handle_signals(), net::detached);
-    if (memory_store_) {
-        net::co_spawn(control_, sweep_memory_store(), net::detached);
-    }
+    net::co_spawn(control_, sweep_memory_store(), net::detached);
     control_.run();
     for (auto& w : workers_) {
         w->thread.join();

@@ -52,6 +52,11 @@ struct request_state {
     request_parser parser;
     access_record record;
     reply_context reply;
+    /// The rule's name ("fallback" when none matched), for the per-rule counters.
+    std::string_view rule_name;
+    /// Set once the request went to the limiter; what it decided, for the counters.
+    std::optional<metrics::decision_kind> counted_as;
+    bool dry_run_rejected = false;
     std::span<const config::limit> limits;
     store::outcome outcome;
     verdict v;
@@ -137,6 +142,15 @@ awaitable<bool> hold(connection_state& c, milliseconds delay) {
     co_return true;
 }
 
+constexpr std::string_view key_prefix = "rate-limit:";
+
+// The page's own key, rate-limit:<ip>:<endpoint>, unique per rule by its endpoint part.
+bool is_page_key(const config::limit& limit) noexcept {
+    using kind = config::key_part::kind;
+    return limit.key.size() == 2 && limit.key[0].what == kind::ip &&
+           limit.key[1].what == kind::endpoint;
+}
+
 // Fills `r.limits` and the store checks for this request; returns the rule's name.
 std::string_view
 derive_checks(connection_state& c, request_state& r, std::string_view path, store::checks& checks) {
@@ -176,10 +190,22 @@ derive_checks(connection_state& c, request_state& r, std::string_view path, stor
         const auto it = req.find(name);
         return it == req.end() ? std::nullopt : std::optional<std::string_view>(it->value());
     };
-    for (const auto& limit : r.limits) {
-        checks.push_back({key::limit_key(limit, client_part, endpoint, lookup), &limit});
+    const std::string_view rule_name = rule ? std::string_view(rule->name) : "fallback";
+    bool page_key_taken = false;
+    for (std::size_t i = 0; i < r.limits.size(); ++i) {
+        const auto& limit = r.limits[i];
+        auto k = key::limit_key(limit, client_part, endpoint, lookup);
+        // The first [ip, endpoint] limit of a rule owns the page's key. Any other key would
+        // collide across rules or with a sibling limit (e.g. [ip], [global], or a second
+        // [ip, endpoint] limit): scope it by rule and limit index, "rate-limit:api#1:...".
+        if (!page_key_taken && is_page_key(limit)) {
+            page_key_taken = true;
+        } else {
+            k.insert(key_prefix.size(), fmt::format("{}#{}:", rule_name, i));
+        }
+        checks.push_back({std::move(k), &limit});
     }
-    return rule ? std::string_view(rule->name) : std::string_view("fallback");
+    return rule_name;
 }
 
 // Forwards the request now; the verdict allowed it.
@@ -237,14 +263,18 @@ awaitable<ending> hold_then_forward(connection_state& c, request_state& r) {
     if (held.before() >= r.cfg->rate_limit.max_held) {
         held.release();
         r.record.decision = "overloaded";
+        metrics::bump(c.w.metrics->held_overflow_total);
+        spdlog::warn("rate-limit.max-held ({}) reached: answering 503", r.cfg->rate_limit.max_held);
         local_reply reply{bhttp::status::service_unavailable, {}, retry_after_seconds(r.v.delay)};
         auto e = co_await answer(c, r, reply, false);
         co_return e;
     }
     r.record.delay = r.v.delay;
+    metrics::bump(c.w.metrics->held_total);
     const bool present = co_await hold(c, r.v.delay);
     held.release();
     if (!present) {
+        metrics::bump(c.w.metrics->held_abandoned_total);
         r.record.status = 499; // nginx's "client closed request"
         co_return ending::close;
     }
@@ -252,11 +282,40 @@ awaitable<ending> hold_then_forward(connection_state& c, request_state& r) {
     co_return e;
 }
 
+metrics::decision_kind to_metric(verdict::kind what) noexcept {
+    switch (what) {
+    case verdict::kind::allowed:
+        return metrics::decision_kind::allowed;
+    case verdict::kind::delayed:
+        return metrics::decision_kind::delayed;
+    case verdict::kind::rejected:
+        return metrics::decision_kind::rejected;
+    case verdict::kind::failed_open:
+        return metrics::decision_kind::failed_open;
+    case verdict::kind::failed_closed:
+        return metrics::decision_kind::failed_closed;
+    }
+    return metrics::decision_kind::allowed;
+}
+
+bool any_dry_run_rejected(std::span<const config::limit> limits, const store::outcome& outcome) {
+    if (outcome.ec || outcome.decisions.size() != limits.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (limits[i].dry_run && !outcome.decisions[i].allowed) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // Everything after a valid header: limits, verdict, then the answer or the forward.
 awaitable<ending> decide_and_serve(connection_state& c, request_state& r, std::string_view path) {
     const auto& cfg = *r.cfg;
     store::checks checks;
     const auto name = derive_checks(c, r, path, checks);
+    r.rule_name = name;
     if (!checks.empty()) {
         if (r.cfg->logging.access_log) {
             r.record.key = checks.front().key;
@@ -264,6 +323,8 @@ awaitable<ending> decide_and_serve(connection_state& c, request_state& r, std::s
         r.outcome = co_await c.w.store->acquire(std::move(checks));
         r.v = decide(r.limits, r.outcome, cfg.rate_limit.redis.on_failure);
         r.record.decision = to_string(r.v.what);
+        r.counted_as = to_metric(r.v.what);
+        r.dry_run_rejected = any_dry_run_rejected(r.limits, r.outcome);
     } else {
         r.record.decision = "unlimited";
     }
@@ -359,6 +420,33 @@ awaitable<bool> wait_for_request(connection_state& c) {
     co_return !ec;
 }
 
+// Counts the request in the metrics: the limiter's decision per rule, the upstream's answer.
+void count_request(connection_state& c, const request_state& r) {
+    auto& m = *c.w.metrics;
+    if (r.counted_as) {
+        auto& rule = c.w.rule_counters(r.rule_name);
+        rule.count(*r.counted_as);
+        if (r.dry_run_rejected) {
+            rule.count(metrics::decision_kind::dry_run_rejected);
+        }
+    }
+    if (r.record.upstream_time.count() < 0) {
+        if (r.record.status == 400 || r.record.status == 413 || r.record.status == 414 ||
+            r.record.status == 431) {
+            metrics::bump(m.bad_requests_total);
+        }
+        return;
+    }
+    m.upstream_latency.observe(r.record.upstream_time);
+    const auto status_class = r.record.status / 100;
+    metrics::bump(m.upstream_status[status_class >= 1 && status_class <= 5 ? status_class : 0]);
+    if (r.record.status == 502) {
+        metrics::bump(m.upstream_connect_errors_total);
+    } else if (r.record.status == 504) {
+        metrics::bump(m.upstream_timeouts_total);
+    }
+}
+
 void log_access(const connection_state& c, request_state& r) {
     if (!c.w.access_log || !r.cfg->logging.access_log || r.record.method.empty()) {
         return;
@@ -370,6 +458,15 @@ void log_access(const connection_state& c, request_state& r) {
 }
 
 } // namespace
+
+metrics::rule_counters& worker_context::rule_counters(std::string_view rule_name) {
+    auto found = rule_counters_.find(rule_name);
+    if (found == rule_counters_.end()) {
+        auto& counters = metrics->rule(std::string(rule_name));
+        found = rule_counters_.emplace(std::string(rule_name), &counters).first;
+    }
+    return *found->second;
+}
 
 void worker_context::begin_drain() noexcept {
     draining = true;
@@ -402,6 +499,8 @@ awaitable<void> run_session(tcp_socket socket, worker_context& worker) {
     beast::flat_buffer buffer;
     session_entry entry(stream);
     worker.sessions.push_back(entry);
+    metrics::bump(worker.metrics->connections_total);
+    worker.metrics->connections_open.fetch_add(1, std::memory_order_relaxed);
     connection_state c{worker, stream, buffer, entry, to_ip(remote.address()), {}};
     c.peer_text = c.peer.to_string();
 
@@ -415,6 +514,7 @@ awaitable<void> run_session(tcp_socket socket, worker_context& worker) {
         }
         request_state r{worker.config};
         e = co_await handle_request(c, r);
+        count_request(c, r);
         log_access(c, r);
     }
     if (e == ending::linger) {
@@ -422,6 +522,7 @@ awaitable<void> run_session(tcp_socket socket, worker_context& worker) {
     }
     stream.socket().close(ec);
     entry.unlink();
+    worker.metrics->connections_open.fetch_sub(1, std::memory_order_relaxed);
     worker.session_ended();
 }
 

@@ -201,11 +201,6 @@ std::string registry::render() const {
            "Redis commands that got no reply within rate-limit.redis.timeout.",
            static_cast<double>(load(redis_timeouts_total)));
     single(out,
-           "sluice_redis_reconnects_total",
-           "counter",
-           "Redis connections re-established after a loss.",
-           static_cast<double>(load(redis_reconnects_total)));
-    single(out,
            "sluice_store_errors_total",
            "counter",
            "Requests the store could not decide (handled by failure-mode).",

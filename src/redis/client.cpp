@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <random>
@@ -466,7 +467,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
     tcp::resolver resolver_;
     std::minstd_rand rng_;
     redisAsyncContext* ac_ = nullptr;
-    phase phase_ = phase::idle;
+    // Atomic only so that connected() may be read from another thread (readiness probes);
+    // every write happens on the client's executor.
+    std::atomic<phase> phase_{phase::idle};
     std::deque<pending_command> pending_;
     std::size_t expired_ = 0;
     bool deadline_armed_ = false;
@@ -508,7 +511,7 @@ void client::add_connect_command(std::vector<std::string> args) {
         return;
     }
     commands.push_back(args);
-    const auto p = state_->phase_;
+    const auto p = state_->phase_.load();
     if (state_->ac_ != nullptr && (p == state::phase::connecting || p == state::phase::connected)) {
         state_->send(args, state::checker(args.front()));
     }

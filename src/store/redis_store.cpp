@@ -41,8 +41,12 @@ std::string format_double(double x) {
     return std::string(buffer, static_cast<std::size_t>(std::max(n, 0)));
 }
 
-milliseconds ceil_ms(double ms) noexcept {
-    return milliseconds{static_cast<std::int64_t>(std::ceil(std::max(0.0, ms)))};
+// The buckets' rounding in src/limiter/leaky_bucket.cpp, epsilon included: capacity x T is
+// rarely exact in binary (21 x 1000 / 0.7 gives 30000.000000000004), and a plain ceil would
+// report a window one ms longer than the memory store does.
+milliseconds bucket_ceil_ms(double ms) noexcept {
+    constexpr double ms_epsilon = 1e-6;
+    return milliseconds{static_cast<std::int64_t>(std::ceil(std::max(0.0, ms - ms_epsilon)))};
 }
 
 // The policy's quota and window, as the C++ algorithms report them (no round trip needed).
@@ -50,11 +54,11 @@ void describe_policy(const config::limit& l, limiter::decision& d) noexcept {
     switch (l.algo) {
     case config::algorithm::leaky_bucket:
         d.limit = l.capacity;
-        d.window = ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.flow_rate));
+        d.window = bucket_ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.flow_rate));
         break;
     case config::algorithm::token_bucket:
         d.limit = l.capacity;
-        d.window = ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.refill_rate));
+        d.window = bucket_ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.refill_rate));
         break;
     case config::algorithm::fixed_window:
     case config::algorithm::sliding_window:
@@ -64,7 +68,8 @@ void describe_policy(const config::limit& l, limiter::decision& d) noexcept {
     }
 }
 
-// The two numeric parameters of a limit's argument group.
+// The two numeric parameters of a limit's argument group: {capacity, rate per s} for the
+// buckets, {limit, window in ms} for the windows (see the header of src/redis/limits.lua).
 std::pair<std::string, std::string> parameters(const config::limit& l) {
     switch (l.algo) {
     case config::algorithm::leaky_bucket:
@@ -163,7 +168,11 @@ awaitable<outcome> redis_store::acquire(checks request_checks) {
     if (request_checks.empty()) {
         co_return outcome{};
     }
+    const auto started = std::chrono::steady_clock::now();
     auto result = co_await client_.async_command(script_command(request_checks, false));
+    if (metrics_ != nullptr) {
+        metrics_->redis_latency.observe(std::chrono::steady_clock::now() - started);
+    }
     if (is_noscript(std::get<0>(result), std::get<1>(result))) {
         // The script cache was emptied since this connection loaded it: EVAL loads it again.
         auto retried = co_await client_.async_command(script_command(request_checks, true));
@@ -181,6 +190,11 @@ awaitable<outcome> redis_store::acquire(checks request_checks) {
 }
 
 outcome redis_store::fail(const checks& request_checks, error_code ec, const redis::reply& r) {
+    if (metrics_ != nullptr) {
+        metrics::bump(ec == errc::redis_timeout ? metrics_->redis_timeouts_total
+                                                : metrics_->redis_errors_total);
+        metrics::bump(metrics_->store_errors_total);
+    }
     // Unavailability is the client's to report (once per outage); a bad reply is a bug or a
     // misconfiguration an operator must see, but not once per request.
     if (ec == errc::bad_reply) {

@@ -3,6 +3,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/net.hpp"
+#include "sluice/metrics/metrics.hpp"
 #include "sluice/store/store.hpp"
 #include "sluice/upstream/pool.hpp"
 
@@ -13,6 +14,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
 
 namespace spdlog {
 class logger;
@@ -49,6 +53,11 @@ struct worker_context {
     upstream::pool* pool = nullptr;
     /// Requests held for shaping, across all workers; capped by `rate_limit.max_held`.
     std::atomic<std::int64_t>* held = nullptr;
+    /// Process-wide counters; never null once the worker runs.
+    metrics::registry* metrics = nullptr;
+    /// This worker's own cache of `metrics->rule(name)`, so that counting a request takes no
+    /// lock: the registry is consulted once per rule name and worker.
+    metrics::rule_counters& rule_counters(std::string_view rule_name);
     /// One line per request when `logging.access_log` is on.
     std::shared_ptr<spdlog::logger> access_log;
     /// Set by `begin_drain`: finish the request at hand, then close.
@@ -70,6 +79,17 @@ struct worker_context {
 
 private:
     bool drained_ = false;
+
+    struct name_hash {
+        using is_transparent = void;
+
+        std::size_t operator()(std::string_view s) const noexcept {
+            return std::hash<std::string_view>{}(s);
+        }
+    };
+
+    std::unordered_map<std::string, metrics::rule_counters*, name_hash, std::equal_to<>>
+        rule_counters_;
 };
 
 } // namespace sluice::http

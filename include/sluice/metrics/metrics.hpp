@@ -88,7 +88,6 @@ public:
     histogram redis_latency;
     counter redis_errors_total{0};
     counter redis_timeouts_total{0};
-    counter redis_reconnects_total{0};
     counter store_errors_total{0};
 
     /// The whole registry in the Prometheus text exposition format (version 0.0.4).

@@ -138,7 +138,7 @@ public:
      */
     void add_connect_command(std::vector<std::string> args);
 
-    /// True when the TCP (or unix) connection is established.
+    /// True when the TCP (or unix) connection is established. Safe from any thread.
     bool connected() const noexcept;
 
     /// Connections established so far (1 after the first, 2 after a reconnect, ...).

@@ -3,6 +3,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/net.hpp"
+#include "sluice/metrics/metrics.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/store.hpp"
@@ -56,6 +57,9 @@ public:
 
     redis::client& client() noexcept { return client_; }
 
+    /// Counts Redis latency and errors in `registry` (which must outlive the store); optional.
+    void set_metrics(metrics::registry* registry) noexcept { metrics_ = registry; }
+
 private:
     std::vector<std::string> script_command(const checks& request_checks, bool with_text) const;
     outcome fail(const checks& request_checks, error_code ec, const redis::reply& r);
@@ -66,6 +70,7 @@ private:
     config::failure_mode on_failure_;
     memory_store* local_fallback_;
     std::optional<double> now_override_;
+    metrics::registry* metrics_ = nullptr;
     std::chrono::steady_clock::time_point last_warning_{};
 };
 
