@@ -40,9 +40,8 @@ retention retention_of(const limit& l) {
     }
     case algorithm::fixed_window:
     case algorithm::sliding_window:
-        return {l.window,
-                "needs to remember a window (window " + format_duration(l.window) + ")",
-                "a client's count would be forgotten before its window ends"};
+        // Window keys expire with their own window in Redis, not after `ttl`: nothing to warn.
+        return {};
     }
     return {};
 }
@@ -54,7 +53,7 @@ std::string where(const config& cfg, int line) {
 void check_ttl(config& cfg, const limit& l, const std::string& owner) {
     const auto ttl = cfg.rate_limit.redis.ttl;
     const auto r = retention_of(l);
-    if (r.needed <= ttl) {
+    if (r.needs.empty() || r.needed <= ttl) {
         return;
     }
     cfg.warnings.push_back(where(cfg, l.line) + ": rate-limit.redis.ttl " + format_duration(ttl) +

@@ -33,9 +33,11 @@ decision sliding_window_acquire(sliding_window_state& state,
     if (d.allowed) {
         // A clock that stepped back must not break the order the erase above relies on.
         log.insert(std::upper_bound(log.begin(), log.end(), now_ms), now_ms);
-    } else {
+    } else if (!log.empty()) {
         // A slot frees when the oldest admission leaves the window.
         d.retry_after = std::max(ceil_ms(log.front() + window_ms - now_ms), milliseconds{1});
+    } else {
+        d.retry_after = limit.window; // limit 0 (only possible when built in code): never admits
     }
     d.remaining = limit.limit_count - static_cast<std::int64_t>(log.size());
     d.reset_after = log.empty() ? milliseconds{0} : ceil_ms(log.back() + window_ms - now_ms);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/limiter/leaky_bucket.hpp"
+#include "sluice/limiter/token_bucket.hpp"
 #include "sluice/redis/scripts.hpp"
 #include "sluice/store/redis_store.hpp"
 #include "support/redis_server.hpp"
@@ -10,9 +11,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
 
 namespace sluice::store {
 namespace {
@@ -284,13 +290,194 @@ TEST_F(RedisStore, FactoryBuildsAStartedStore) {
     EXPECT_TRUE(out.decisions[0].allowed);
 }
 
-TEST_F(RedisStore, AlgorithmsNotYetInTheScriptFailWithBadReply) {
+TEST_F(RedisStore, AnUnknownAlgorithmFailsWithBadReply) {
+    config::limit l;
+    l.algo = static_cast<config::algorithm>(9);
+    auto out = acquire(one("unknown", l), t0);
+    EXPECT_EQ(out.ec, errc::bad_reply);
+    EXPECT_EQ(command({"EXISTS", "unknown"}).integer, 0);
+}
+
+//------------------------------------------------------------------------------
+// The other algorithms' Redis layout (their decisions are the store contract's business:
+// tests/unit/store/store_contract_test.cpp)
+
+config::limit token(std::int64_t capacity, double refill_rate) {
     config::limit l;
     l.algo = config::algorithm::token_bucket;
-    l.capacity = 10;
-    l.refill_rate = 1;
-    auto out = acquire(one("token", l), t0);
-    EXPECT_EQ(out.ec, errc::bad_reply);
+    l.capacity = capacity;
+    l.refill_rate = refill_rate;
+    return l;
+}
+
+config::limit windowed(config::algorithm algo, std::int64_t count, milliseconds window) {
+    config::limit l;
+    l.algo = algo;
+    l.limit_count = count;
+    l.window = window;
+    return l;
+}
+
+std::string format_double(double x) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.17g", x);
+    return buffer;
+}
+
+TEST_F(RedisStore, TokenBucketIsAHashOfTokensAndLastRefillTime) {
+    const auto l = token(5, 3); // T = 333.33 ms: the refill time becomes fractional
+    limiter::token_bucket_state reference;
+    bool exists = false;
+    for (const double t : {t0, t0, t0, t0 + 400, t0 + 900}) {
+        ASSERT_TRUE(acquire_one("tokens", l, t).allowed);
+        ASSERT_TRUE(limiter::token_bucket_acquire(reference, exists, l, t).allowed);
+        exists = true;
+    }
+    ASSERT_NE(reference.last_refill_ms, std::floor(reference.last_refill_ms));
+    const std::map<std::string, std::string> expected{
+        {"tokens", std::to_string(reference.tokens)},
+        {"last_refill_time", format_double(reference.last_refill_ms)}};
+    EXPECT_EQ(hash("tokens"), expected);
+    // A bucket lives as long as rate-limit.redis.ttl from its last write.
+    const auto pttl = command({"PTTL", "tokens"});
+    EXPECT_GT(pttl.integer, 0);
+    EXPECT_LE(pttl.integer, settings_.ttl.count());
+}
+
+TEST_F(RedisStore, FixedWindowIsACountExpiringWithItsWindow) {
+    // t0 lies 20 s into the minute that starts at 1699999980000: 40 s are left.
+    const auto l = windowed(config::algorithm::fixed_window, 2, 60'000ms);
+    EXPECT_TRUE(acquire_one("fixed", l, t0).allowed);
+    EXPECT_TRUE(acquire_one("fixed", l, t0 + 1).allowed);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_FALSE(acquire_one("fixed", l, t0 + 2).allowed);
+    }
+    // Rejections are not counted.
+    const std::map<std::string, std::string> expected{{"count", "2"},
+                                                      {"window_start", "1699999980000"}};
+    EXPECT_EQ(hash("fixed"), expected);
+    // The key expires at the window's end, 40 s after the first request: less what has passed
+    // (in real time) since the last write set it.
+    const auto pttl = command({"PTTL", "fixed"});
+    EXPECT_LE(pttl.integer, 40'000 - 1);
+    EXPECT_GT(pttl.integer, 30'000);
+}
+
+TEST_F(RedisStore, SlidingWindowIsASortedSetOfAtMostLimitAdmissions) {
+    const std::int64_t limit = 4;
+    const auto l = windowed(config::algorithm::sliding_window, limit, 1000ms);
+    // Three admissions in one millisecond: three members, all scored with that time.
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(acquire_one("log", l, t0).allowed);
+    }
+    EXPECT_EQ(command({"TYPE", "log"}).str, "zset");
+    const auto members = command({"ZRANGE", "log", "0", "-1", "WITHSCORES"});
+    ASSERT_EQ(members.elements.size(), 6u);
+    for (std::size_t i = 1; i < members.elements.size(); i += 2) {
+        EXPECT_EQ(members.elements[i].str, "1700000000000");
+    }
+
+    std::mt19937 random(11);
+    std::uniform_int_distribution<int> gap(0, 150);
+    double t = t0;
+    int admitted = 0;
+    for (int i = 0; i < 500; ++i) {
+        t += gap(random);
+        const auto d = acquire_one("log", l, t);
+        const auto card = command({"ZCARD", "log"}).integer;
+        ASSERT_LE(card, limit) << "request " << i;
+        if (d.allowed) {
+            // What left the window was removed as this admission was logged.
+            ASSERT_EQ(card, limit - d.remaining) << "request " << i;
+            ++admitted;
+        }
+    }
+    EXPECT_GT(admitted, 100);
+    EXPECT_LT(admitted, 500);
+    // The log lives until its newest admission leaves the window.
+    const auto pttl = command({"PTTL", "log"});
+    EXPECT_GT(pttl.integer, 0);
+    EXPECT_LE(pttl.integer, 1000);
+}
+
+TEST_F(RedisStore, RejectedGlobalWindowLeavesThePerClientBucketUntouched) {
+    const auto per_client = leaky(5, 1);
+    const auto global = windowed(config::algorithm::sliding_window, 3, 1000ms);
+    const auto request = [&](const std::string& client) {
+        return checks{check{"rate-limit:" + client + ":/api", &per_client},
+                      check{"rate-limit:*:/api", &global}};
+    };
+    ASSERT_TRUE(acquire(request("10.0.0.2"), t0).decisions.at(1).allowed);
+    ASSERT_TRUE(acquire(request("10.0.0.1"), t0).decisions.at(1).allowed);
+    ASSERT_TRUE(acquire(request("10.0.0.1"), t0).decisions.at(1).allowed);
+
+    const auto before = hash("rate-limit:10.0.0.2:/api");
+    ASSERT_EQ(before.at("queue_size"), "1");
+    auto rejected = acquire(request("10.0.0.2"), t0 + 100);
+    ASSERT_EQ(rejected.decisions.size(), 2u);
+    EXPECT_TRUE(rejected.decisions[0].allowed); // it would have admitted...
+    EXPECT_FALSE(rejected.decisions[1].allowed);
+    EXPECT_EQ(rejected.decisions[1].retry_after, 900ms);
+    EXPECT_EQ(hash("rate-limit:10.0.0.2:/api"), before); // ...but was not charged
+    EXPECT_EQ(command({"ZCARD", "rate-limit:*:/api"}).integer, 3);
+}
+
+TEST_F(RedisStore, AnotherAlgorithmsStateIsReplacedNotMixed) {
+    const auto l1 = leaky(3, 1);
+    const auto l2 = token(3, 1);
+    const auto l3 = windowed(config::algorithm::sliding_window, 3, 1000ms);
+    const auto l4 = windowed(config::algorithm::fixed_window, 3, 1000ms);
+    const auto fields = [this] {
+        std::vector<std::string> names;
+        for (const auto& [name, value] : hash("k")) {
+            names.push_back(name);
+        }
+        return names;
+    };
+    ASSERT_TRUE(acquire_one("k", l1, t0).allowed);
+    EXPECT_EQ(fields(), (std::vector<std::string>{"last_leak_time", "queue_size"}));
+    ASSERT_TRUE(acquire_one("k", l2, t0).allowed);
+    EXPECT_EQ(fields(), (std::vector<std::string>{"last_refill_time", "tokens"}));
+    ASSERT_TRUE(acquire_one("k", l3, t0).allowed);
+    EXPECT_EQ(command({"TYPE", "k"}).str, "zset");
+    EXPECT_EQ(command({"ZCARD", "k"}).integer, 1);
+    ASSERT_TRUE(acquire_one("k", l4, t0).allowed);
+    EXPECT_EQ(fields(), (std::vector<std::string>{"count", "window_start"}));
+    const auto d = acquire_one("k", l1, t0);
+    ASSERT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 2); // a fresh bucket
+    EXPECT_EQ(fields(), (std::vector<std::string>{"last_leak_time", "queue_size"}));
+}
+
+// With Redis TIME as the clock, keys really go: buckets after rate-limit.redis.ttl, windows at
+// their end. Polled with a deadline well above the expiry (Redis expires lazily on access).
+TEST_F(RedisStore, KeysExpireWithRedisTime) {
+    auto short_ttl = settings_;
+    short_ttl.ttl = 200ms;
+    redis_store store(*client_, short_ttl);
+    const auto window = milliseconds(200);
+    const std::vector<std::pair<std::string, config::limit>> limits{
+        {"expiring:leaky", leaky(5, 1)},
+        {"expiring:token", token(5, 1)},
+        {"expiring:fixed", windowed(config::algorithm::fixed_window, 5, window)},
+        {"expiring:sliding", windowed(config::algorithm::sliding_window, 5, window)},
+    };
+    for (const auto& [key, l] : limits) {
+        auto out = test::run_coro(ioc_, store.acquire(one(key, l)));
+        ASSERT_FALSE(out.ec) << key;
+        ASSERT_TRUE(out.decisions.at(0).allowed) << key;
+        const auto pttl = command({"PTTL", key}).integer;
+        EXPECT_GT(pttl, 0) << key;
+        EXPECT_LE(pttl, 200) << key;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    for (const auto& [key, l] : limits) {
+        while (command({"EXISTS", key}).integer != 0 &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(10ms);
+        }
+        EXPECT_EQ(command({"EXISTS", key}).integer, 0) << key;
+    }
 }
 
 } // namespace

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The store contract: the memory store (C++) and the Redis store (Lua) decide alike, to the
-// millisecond, on the shared vectors in tests/vectors/leaky_bucket.txt and on each other.
+// millisecond, on the shared vectors in tests/vectors/*.txt (one file per algorithm) and on each
+// other, request by request, under randomized traffic.
 
+#include "contract_vectors.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_store.hpp"
 #include "support/redis_server.hpp"
@@ -10,10 +12,9 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,110 +22,14 @@ namespace sluice::store {
 namespace {
 
 using namespace std::chrono_literals;
+using std::chrono::milliseconds;
 
-//------------------------------------------------------------------------------
-// The vectors file (its format is documented at its top)
-
-struct step {
-    double time_ms = 0;
-    bool allowed = false;
-    std::int64_t queue_size = 0;
-    std::int64_t ms = 0; // delay when admitted, retry_after when rejected
-    int line = 0;
-};
-
-struct scenario {
-    std::string name;
-    config::limit limit;
-    std::vector<step> steps;
-};
-
-[[noreturn]] void parse_error(int line, const std::string& what) {
-    throw std::runtime_error("leaky_bucket.txt:" + std::to_string(line) + ": " + what);
-}
-
-config::limit parse_limit(std::istringstream& words, int line) {
-    config::limit l;
-    std::string word;
-    while (words >> word) {
-        const auto eq = word.find('=');
-        if (eq == std::string::npos) {
-            parse_error(line, "expected name=value, got " + word);
-        }
-        const std::string name = word.substr(0, eq);
-        const std::string value = word.substr(eq + 1);
-        if (name == "capacity") {
-            l.capacity = std::stoll(value);
-        } else if (name == "flow") {
-            l.flow_rate = std::stod(value);
-        } else if (name == "mode" && (value == "shape" || value == "police")) {
-            l.mode = value == "shape" ? config::shaping_mode::shape : config::shaping_mode::police;
-        } else if (name == "max_delay") {
-            l.max_delay = std::chrono::milliseconds(std::stoll(value));
-        } else {
-            parse_error(line, "unknown setting " + word);
-        }
-    }
-    return l;
-}
-
-void parse_step(std::istringstream& words, int line, scenario& s) {
-    step st;
-    std::string verdict;
-    if (!(words >> st.time_ms >> verdict >> st.queue_size >> st.ms) ||
-        (verdict != "A" && verdict != "R")) {
-        parse_error(line, "expected <time_ms> <A|R> <queue_size> <ms>");
-    }
-    st.allowed = verdict == "A";
-    st.line = line;
-    int count = 1;
-    std::int64_t queue_step = 0;
-    std::int64_t ms_step = 0;
-    std::string repeat;
-    if (words >> repeat) {
-        if (repeat.size() < 2 || repeat[0] != 'x' || !(words >> queue_step >> ms_step)) {
-            parse_error(line, "expected x<count> <queue_step> <ms_step>");
-        }
-        count = std::stoi(repeat.substr(1));
-    }
-    for (int i = 0; i < count; ++i) {
-        s.steps.push_back(st);
-        st.queue_size += queue_step;
-        st.ms += ms_step;
-    }
-}
-
-std::vector<scenario> load_vectors() {
-    const std::string path = std::string(SLUICE_SOURCE_DIR) + "/tests/vectors/leaky_bucket.txt";
-    std::ifstream in(path);
-    if (!in) {
-        throw std::runtime_error("cannot open " + path);
-    }
-    std::vector<scenario> scenarios;
-    std::string text;
-    for (int line = 1; std::getline(in, text); ++line) {
-        text = text.substr(0, text.find('#'));
-        std::istringstream words(text);
-        std::string first;
-        if (!(words >> first)) {
-            continue;
-        }
-        if (first == "scenario") {
-            scenario s;
-            if (!(words >> s.name)) {
-                parse_error(line, "scenario without a name");
-            }
-            s.limit = parse_limit(words, line);
-            scenarios.push_back(std::move(s));
-            continue;
-        }
-        if (scenarios.empty()) {
-            parse_error(line, "request before any scenario");
-        }
-        std::istringstream request(text);
-        parse_step(request, line, scenarios.back());
-    }
-    return scenarios;
+std::string describe(const limiter::decision& d) {
+    std::ostringstream out;
+    out << "{allowed " << d.allowed << " limit " << d.limit << " window " << d.window.count()
+        << " remaining " << d.remaining << " reset " << d.reset_after.count() << " retry "
+        << d.retry_after.count() << " delay " << d.delay.count() << "}";
+    return out.str();
 }
 
 //------------------------------------------------------------------------------
@@ -182,6 +87,30 @@ protected:
         return out.decisions.empty() ? limiter::decision{} : out.decisions.front();
     }
 
+    // Runs every scenario of one vectors file, each on its own fresh key.
+    void run_vectors(const test_vectors::file& f, std::size_t min_scenarios) {
+        const auto scenarios = test_vectors::load(f);
+        ASSERT_GE(scenarios.size(), min_scenarios) << f.name;
+        for (const auto& s : scenarios) {
+            const std::string key = std::string("rate-limit:contract:") + f.name + ":" + s.name;
+            for (const auto& st : s.steps) {
+                SCOPED_TRACE(std::string(f.name) + ":" + std::to_string(st.line) + " (" + s.name +
+                             ")");
+                const auto d = decide_one(key, s.limit, st.time_ms);
+                ASSERT_EQ(d.allowed, st.allowed) << describe(d);
+                if (f.algo == config::algorithm::leaky_bucket) {
+                    EXPECT_EQ(s.limit.capacity - d.remaining, st.values[0]);
+                    EXPECT_EQ(st.allowed ? d.delay.count() : d.retry_after.count(), st.values[1]);
+                    continue;
+                }
+                EXPECT_EQ(d.remaining, st.values[0]);
+                EXPECT_EQ(d.retry_after.count(), st.values[1]);
+                EXPECT_EQ(d.reset_after.count(), st.values[2]);
+                EXPECT_EQ(d.delay.count(), 0);
+            }
+        }
+    }
+
     std::unique_ptr<Backend> backend_;
 };
 
@@ -198,22 +127,19 @@ public:
 TYPED_TEST_SUITE(StoreContract, backends, backend_names);
 
 TYPED_TEST(StoreContract, LeakyBucketVectors) {
-    const auto scenarios = load_vectors();
-    ASSERT_GE(scenarios.size(), 10u);
-    for (const auto& s : scenarios) {
-        const std::string key = "rate-limit:contract:" + s.name;
-        for (const auto& st : s.steps) {
-            SCOPED_TRACE("leaky_bucket.txt:" + std::to_string(st.line) + " (" + s.name + ")");
-            const auto d = this->decide_one(key, s.limit, st.time_ms);
-            ASSERT_EQ(d.allowed, st.allowed);
-            EXPECT_EQ(s.limit.capacity - d.remaining, st.queue_size);
-            if (st.allowed) {
-                EXPECT_EQ(d.delay.count(), st.ms);
-            } else {
-                EXPECT_EQ(d.retry_after.count(), st.ms);
-            }
-        }
-    }
+    this->run_vectors(test_vectors::files[0], 10);
+}
+
+TYPED_TEST(StoreContract, TokenBucketVectors) {
+    this->run_vectors(test_vectors::files[1], 8);
+}
+
+TYPED_TEST(StoreContract, FixedWindowVectors) {
+    this->run_vectors(test_vectors::files[2], 7);
+}
+
+TYPED_TEST(StoreContract, SlidingWindowVectors) {
+    this->run_vectors(test_vectors::files[3], 7);
 }
 
 // Several limits per request: all are charged, or none; a dry-run limit never blocks.
@@ -250,33 +176,248 @@ TYPED_TEST(StoreContract, ChargesEveryLimitOrNone) {
     EXPECT_EQ(this->decide_one("all-or-none:roomy", roomy, 1000).remaining, 3);
 }
 
-// Beyond the vectors' fields: every field of every decision is identical in both stores.
-TEST(StoreContractAgreement, MemoryAndRedisDecideIdentically) {
-    if (!redis_backend::available()) {
-        GTEST_SKIP() << "redis-server is not on PATH";
+// The same with the other algorithms: a global window that rejects charges no per-client limit.
+TYPED_TEST(StoreContract, WindowsAndBucketsChargeEveryLimitOrNone) {
+    config::limit per_client;
+    per_client.algo = config::algorithm::token_bucket;
+    per_client.capacity = 5;
+    per_client.refill_rate = 1;
+    config::limit global;
+    global.algo = config::algorithm::sliding_window;
+    global.limit_count = 2;
+    global.window = 1000ms;
+    config::limit counter;
+    counter.algo = config::algorithm::fixed_window;
+    counter.limit_count = 10;
+    counter.window = 1000ms;
+    const auto request = [&](const std::string& client) {
+        return checks{check{"mixed:" + client, &per_client},
+                      check{"mixed:counter:" + client, &counter},
+                      check{"mixed:global", &global}};
+    };
+
+    EXPECT_TRUE(this->backend_->decide(request("a"), 5000).decisions.at(2).allowed);
+    EXPECT_TRUE(this->backend_->decide(request("b"), 5000).decisions.at(2).allowed);
+    for (int i = 0; i < 3; ++i) {
+        auto rejected = this->backend_->decide(request("a"), 5100);
+        ASSERT_EQ(rejected.decisions.size(), 3u);
+        EXPECT_TRUE(rejected.decisions[0].allowed);
+        EXPECT_TRUE(rejected.decisions[1].allowed);
+        EXPECT_FALSE(rejected.decisions[2].allowed);
+        EXPECT_EQ(rejected.decisions[2].retry_after, 900ms);
     }
-    memory_backend memory;
-    redis_backend redis;
-    for (const auto& s : load_vectors()) {
-        const std::string key = "rate-limit:agreement:" + s.name;
-        const checks c{check{key, &s.limit}};
-        for (const auto& st : s.steps) {
-            SCOPED_TRACE("leaky_bucket.txt:" + std::to_string(st.line) + " (" + s.name + ")");
-            auto from_memory = memory.decide(c, st.time_ms);
-            auto from_redis = redis.decide(c, st.time_ms);
-            ASSERT_FALSE(from_redis.ec) << from_redis.ec.message();
-            ASSERT_EQ(from_memory.decisions.size(), 1u);
-            ASSERT_EQ(from_redis.decisions.size(), 1u);
-            const auto& m = from_memory.decisions[0];
-            const auto& r = from_redis.decisions[0];
-            EXPECT_EQ(m, r) << "memory: allowed " << m.allowed << " remaining " << m.remaining
-                            << " reset " << m.reset_after.count() << " retry "
-                            << m.retry_after.count() << " delay " << m.delay.count()
-                            << "\n redis: allowed " << r.allowed << " remaining " << r.remaining
-                            << " reset " << r.reset_after.count() << " retry "
-                            << r.retry_after.count() << " delay " << r.delay.count();
+    // Client a was charged once on each of its limits: the three rejections took nothing.
+    EXPECT_EQ(this->decide_one("mixed:a", per_client, 5100).remaining, 3);
+    EXPECT_EQ(this->decide_one("mixed:counter:a", counter, 5100).remaining, 8);
+}
+
+// A key holding another algorithm's state (the limit changed on reload) starts fresh.
+TYPED_TEST(StoreContract, AnotherAlgorithmsStateCountsAsNone) {
+    config::limit leaky;
+    leaky.capacity = 2;
+    leaky.flow_rate = 1;
+    leaky.mode = config::shaping_mode::police;
+    config::limit token;
+    token.algo = config::algorithm::token_bucket;
+    token.capacity = 3;
+    token.refill_rate = 1;
+    config::limit fixed;
+    fixed.algo = config::algorithm::fixed_window;
+    fixed.limit_count = 2;
+    fixed.window = 1000ms;
+    auto sliding = fixed;
+    sliding.algo = config::algorithm::sliding_window;
+    const std::string key = "switched";
+
+    EXPECT_TRUE(this->decide_one(key, leaky, 1000).allowed);
+    EXPECT_EQ(this->decide_one(key, leaky, 1000).remaining, 0);
+    EXPECT_FALSE(this->decide_one(key, leaky, 1000).allowed);
+    for (const config::limit* next : {&token, &sliding, &fixed, &sliding, &token, &leaky}) {
+        SCOPED_TRACE(static_cast<int>(next->algo));
+        const auto fresh = this->decide_one(key, *next, 1000);
+        EXPECT_TRUE(fresh.allowed);
+        const std::int64_t quota = next->algo == config::algorithm::leaky_bucket ||
+                                           next->algo == config::algorithm::token_bucket
+                                       ? next->capacity
+                                       : next->limit_count;
+        EXPECT_EQ(fresh.remaining, quota - 1);
+        // And the state written is this algorithm's own: the next request counts it.
+        EXPECT_EQ(this->decide_one(key, *next, 1000).remaining, quota - 2);
+    }
+}
+
+//------------------------------------------------------------------------------
+// Both stores side by side: every field of every decision is identical.
+
+class StoreContractAgreement : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!redis_backend::available()) {
+            GTEST_SKIP() << "redis-server is not on PATH";
+        }
+        redis_ = std::make_unique<redis_backend>();
+    }
+
+    // Decides `c` on both stores; returns false (after reporting) when they disagree.
+    bool agree(const checks& c, double now_ms, outcome* decided = nullptr) {
+        auto from_memory = memory_.decide(c, now_ms);
+        auto from_redis = redis_->decide(c, now_ms);
+        EXPECT_FALSE(from_redis.ec) << from_redis.ec.message();
+        EXPECT_EQ(from_memory.decisions.size(), c.size());
+        bool same = from_memory.decisions.size() == from_redis.decisions.size();
+        for (std::size_t i = 0; same && i < c.size(); ++i) {
+            const auto& m = from_memory.decisions[i];
+            const auto& r = from_redis.decisions[i];
+            if (m != r) {
+                ADD_FAILURE() << "at " << std::fixed << now_ms << ", check " << i << " ("
+                              << c[i].key << "):\n memory " << describe(m) << "\n redis  "
+                              << describe(r);
+                same = false;
+            }
+        }
+        if (decided != nullptr) {
+            *decided = std::move(from_memory);
+        }
+        return same;
+    }
+
+    memory_backend memory_;
+    std::unique_ptr<redis_backend> redis_;
+};
+
+TEST_F(StoreContractAgreement, MemoryAndRedisDecideIdenticallyOnTheVectors) {
+    for (const auto& f : test_vectors::files) {
+        for (const auto& s : test_vectors::load(f)) {
+            const std::string key = std::string("rate-limit:agreement:") + f.name + ":" + s.name;
+            const checks c{check{key, &s.limit}};
+            for (const auto& st : s.steps) {
+                SCOPED_TRACE(std::string(f.name) + ":" + std::to_string(st.line) + " (" + s.name +
+                             ")");
+                ASSERT_TRUE(agree(c, st.time_ms));
+            }
         }
     }
+}
+
+// Random traffic: mostly forward, some requests in the same ms, occasional steps back, long
+// idle gaps now and then, and sub-ms readings that both stores must floor alike.
+class random_clock {
+public:
+    random_clock(std::uint64_t seed, int max_gap_ms)
+        : random_(seed)
+        , max_gap_(max_gap_ms) {}
+
+    double next() {
+        const int roll = pick(0, 99);
+        if (roll < 15) {
+            // the same millisecond
+        } else if (roll < 19) {
+            t_ -= pick(1, 2 * max_gap_);
+        } else if (roll < 20) {
+            t_ += pick(10 * max_gap_, 100 * max_gap_);
+        } else {
+            t_ += pick(1, max_gap_);
+        }
+        return t_ + (pick(0, 9) == 0 ? 0.75 : 0.0);
+    }
+
+    int pick(int low, int high) { return std::uniform_int_distribution<int>(low, high)(random_); }
+
+private:
+    std::mt19937_64 random_;
+    int max_gap_;
+    double t_ = 1'700'000'000'000.0;
+};
+
+config::limit make(config::algorithm algo, std::int64_t n, double rate, milliseconds window) {
+    config::limit l;
+    l.algo = algo;
+    l.capacity = n;
+    l.limit_count = n;
+    l.flow_rate = rate;
+    l.refill_rate = rate;
+    l.window = window;
+    return l;
+}
+
+TEST_F(StoreContractAgreement, RandomizedTrafficDecidesIdenticallyPerAlgorithm) {
+    using config::algorithm;
+
+    struct variant {
+        config::limit limit;
+        int max_gap_ms;
+    };
+
+    std::vector<variant> variants{
+        {make(algorithm::leaky_bucket, 4, 3, 0ms), 250},
+        {make(algorithm::leaky_bucket, 21, 0.7, 0ms), 500}, // capacity x T = 30000.000000000004
+        {make(algorithm::token_bucket, 5, 3.3, 0ms), 150},
+        {make(algorithm::token_bucket, 33, 3.3, 0ms), 80}, // capacity x T = 10000.000000000002
+        {make(algorithm::fixed_window, 5, 0, 1000ms), 100},
+        {make(algorithm::fixed_window, 3, 0, 1500ms), 400},
+        {make(algorithm::sliding_window, 5, 0, 1000ms), 200},
+        {make(algorithm::sliding_window, 2, 0, 250ms), 200},
+    };
+    variants[0].limit.max_delay = 700ms;
+    variants[1].limit.mode = config::shaping_mode::police;
+
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+        SCOPED_TRACE("variant " + std::to_string(v));
+        random_clock clock(20261129 + v, variants[v].max_gap_ms);
+        int admitted = 0;
+        int rejected = 0;
+        for (int i = 0; i < 2000; ++i) {
+            const std::string key =
+                "diff:" + std::to_string(v) + ":" + std::to_string(clock.pick(0, 2));
+            const checks c{check{key, &variants[v].limit}};
+            outcome decided;
+            ASSERT_TRUE(agree(c, clock.next(), &decided)) << "request " << i;
+            (decided.decisions.at(0).allowed ? admitted : rejected) += 1;
+        }
+        // Both branches were exercised, many times.
+        EXPECT_GE(admitted, 200);
+        EXPECT_GE(rejected, 200);
+    }
+}
+
+TEST_F(StoreContractAgreement, RandomizedMultiLimitRequestsDecideIdentically) {
+    using config::algorithm;
+    auto per_client = make(algorithm::leaky_bucket, 3, 2, 0ms);
+    per_client.max_delay = 800ms;
+    const auto global = make(algorithm::sliding_window, 6, 0, 1000ms);
+    auto shadow = make(algorithm::fixed_window, 2, 0, 500ms);
+    shadow.dry_run = true;
+    const auto global_tokens = make(algorithm::token_bucket, 4, 5, 0ms);
+    // Limits whose keys coincide (the same key parts): the last one's state is what is kept.
+    const auto burst = make(algorithm::fixed_window, 3, 0, 1000ms);
+    const auto sustained = make(algorithm::fixed_window, 10, 0, 5000ms);
+    const auto shared_tokens = make(algorithm::token_bucket, 3, 2, 0ms);
+
+    random_clock clock(7, 250);
+    int admitted = 0;
+    int rejected = 0;
+    for (int i = 0; i < 2000; ++i) {
+        const std::string client = std::to_string(clock.pick(0, 2));
+        checks c;
+        if (clock.pick(0, 3) != 0) {
+            c = {check{"multi:" + client, &per_client},
+                 check{"multi:global", &global},
+                 check{"multi:shadow:" + client, &shadow},
+                 check{"multi:tokens", &global_tokens}};
+        } else {
+            const std::string shared = "multi:shared:" + client;
+            c = {check{shared, &burst}, check{shared, &sustained}, check{shared, &shared_tokens}};
+        }
+        outcome decided;
+        ASSERT_TRUE(agree(c, clock.next(), &decided)) << "request " << i;
+        bool passed = true;
+        for (std::size_t k = 0; k < c.size(); ++k) {
+            passed = passed && (decided.decisions.at(k).allowed || c[k].limit->dry_run);
+        }
+        (passed ? admitted : rejected) += 1;
+    }
+    EXPECT_GE(admitted, 200);
+    EXPECT_GE(rejected, 200);
 }
 
 } // namespace
