@@ -5,7 +5,6 @@
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>
 
-#include <array>
 #include <string>
 
 namespace sluice::http {
@@ -13,22 +12,64 @@ namespace {
 
 namespace bhttp = boost::beast::http;
 
-constexpr std::array fixed_hop_by_hop{
-    bhttp::field::keep_alive,
-    bhttp::field::proxy_connection,
-    bhttp::field::te,
-    bhttp::field::trailer,
-    bhttp::field::upgrade,
-};
+bool is_fixed_hop_by_hop(bhttp::field name) {
+    switch (name) {
+    case bhttp::field::keep_alive:
+    case bhttp::field::proxy_connection:
+    case bhttp::field::te:
+    case bhttp::field::trailer:
+    case bhttp::field::upgrade:
+        return true;
+    default:
+        return false;
+    }
+}
 
 bool is_framing(std::string_view name) {
     return boost::beast::iequals(name, "content-length") ||
            boost::beast::iequals(name, "transfer-encoding") || boost::beast::iequals(name, "host");
 }
 
+// Whether a field Beast has no enumerator for is called `name` (which must be lower case).
+bool is_unknown_named(const bhttp::fields::value_type& f, std::string_view name) {
+    return f.name() == bhttp::field::unknown && f.name_string().size() == name.size() &&
+           boost::beast::iequals(f.name_string(), name);
+}
+
+// Removes the client's X-Forwarded-For and X-Forwarded-Proto, appending each non-blank
+// X-Forwarded-For line and ", " to `chain`. One pass: erasing by name would search the field
+// set once per name, on every request.
+void take_forwarding_fields(bhttp::fields& fields, std::string& chain) {
+    for (auto it = fields.begin(); it != fields.end();) {
+        if (is_unknown_named(*it, "x-forwarded-for")) {
+            const std::string_view value{it->value().data(), it->value().size()};
+            if (value.find_first_not_of(" \t") != std::string_view::npos) {
+                chain += value;
+                chain += ", ";
+            }
+            it = fields.erase(it);
+        } else if (is_unknown_named(*it, "x-forwarded-proto")) {
+            it = fields.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
 } // namespace
 
 void strip_hop_by_hop(bhttp::fields& fields) {
+    // Most messages carry none of these fields, or a Connection naming nothing else: one pass
+    // tells, where erasing each name would search the field set once per name.
+    bool connection = false;
+    bool fixed = false;
+    for (const auto& f : fields) {
+        connection = connection || f.name() == bhttp::field::connection;
+        fixed = fixed || is_fixed_hop_by_hop(f.name());
+    }
+    if (!connection && !fixed) {
+        return;
+    }
     // Collect the names listed in every Connection line before erasing anything: the views point
     // into the fields' storage.
     boost::container::small_vector<std::string, 4> named;
@@ -43,36 +84,37 @@ void strip_hop_by_hop(bhttp::fields& fields) {
             }
         }
     }
-    fields.erase(bhttp::field::connection);
-    for (const auto& name : named) {
-        fields.erase(name);
-    }
-    for (auto f : fixed_hop_by_hop) {
-        fields.erase(f);
+    auto listed = [&named](std::string_view name) {
+        for (const auto& n : named) {
+            if (boost::beast::iequals(n, name)) {
+                return true;
+            }
+        }
+        return false;
+    };
+    for (auto it = fields.begin(); it != fields.end();) {
+        if (it->name() == bhttp::field::connection || is_fixed_hop_by_hop(it->name()) ||
+            listed(it->name_string())) {
+            it = fields.erase(it);
+        } else {
+            ++it;
+        }
     }
 }
 
 void add_forwarding_headers(bhttp::fields& fields, std::string_view peer) {
     std::string chain;
-    for (const auto& f : fields) {
-        if (!boost::beast::iequals(f.name_string(), "x-forwarded-for")) {
-            continue;
-        }
-        const std::string_view value{f.value().data(), f.value().size()};
-        if (value.find_first_not_of(" \t") == std::string_view::npos) {
-            continue;
-        }
-        if (!chain.empty()) {
-            chain += ", ";
-        }
-        chain += value;
-    }
-    if (!chain.empty()) {
-        chain += ", ";
-    }
+    take_forwarding_fields(fields, chain);
     chain += peer;
-    fields.set("X-Forwarded-For", chain);
-    fields.set("X-Forwarded-Proto", "http");
+    fields.insert("X-Forwarded-For", chain);
+    fields.insert("X-Forwarded-Proto", "http");
+}
+
+void append_forwarding_lines(bhttp::fields& fields, std::string_view peer, std::string& lines) {
+    lines += "X-Forwarded-For: ";
+    take_forwarding_fields(fields, lines);
+    lines += peer;
+    lines += "\r\nX-Forwarded-Proto: http\r\n";
 }
 
 } // namespace sluice::http

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // The forwarder: one request to the upstream and its response back, in the shape of Beast's
-// `relay` (example/doc/http_examples.hpp). A parser and a serializer share one message whose
-// body is a `buffer_body` pointing at a fixed buffer, so bodies of any size stream through a
-// constant amount of memory, and chunked bodies are re-chunked by the serializer.
+// `relay` (example/doc/http_examples.hpp). A parser reads each message into a `buffer_body`
+// pointing at a fixed buffer, so bodies of any size stream through a constant amount of memory;
+// a `message_writer` sends the header with the first block of the body in one write and
+// re-chunks chunked bodies.
 //
-// Retry: a pooled connection can be closed by the upstream between our liveness check and our
-// write. When the first write fails, or the response header read finds the connection closed
-// before a single byte, on a reused connection whose request has no body (or whose body has not
-// been read yet), the request goes once more on a new connection. Nothing else is retried: once
-// a body has been streamed it cannot be sent again.
+// Retry: a pooled connection can be closed by the upstream between our liveness check (if any:
+// see upstream::pool::acquire) and our write. When the first write fails, or the response header
+// read finds the connection closed before a single byte, on a reused connection whose request has
+// no body (or whose body has not been read past its first block), the request goes once more on
+// a new connection. Nothing else is retried: once a body has been streamed it cannot be sent
+// again.
 #include "http/session_detail.hpp"
 #include "sluice/http/forward_headers.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
@@ -16,17 +18,16 @@
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include <array>
 #include <optional>
+#include <span>
 
 namespace sluice::http::detail {
 namespace {
 
 using response_parser = bhttp::response_parser<bhttp::buffer_body>;
-using relay_buffer = std::array<char, relay_buffer_size>;
+using relay_buffer = std::span<char, relay_buffer_size>;
 using clock_type = std::chrono::steady_clock;
 
 /// An upstream response header may be larger than a request's (cookies): allow this much.
@@ -67,7 +68,7 @@ void close_connection(upstream::connection_ptr& conn) noexcept {
 // before the upstream is even contacted, so that a body that is broken from its first chunk
 // (a bad chunk size, say) is refused with nothing sent upstream. Later damage can only be
 // found mid-stream, and then the upstream connection is aborted.
-awaitable<failure> read_body_block(forward_args& a, relay_buffer& buf) {
+awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
     auto& body = a.parser.get().body();
     do {
         body.data = buf.data();
@@ -86,7 +87,7 @@ awaitable<failure> read_body_block(forward_args& a, relay_buffer& buf) {
 
 // Takes the first block of the body; first answers Expect: 100-continue, because the client
 // sends nothing before it.
-awaitable<failure> prefetch_body(forward_args& a, relay_buffer& buf) {
+awaitable<failure> prefetch_body(forward_args& a, const relay_buffer& buf) {
     if (a.expect_continue) {
         static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
         a.client.expires_after(a.config.server.idle_timeout);
@@ -99,39 +100,46 @@ awaitable<failure> prefetch_body(forward_args& a, relay_buffer& buf) {
     co_return result;
 }
 
-// Streams the body to the upstream: the prefetched block in `buf` (which a retry sends again,
-// since nothing else has been read yet), then the rest, block by block.
+// The block of the request body that `read_body_block` left in `buf`.
+std::string_view request_block(forward_args& a, const relay_buffer& buf) {
+    return {buf.data(), a.parser.get().body().size};
+}
+
+// Streams the rest of the body to the upstream, block by block, after the first.
 awaitable<failure> relay_request_body(forward_args& a,
                                       upstream::connection& conn,
-                                      bhttp::request_serializer<bhttp::buffer_body>& sr,
-                                      relay_buffer& buf) {
-    for (;;) {
-        conn.stream.expires_after(a.config.upstream.timeout);
-        auto [ec, n] = co_await bhttp::async_write(conn.stream, sr);
-        if (ec && ec != bhttp::error::need_buffer) {
-            co_return failure::upstream;
-        }
-        if (a.parser.is_done()) {
-            co_return failure::none;
-        }
+                                      message_writer& writer,
+                                      const relay_buffer& buf) {
+    while (!a.parser.is_done()) {
         const auto f = co_await read_body_block(a, buf);
         if (f != failure::none) {
             co_return f;
         }
-    }
-}
-
-// Takes a connection (pooled on the first attempt, new on the retry) and sends the request.
-awaitable<failure> send_request(
-    forward_args& a, upstream::connection_ptr& conn, relay_buffer& buf, bool has_body, bool first) {
-    const auto& up = a.config.upstream;
-    if (first) {
-        auto [ec, c] = co_await a.pool.acquire(up);
+        conn.stream.expires_after(a.config.upstream.timeout);
+        const auto ec =
+            co_await writer.write(conn.stream, request_block(a, buf), a.parser.is_done());
         if (ec) {
             co_return failure::upstream;
         }
-        conn = std::move(c);
-    } else {
+    }
+    co_return failure::none;
+}
+
+// Takes a connection (pooled on the first attempt, new on the retry) and sends the request:
+// the header with the prefetched block of the body in `buf` in one write (which a retry sends
+// again, since nothing else has been read yet), then the rest.
+awaitable<failure> send_request(forward_args& a,
+                                upstream::connection_ptr& conn,
+                                const relay_buffer& buf,
+                                bool has_body,
+                                bool first) {
+    const auto& up = a.config.upstream;
+    if (first) {
+        // A bodyless request is resent when the connection proves stale; one with a body only
+        // when its first write fails, so that one gets a checked connection.
+        conn = a.pool.try_take(up, !has_body);
+    }
+    if (!conn) {
         auto [ec, c] = co_await a.pool.connect(up);
         if (ec) {
             co_return failure::upstream;
@@ -139,28 +147,19 @@ awaitable<failure> send_request(
         conn = std::move(c);
     }
 
-    bhttp::request_serializer<bhttp::buffer_body> sr{a.parser.get()};
+    const auto framing = !has_body            ? body_framing::none
+                         : a.parser.chunked() ? body_framing::chunked
+                                              : body_framing::raw;
+    // The forwarding fields, made once in `forward`, are in scratch.lines.
+    message_writer writer(a.parser.get(), framing, a.scratch.header, a.scratch.lines);
+    const auto first_block = has_body ? request_block(a, buf) : std::string_view{};
     conn->stream.expires_after(up.timeout);
-    auto [ec, n] = co_await bhttp::async_write_header(conn->stream, sr);
+    const auto ec = co_await writer.write(conn->stream, first_block, a.parser.is_done());
     if (ec) {
         co_return (conn->reused && first) ? failure::stale : failure::upstream;
     }
-    if (has_body) {
-        auto result = co_await relay_request_body(a, *conn, sr, buf);
-        co_return result;
-    }
-    if (!sr.is_done()) {
-        // A header-only message may still owe its serializer the end of an empty body.
-        auto& body = a.parser.get().body();
-        body.data = nullptr;
-        body.size = 0;
-        body.more = false;
-        auto [wec, wn] = co_await bhttp::async_write(conn->stream, sr);
-        if (wec && wec != bhttp::error::need_buffer) {
-            co_return failure::upstream;
-        }
-    }
-    co_return failure::none;
+    auto result = co_await relay_request_body(a, *conn, writer, buf);
+    co_return result;
 }
 
 // Passes a 1xx interim response (other than 100, which we answer ourselves) to the client.
@@ -216,9 +215,13 @@ awaitable<failure> read_response_header(forward_args& a,
 bool prepare_response(forward_args& a, response_parser& rp) {
     auto& res = rp.get();
     strip_hop_by_hop(res);
+    a.scratch.lines.clear();
     if (a.reply.limits.decision != nullptr) {
-        set_rate_limit_headers(
-            res, a.reply.limits.name, *a.reply.limits.decision, a.reply.limits.x_ratelimit);
+        append_rate_limit_lines(res,
+                                a.scratch.lines,
+                                a.reply.limits.name,
+                                *a.reply.limits.decision,
+                                a.reply.limits.x_ratelimit);
     }
     bool keep_alive = a.client_keep_alive && !*a.draining;
     const auto status = res.result_int();
@@ -238,48 +241,91 @@ bool prepare_response(forward_args& a, response_parser& rp) {
     return keep_alive;
 }
 
-// Writes the response header to the client and streams the body after it.
+// Parses into `buf` the part of the body that came in with the header, without reading, so
+// that the header and the first block of the body go out to the client in one write.
+error_code
+parse_buffered_body(upstream::connection& conn, response_parser& rp, const relay_buffer& buf) {
+    auto& body = rp.get().body();
+    body.data = buf.data();
+    body.size = buf.size();
+    error_code ec;
+    while (conn.buffer.size() != 0 && !rp.is_done()) {
+        // Without the eager option one call parses one piece (a chunk header, say): loop.
+        const auto used = rp.put(conn.buffer.data(), ec);
+        conn.buffer.consume(used);
+        if (ec == bhttp::error::need_buffer || ec == bhttp::error::need_more) {
+            ec = {};
+            break;
+        }
+        if (ec || used == 0) {
+            break;
+        }
+    }
+    body.size = buf.size() - body.size;
+    body.data = buf.data();
+    body.more = !rp.is_done();
+    return ec;
+}
+
+// Reads the next block of the response body into `buf`.
+awaitable<error_code> read_response_block(forward_args& a,
+                                          upstream::connection& conn,
+                                          response_parser& rp,
+                                          const relay_buffer& buf) {
+    auto& body = rp.get().body();
+    body.data = buf.data();
+    body.size = buf.size();
+    conn.stream.expires_after(a.config.upstream.timeout);
+    auto [ec, n] = co_await bhttp::async_read_some(conn.stream, conn.buffer, rp);
+    body.size = buf.size() - body.size;
+    body.data = buf.data();
+    body.more = !rp.is_done();
+    co_return ec == bhttp::error::need_buffer ? error_code{} : ec;
+}
+
+// Writes the response header to the client, with as much of the body as has arrived, and
+// streams the rest of the body after it.
 awaitable<failure> relay_response(forward_args& a,
                                   upstream::connection& conn,
                                   response_parser& rp,
-                                  relay_buffer& buf) {
+                                  const relay_buffer& buf) {
     auto& res = rp.get();
     const bool has_body = !a.reply.head && res.result_int() != 204 && res.result_int() != 304;
-    bhttp::response_serializer<bhttp::buffer_body> sr{res};
-    a.client.expires_after(a.config.server.idle_timeout);
-    auto [ec, n] = co_await bhttp::async_write_header(a.client, sr);
-    if (ec) {
-        co_return failure::client_gone;
-    }
+    const auto framing = !has_body       ? body_framing::none
+                         : res.chunked() ? body_framing::chunked
+                                         : body_framing::raw;
+    // The rate-limit fields, made by `prepare_response`, are in scratch.lines.
+    message_writer writer(res, framing, a.scratch.header, a.scratch.lines);
     if (!has_body) {
-        co_return failure::none;
-    }
-    auto& body = res.body();
-    do {
-        body.data = nullptr;
-        body.size = 0;
-        if (!rp.is_done()) {
-            body.data = buf.data();
-            body.size = buf.size();
-            conn.stream.expires_after(a.config.upstream.timeout);
-            auto [rec, rn] = co_await bhttp::async_read_some(conn.stream, conn.buffer, rp);
-            if (rec && rec != bhttp::error::need_buffer) {
-                co_return failure::upstream; // mid-body: the response has started, close
-            }
-            body.size = buf.size() - body.size;
-            body.data = buf.data();
-        }
-        body.more = !rp.is_done();
-        if (body.size == 0 && body.more) {
-            continue;
-        }
         a.client.expires_after(a.config.server.idle_timeout);
-        auto [wec, wn] = co_await bhttp::async_write(a.client, sr);
-        if (wec && wec != bhttp::error::need_buffer) {
+        const auto ec = co_await writer.write(a.client, {}, true);
+        co_return ec ? failure::client_gone : failure::none;
+    }
+    // A body broken in its buffered part still gets the header first, as a later break would.
+    const bool broken = static_cast<bool>(parse_buffered_body(conn, rp, buf));
+    auto& body = res.body();
+    std::string_view block{buf.data(), broken ? 0 : body.size};
+    for (;;) {
+        const bool last = !broken && !body.more;
+        a.client.expires_after(a.config.server.idle_timeout);
+        const auto ec = co_await writer.write(a.client, block, last);
+        if (ec) {
             co_return failure::client_gone;
         }
-    } while (!sr.is_done());
-    co_return failure::none;
+        if (last) {
+            co_return failure::none;
+        }
+        if (broken) {
+            co_return failure::upstream; // the response has started: close
+        }
+        do {
+            const auto rec = co_await read_response_block(a, conn, rp, buf);
+            if (rec) {
+                co_return failure::upstream; // mid-body: the response has started, close
+            }
+        } while (body.size == 0 && body.more);
+        block = {buf.data(), body.size};
+    }
 }
 
 // Answers a failure that happened before any response byte went to the client.
@@ -316,7 +362,8 @@ awaitable<forward_result> forward(forward_args& a) {
     const auto start = clock_type::now();
     auto& req = a.parser.get();
     strip_hop_by_hop(req);
-    add_forwarding_headers(req, a.peer);
+    a.scratch.lines.clear();
+    append_forwarding_lines(req, a.peer, a.scratch.lines);
     req.erase(bhttp::field::expect);
     if (req.find(bhttp::field::host) == req.end()) {
         // HTTP/1.0 allows a request without Host; the HTTP/1.1 request we send does not.
@@ -327,7 +374,8 @@ awaitable<forward_result> forward(forward_args& a) {
     req.version(11);
     req.keep_alive(true);
 
-    relay_buffer buf;
+    const auto lease = a.relay_buffers.take();
+    const relay_buffer buf(lease.data(), relay_buffer_size);
     upstream::connection_ptr conn;
     std::optional<response_parser> rp;
     failure f = failure::none;

@@ -44,7 +44,7 @@ constexpr milliseconds linger_timeout{2'000};
 
 } // namespace
 
-awaitable<error_code> write_local_reply(tcp_stream& stream,
+awaitable<error_code> write_local_reply(timed_stream& stream,
                                         const local_reply& reply,
                                         const reply_context& context,
                                         bool keep_alive) {
@@ -79,7 +79,7 @@ awaitable<error_code> write_local_reply(tcp_stream& stream,
     co_return ec;
 }
 
-awaitable<bool> discard_body(tcp_stream& stream,
+awaitable<bool> discard_body(timed_stream& stream,
                              beast::flat_buffer& buffer,
                              request_parser& parser,
                              milliseconds timeout) {
@@ -100,7 +100,7 @@ awaitable<bool> discard_body(tcp_stream& stream,
     co_return true;
 }
 
-awaitable<void> lingering_close(tcp_stream& stream) {
+awaitable<void> lingering_close(timed_stream& stream) {
     error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (!ec) {

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/rate_limit_headers.hpp"
 
+#include <boost/beast/core/string.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <iterator>
+#include <array>
+#include <charconv>
 
 namespace sluice::http {
 namespace {
@@ -15,7 +17,22 @@ namespace bhttp = boost::beast::http;
 // allocations other than the fields themselves.
 using value_buffer = fmt::basic_memory_buffer<char, 128>;
 
-void append_sf_string(value_buffer& out, std::string_view text) {
+// Appends to a value_buffer or a std::string alike. std::to_chars, not fmt: these run on every
+// response, and a format string costs more than the digits.
+template <typename Out>
+void append_int(Out& out, std::int64_t value) {
+    std::array<char, 24> digits;
+    char* end = std::to_chars(digits.data(), digits.data() + digits.size(), value).ptr;
+    out.append(digits.data(), end);
+}
+
+template <typename Out>
+void append_text(Out& out, std::string_view text) {
+    out.append(text.data(), text.data() + text.size());
+}
+
+template <typename Out>
+void append_sf_string(Out& out, std::string_view text) {
     out.push_back('"');
     for (char c : text) {
         const auto byte = static_cast<unsigned char>(c);
@@ -31,24 +48,39 @@ void append_sf_string(value_buffer& out, std::string_view text) {
     out.push_back('"');
 }
 
-void format_policy(value_buffer& out, std::string_view name, const limiter::decision& d) {
+template <typename Out>
+void format_policy(Out& out, std::string_view name, const limiter::decision& d) {
     append_sf_string(out, name);
-    fmt::format_to(std::back_inserter(out), ";q={}", std::max<std::int64_t>(d.limit, 0));
+    append_text(out, ";q=");
+    append_int(out, std::max<std::int64_t>(d.limit, 0));
     if (d.window.count() > 0) {
-        fmt::format_to(std::back_inserter(out), ";w={}", ceil_seconds(d.window));
+        append_text(out, ";w=");
+        append_int(out, ceil_seconds(d.window));
     }
 }
 
-void format_rate_limit(value_buffer& out, std::string_view name, const limiter::decision& d) {
+template <typename Out>
+void format_rate_limit(Out& out, std::string_view name, const limiter::decision& d) {
     append_sf_string(out, name);
-    fmt::format_to(std::back_inserter(out),
-                   ";r={};t={}",
-                   std::max<std::int64_t>(d.remaining, 0),
-                   ceil_seconds(d.reset_after));
+    append_text(out, ";r=");
+    append_int(out, std::max<std::int64_t>(d.remaining, 0));
+    append_text(out, ";t=");
+    append_int(out, ceil_seconds(d.reset_after));
 }
 
 std::string_view view(const value_buffer& buffer) {
     return {buffer.data(), buffer.size()};
+}
+
+// Whether `name` is one of the fields we set (the X-RateLimit ones only when we set those).
+bool is_ours(std::string_view name, bool x_ratelimit) {
+    using boost::beast::iequals;
+    if (iequals(name, "ratelimit") || iequals(name, "ratelimit-policy")) {
+        return true;
+    }
+    return x_ratelimit &&
+           (iequals(name, "x-ratelimit-limit") || iequals(name, "x-ratelimit-remaining") ||
+            iequals(name, "x-ratelimit-reset"));
 }
 
 } // namespace
@@ -88,14 +120,44 @@ void set_rate_limit_headers(bhttp::fields& fields,
         return;
     }
     value.clear();
-    fmt::format_to(std::back_inserter(value), "{}", std::max<std::int64_t>(decision.limit, 0));
+    append_int(value, std::max<std::int64_t>(decision.limit, 0));
     fields.set("X-RateLimit-Limit", view(value));
     value.clear();
-    fmt::format_to(std::back_inserter(value), "{}", std::max<std::int64_t>(decision.remaining, 0));
+    append_int(value, std::max<std::int64_t>(decision.remaining, 0));
     fields.set("X-RateLimit-Remaining", view(value));
     value.clear();
-    fmt::format_to(std::back_inserter(value), "{}", ceil_seconds(decision.reset_after));
+    append_int(value, ceil_seconds(decision.reset_after));
     fields.set("X-RateLimit-Reset", view(value));
+}
+
+void append_rate_limit_lines(bhttp::fields& fields,
+                             std::string& lines,
+                             std::string_view name,
+                             const limiter::decision& decision,
+                             bool x_ratelimit) {
+    // Our fields are not among Beast's known ones: only unknown fields need a name compare.
+    for (auto it = fields.begin(); it != fields.end();) {
+        if (it->name() == bhttp::field::unknown && is_ours(it->name_string(), x_ratelimit)) {
+            it = fields.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    lines += "RateLimit-Policy: ";
+    format_policy(lines, name, decision);
+    lines += "\r\nRateLimit: ";
+    format_rate_limit(lines, name, decision);
+    lines += "\r\n";
+    if (!x_ratelimit) {
+        return;
+    }
+    lines += "X-RateLimit-Limit: ";
+    append_int(lines, std::max<std::int64_t>(decision.limit, 0));
+    lines += "\r\nX-RateLimit-Remaining: ";
+    append_int(lines, std::max<std::int64_t>(decision.remaining, 0));
+    lines += "\r\nX-RateLimit-Reset: ";
+    append_int(lines, ceil_seconds(decision.reset_after));
+    lines += "\r\n";
 }
 
 void append_json_escaped(std::string& out, std::string_view text) {
@@ -130,10 +192,12 @@ void append_json_escaped(std::string& out, std::string_view text) {
     }
 }
 
-std::string rejection_body(std::string_view name, std::int64_t retry_after) {
+std::string rejection_body(std::string_view name, int limit_index, std::int64_t retry_after) {
     std::string body = R"({"error":"rate_limited","limit":")";
     append_json_escaped(body, name);
-    body += R"(","retry_after":)";
+    body += R"(","limit_index":)";
+    body += std::to_string(limit_index);
+    body += R"(,"retry_after":)";
     body += std::to_string(retry_after);
     body += '}';
     return body;

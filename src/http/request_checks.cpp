@@ -4,6 +4,7 @@
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
 
 #include <algorithm>
 #include <iterator>
@@ -41,6 +42,36 @@ bool has_obs_fold(std::string_view header) {
         }
     }
     return false;
+}
+
+// Reads until the buffer holds a complete request header, within `limit` bytes, and refuses
+// obsolete line folding.
+awaitable<error_code>
+read_header_block(timed_stream& stream, beast::flat_buffer& buffer, std::uint64_t limit) {
+    std::size_t scanned = 0;
+    for (;;) {
+        const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+        const auto end = find_header_end(data, scanned);
+        if (end != std::string_view::npos) {
+            if (has_obs_fold(data.substr(0, end - 2))) {
+                co_return bhttp::error::bad_value;
+            }
+            co_return error_code{};
+        }
+        if (data.size() > limit) {
+            co_return bhttp::error::header_limit;
+        }
+        scanned = data.size();
+        const auto room = std::clamp<std::uint64_t>(limit + 4 - data.size(), 512, 16 * 1024);
+        auto [ec, n] = co_await stream.async_read_some(buffer.prepare(room));
+        buffer.commit(n);
+        if (ec == net::error::eof) {
+            co_return bhttp::error::partial_message;
+        }
+        if (ec) {
+            co_return ec;
+        }
+    }
 }
 
 } // namespace
@@ -97,34 +128,24 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
     return std::nullopt;
 }
 
-// Reads until the buffer holds a complete request header, within `limit` bytes, and refuses
-// obsolete line folding. Beast's parser then parses the header from the buffer.
-awaitable<error_code>
-read_header_block(tcp_stream& stream, beast::flat_buffer& buffer, std::uint64_t limit) {
-    std::size_t scanned = 0;
-    for (;;) {
-        const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
-        const auto end = find_header_end(data, scanned);
-        if (end != std::string_view::npos) {
-            if (has_obs_fold(data.substr(0, end - 2))) {
-                co_return bhttp::error::bad_value;
-            }
-            co_return error_code{};
-        }
-        if (data.size() > limit) {
-            co_return bhttp::error::header_limit;
-        }
-        scanned = data.size();
-        const auto room = std::clamp<std::uint64_t>(limit + 4 - data.size(), 512, 16 * 1024);
-        auto [ec, n] = co_await stream.async_read_some(buffer.prepare(room));
-        buffer.commit(n);
-        if (ec == net::error::eof) {
-            co_return bhttp::error::partial_message;
-        }
-        if (ec) {
-            co_return ec;
-        }
+awaitable<error_code> read_header(timed_stream& stream,
+                                  beast::flat_buffer& buffer,
+                                  request_parser& parser,
+                                  std::uint64_t limit) {
+    auto ec = co_await read_header_block(stream, buffer, limit);
+    if (ec) {
+        co_return ec;
     }
+    // The whole header is in the buffer: parse it here rather than through an asynchronous
+    // read, which would complete through the scheduler without reading anything.
+    const auto used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == bhttp::error::need_more) {
+        // Only if our blank-line scan and Beast disagree; let Beast read and decide.
+        auto [read_ec, n] = co_await bhttp::async_read_header(stream, buffer, parser);
+        ec = read_ec;
+    }
+    co_return ec;
 }
 
 } // namespace sluice::http::detail

@@ -36,11 +36,13 @@ constexpr std::size_t hold_read_ahead = 64 * 1024;
 /// State of one connection.
 struct connection_state {
     worker_context& w;
-    tcp_stream& stream;
+    timed_stream& stream;
     beast::flat_buffer& buffer;
     session_entry& entry;
     key::ip_address peer;
     std::string peer_text;
+    /// Reused by every message header written on this connection.
+    header_scratch scratch;
 };
 
 /// State of one request.
@@ -192,13 +194,16 @@ derive_checks(connection_state& c, request_state& r, std::string_view path, stor
     };
     const std::string_view rule_name = rule ? std::string_view(rule->name) : "fallback";
     bool page_key_taken = false;
+    // A method-filtered rule shares its path with the fallback (or another rule) serving the
+    // other methods: only the fallback and rules for every method may own the page's key.
+    const bool page_key_allowed = rule == nullptr || rule->methods.empty();
     for (std::size_t i = 0; i < r.limits.size(); ++i) {
         const auto& limit = r.limits[i];
         auto k = key::limit_key(limit, client_part, endpoint, lookup);
         // The first [ip, endpoint] limit of a rule owns the page's key. Any other key would
         // collide across rules or with a sibling limit (e.g. [ip], [global], or a second
         // [ip, endpoint] limit): scope it by rule and limit index, "rate-limit:api#1:...".
-        if (!page_key_taken && is_page_key(limit)) {
+        if (!page_key_taken && page_key_allowed && is_page_key(limit)) {
             page_key_taken = true;
         } else {
             k.insert(key_prefix.size(), fmt::format("{}#{}:", rule_name, i));
@@ -219,7 +224,9 @@ awaitable<ending> forward_now(connection_state& c, request_state& r) {
                       r.reply,
                       r.keep_alive,
                       r.expect_continue,
-                      &c.w.draining};
+                      &c.w.draining,
+                      c.scratch,
+                      c.w.relay_buffers};
     const auto result = co_await forward(args);
     r.record.status = result.status;
     r.record.upstream_time = result.upstream_time;
@@ -320,7 +327,11 @@ awaitable<ending> decide_and_serve(connection_state& c, request_state& r, std::s
         if (r.cfg->logging.access_log) {
             r.record.key = checks.front().key;
         }
-        r.outcome = co_await c.w.store->acquire(std::move(checks));
+        if (auto now = c.w.store->try_acquire_now(checks)) {
+            r.outcome = std::move(*now);
+        } else {
+            r.outcome = co_await c.w.store->acquire(std::move(checks));
+        }
         r.v = decide(r.limits, r.outcome, cfg.rate_limit.redis.on_failure);
         r.record.decision = to_string(r.v.what);
         r.counted_as = to_metric(r.v.what);
@@ -336,7 +347,7 @@ awaitable<ending> decide_and_serve(connection_state& c, request_state& r, std::s
     switch (r.v.what) {
     case verdict::kind::rejected: {
         local_reply reply{bhttp::status::too_many_requests,
-                          rejection_body(name, r.v.retry_after),
+                          rejection_body(name, std::max(r.v.refused_by, 0), r.v.retry_after),
                           r.v.retry_after};
         auto e = co_await answer(c, r, reply, false);
         co_return e;
@@ -369,12 +380,7 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
     }
     r.reply.write_timeout = cfg.server.idle_timeout;
     c.stream.expires_after(cfg.server.header_timeout);
-    auto ec = co_await read_header_block(c.stream, c.buffer, cfg.server.max_header_bytes);
-    if (!ec) {
-        // The whole header is in the buffer: this parses it without reading.
-        auto [parse_ec, n] = co_await bhttp::async_read_header(c.stream, c.buffer, r.parser);
-        ec = parse_ec;
-    }
+    const auto ec = co_await read_header(c.stream, c.buffer, r.parser, cfg.server.max_header_bytes);
     c.entry.idle = false;
     if (ec) {
         const auto status = header_error_status(ec, c.buffer.size() != 0);
@@ -495,13 +501,13 @@ awaitable<void> run_session(tcp_socket socket, worker_context& worker) {
     if (ec) {
         co_return;
     }
-    tcp_stream stream(std::move(socket));
+    timed_stream stream(std::move(socket));
     beast::flat_buffer buffer;
     session_entry entry(stream);
     worker.sessions.push_back(entry);
     metrics::bump(worker.metrics->connections_total);
     worker.metrics->connections_open.fetch_add(1, std::memory_order_relaxed);
-    connection_state c{worker, stream, buffer, entry, to_ip(remote.address()), {}};
+    connection_state c{worker, stream, buffer, entry, to_ip(remote.address()), {}, {}};
     c.peer_text = c.peer.to_string();
 
     auto e = ending::keep;

@@ -5,19 +5,24 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/net.hpp"
+#include "sluice/core/timed_stream.hpp"
+#include "sluice/http/worker_context.hpp"
 #include "sluice/limiter/decision.hpp"
 #include "sluice/upstream/pool.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 namespace sluice::http::detail {
 
@@ -26,21 +31,20 @@ using std::chrono::milliseconds;
 
 using request_parser = bhttp::request_parser<bhttp::buffer_body>;
 
-/// Bodies pass through a buffer of this size; a request or response is never held whole.
-inline constexpr std::size_t relay_buffer_size = 32 * 1024;
-
 /// A rejected request's unread body is read and dropped (keeping the connection) up to this
 /// size; a larger or unknown one closes the connection instead.
 inline constexpr std::uint64_t max_discard_bytes = 64 * 1024;
 
 /**
  * Reads until `buffer` holds a complete request header (its blank line), within `limit` bytes
- * (bhttp::error::header_limit otherwise), and refuses obsolete line folding
- * (bhttp::error::bad_value). The caller's parser then parses the header from the buffer without
- * reading. The caller sets the stream's deadline.
+ * (bhttp::error::header_limit otherwise), refuses obsolete line folding
+ * (bhttp::error::bad_value), then parses the header into `parser` and consumes it from the
+ * buffer. The caller sets the stream's deadline.
  */
-awaitable<error_code>
-read_header_block(tcp_stream& stream, beast::flat_buffer& buffer, std::uint64_t limit);
+awaitable<error_code> read_header(timed_stream& stream,
+                                  beast::flat_buffer& buffer,
+                                  request_parser& parser,
+                                  std::uint64_t limit);
 
 /// The answer to a request whose header could not be read or parsed; nullopt: close without
 /// one (the client left, or was idle). `got_some`: part of a header had arrived.
@@ -80,7 +84,7 @@ struct reply_context {
 /**
  * Writes `reply`, with `Connection: close` unless `keep_alive`. Returns the write's error.
  */
-awaitable<error_code> write_local_reply(tcp_stream& stream,
+awaitable<error_code> write_local_reply(timed_stream& stream,
                                         const local_reply& reply,
                                         const reply_context& context,
                                         bool keep_alive);
@@ -90,7 +94,7 @@ awaitable<error_code> write_local_reply(tcp_stream& stream,
  * length) to be cheaper than a new connection. Returns true when the connection can carry
  * another request.
  */
-awaitable<bool> discard_body(tcp_stream& stream,
+awaitable<bool> discard_body(timed_stream& stream,
                              beast::flat_buffer& buffer,
                              request_parser& parser,
                              milliseconds timeout);
@@ -101,7 +105,60 @@ awaitable<bool> discard_body(tcp_stream& stream,
  * a short deadline passes. Closing with unread bytes would make the kernel send a RST, which can
  * destroy the response before the client reads it.
  */
-awaitable<void> lingering_close(tcp_stream& stream);
+awaitable<void> lingering_close(timed_stream& stream);
+
+/// How a message's body is framed on the wire.
+enum class body_framing {
+    none,    // no body (HEAD, 204, 304, a bodyless request): the header only
+    raw,     // the bytes as they are: Content-Length, or until the connection closes
+    chunked, // each block as one chunk, then the last chunk
+};
+
+/**
+ * Writes one HTTP message, header then body blocks, without Beast's serializer: the header is
+ * flattened into one contiguous string, and each write is a single gather write of at most five
+ * buffers (header, chunk size, block, CRLF, last chunk). A small response thus goes out in one
+ * syscall, and no nested buffer sequence is walked on the way.
+ */
+class message_writer {
+public:
+    /**
+     * Flattens `header` into `scratch`, whose capacity is reused from request to request, with
+     * `extra_lines` (complete "Name: value\r\n" lines, e.g. forwarding or rate-limit fields)
+     * after its own fields.
+     */
+    message_writer(const bhttp::request_header<>& header,
+                   body_framing framing,
+                   std::string& scratch,
+                   std::string_view extra_lines);
+    message_writer(const bhttp::response_header<>& header,
+                   body_framing framing,
+                   std::string& scratch,
+                   std::string_view extra_lines);
+
+    /**
+     * Writes the header (on the first call only) and `block`; `last`: the body ends with this
+     * block (a chunked body then gets its last chunk). Returns the write's error. The caller
+     * keeps `block` alive and sets the stream's deadline, which only matters when the socket
+     * cannot take everything at once: what it takes is written without suspending.
+     */
+    awaitable<error_code> write(timed_stream& stream, std::string_view block, bool last);
+
+private:
+    std::string& header_;
+    body_framing framing_;
+    bool header_sent_ = false;
+    /// The current chunk's size line: hexadecimal digits and CRLF.
+    std::array<char, 24> chunk_size_{};
+};
+
+/// Strings a connection builds message headers in, kept so that their capacity is reused.
+struct header_scratch {
+    /// The flattened header (`message_writer`).
+    std::string header;
+    /// Fields added to a forwarded message, as header lines.
+    std::string lines;
+};
 
 /// What forwarding a request came to.
 struct forward_result {
@@ -113,7 +170,7 @@ struct forward_result {
 
 /// Everything `forward` needs; references point into the session's frame.
 struct forward_args {
-    tcp_stream& client;
+    timed_stream& client;
     beast::flat_buffer& client_buffer;
     request_parser& parser;
     upstream::pool& pool;
@@ -125,6 +182,10 @@ struct forward_args {
     bool expect_continue = false;
     /// The worker is draining: close the client connection after this response.
     const bool* draining = nullptr;
+    /// The connection's header strings.
+    header_scratch& scratch;
+    /// The worker's body buffers: a forward borrows one for as long as it runs.
+    buffer_pool& relay_buffers;
 };
 
 /**

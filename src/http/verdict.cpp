@@ -50,6 +50,9 @@ verdict decide(std::span<const config::limit> limits,
             continue;
         }
         if (!d.allowed) {
+            if (!refused || d.retry_after > longest_retry) {
+                v.refused_by = static_cast<int>(i);
+            }
             refused = true;
             longest_retry = std::max(longest_retry, d.retry_after);
         } else {

@@ -11,7 +11,7 @@ namespace sluice::metrics {
 namespace http = beast::http;
 
 struct admin_server::impl : std::enable_shared_from_this<impl> {
-    impl(net::any_io_executor ex, const registry& m, readiness r)
+    impl(executor ex, const registry& m, readiness r)
         : acceptor(ex)
         , metrics(m)
         , ready(std::move(r)) {}
@@ -86,8 +86,8 @@ awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
 
 } // namespace
 
-admin_server::admin_server(net::any_io_executor executor, const registry& metrics, readiness ready)
-    : impl_(std::make_shared<impl>(std::move(executor), metrics, std::move(ready))) {}
+admin_server::admin_server(executor ex, const registry& metrics, readiness ready)
+    : impl_(std::make_shared<impl>(std::move(ex), metrics, std::move(ready))) {}
 
 admin_server::~admin_server() {
     stop();

@@ -432,6 +432,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
         connect_timer_.cancel();
         backoff_timer_.cancel();
         resolver_.cancel();
+        if (pending_.empty()) {
+            // An armed deadline for commands already answered would keep the io_context (and
+            // a draining sluice) running for up to a command timeout.
+            deadline_timer_.cancel();
+        }
         if (ac_ != nullptr) {
             redisAsyncContext* c = ac_;
             if (was_connected) {

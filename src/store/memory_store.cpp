@@ -64,6 +64,10 @@ awaitable<outcome> memory_store::acquire(checks request_checks) {
     co_return acquire_now(request_checks);
 }
 
+std::optional<outcome> memory_store::try_acquire_now(const checks& request_checks) {
+    return acquire_now(request_checks);
+}
+
 outcome memory_store::acquire_now(const checks& request_checks) {
     // Lock every shard the request touches, in index order so two requests never deadlock.
     boost::container::small_vector<std::size_t, 2> order;

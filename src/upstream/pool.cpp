@@ -57,18 +57,27 @@ void pool::evict_expired(const config::upstream_settings& settings,
     }
 }
 
-awaitable<std::tuple<error_code, connection_ptr>>
-pool::acquire(const config::upstream_settings& settings) {
+connection_ptr pool::try_take(const config::upstream_settings& settings, bool can_retry) {
     retarget(settings);
-    evict_expired(settings, std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    evict_expired(settings, now);
     while (!idle_.empty()) {
         auto conn = std::move(idle_.back());
         idle_.pop_back();
-        if (still_open(*conn)) {
+        const bool fresh = can_retry && now - conn->idle_since < recheck_after;
+        if ((fresh && conn->buffer.size() == 0) || still_open(*conn)) {
             conn->reused = true;
-            co_return std::tuple{error_code{}, std::move(conn)};
+            return conn;
         }
         close_quietly(*conn);
+    }
+    return nullptr;
+}
+
+awaitable<std::tuple<error_code, connection_ptr>>
+pool::acquire(const config::upstream_settings& settings, bool can_retry) {
+    if (auto conn = try_take(settings, can_retry)) {
+        co_return std::tuple{error_code{}, std::move(conn)};
     }
     auto result = co_await connect(settings);
     co_return result;

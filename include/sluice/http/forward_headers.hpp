@@ -5,6 +5,7 @@
 
 #include <boost/beast/http/fields.hpp>
 
+#include <string>
 #include <string_view>
 
 namespace sluice::http {
@@ -27,5 +28,15 @@ void strip_hop_by_hop(boost::beast::http::fields& fields);
  * 5.3), and X-Forwarded-Proto is set to "http", replacing whatever the client sent.
  */
 void add_forwarding_headers(boost::beast::http::fields& fields, std::string_view peer);
+
+/**
+ * `add_forwarding_headers` for a caller that writes the header itself: the client's
+ * X-Forwarded-For and X-Forwarded-Proto leave `fields`, and the new ones are appended to `lines`
+ * as header lines ("X-Forwarded-For: <chain>\r\nX-Forwarded-Proto: http\r\n"), to be written
+ * after the fields. Saves two field allocations and set lookups per request.
+ */
+void append_forwarding_lines(boost::beast::http::fields& fields,
+                             std::string_view peer,
+                             std::string& lines);
 
 } // namespace sluice::http

@@ -47,8 +47,20 @@ void set_rate_limit_headers(boost::beast::http::fields& fields,
                             const limiter::decision& decision,
                             bool x_ratelimit);
 
-/// The 429 body: `{"error":"rate_limited","limit":"<name>","retry_after":<seconds>}`.
-std::string rejection_body(std::string_view name, std::int64_t retry_after);
+/**
+ * `set_rate_limit_headers` for a caller that writes the header itself: the same fields are
+ * appended to `lines` as header lines ("Name: value\r\n"), to be written after `fields`, from
+ * which any the upstream sent are removed (one pass over the fields, no allocation).
+ */
+void append_rate_limit_lines(boost::beast::http::fields& fields,
+                             std::string& lines,
+                             std::string_view name,
+                             const limiter::decision& decision,
+                             bool x_ratelimit);
+
+/// The 429 body: `{"error":"rate_limited","limit":"<rule>","limit_index":<i>,"retry_after":<s>}`,
+/// naming the rule (or "fallback") and which of its limits refused (0-based, as in the config).
+std::string rejection_body(std::string_view name, int limit_index, std::int64_t retry_after);
 
 /// Appends `text` to `out` as the inside of a JSON string (quotes, backslashes and control
 /// characters escaped; other bytes as they are).

@@ -25,6 +25,9 @@ struct verdict {
     std::chrono::milliseconds delay{0};
     /// rejected, failed_closed: the Retry-After seconds (the longest among refusing limits).
     std::int64_t retry_after = 0;
+    /// rejected: the index of the refusing enforced limit with the longest wait (named in the
+    /// 429's body), else -1.
+    int refused_by = -1;
     /// The decision whose values go into the RateLimit headers, or -1 for none.
     int headers_from = -1;
 };

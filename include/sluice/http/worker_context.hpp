@@ -3,6 +3,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/net.hpp"
+#include "sluice/core/timed_stream.hpp"
 #include "sluice/metrics/metrics.hpp"
 #include "sluice/store/store.hpp"
 #include "sluice/upstream/pool.hpp"
@@ -17,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace spdlog {
 class logger;
@@ -28,16 +30,78 @@ namespace sluice::http {
 /// it sits between requests. Lives in the session coroutine's frame: no allocation.
 struct session_entry
     : boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>> {
-    explicit session_entry(tcp_stream& s) noexcept
+    explicit session_entry(timed_stream& s) noexcept
         : stream(&s) {}
 
-    tcp_stream* stream;
+    timed_stream* stream;
     /// Waiting for (the header of) the next request: nothing would be lost by closing it.
     bool idle = true;
 };
 
 using session_list =
     boost::intrusive::list<session_entry, boost::intrusive::constant_time_size<false>>;
+
+/// Bodies pass through a buffer of this size; a request or response is never held whole.
+inline constexpr std::size_t relay_buffer_size = 32 * 1024;
+
+/**
+ * Fixed-size buffers lent to requests while they stream bodies, then kept for the next one. A
+ * request needs its buffer only while it is forwarded, so an idle keep-alive connection holds
+ * none, and a buffer is allocated only when more requests are in flight than ever before (up
+ * to `max_kept` are kept; the rest are freed on return).
+ */
+class buffer_pool {
+public:
+    /// A borrowed buffer, returned to its pool on destruction.
+    class lease {
+    public:
+        lease(buffer_pool& owner, std::unique_ptr<char[]> data) noexcept
+            : owner_(&owner)
+            , data_(std::move(data)) {}
+
+        lease(lease&&) = default;
+        lease& operator=(lease&&) = delete;
+
+        ~lease() {
+            if (data_) {
+                owner_->give_back(std::move(data_));
+            }
+        }
+
+        char* data() const noexcept { return data_.get(); }
+
+    private:
+        buffer_pool* owner_;
+        std::unique_ptr<char[]> data_;
+    };
+
+    buffer_pool(std::size_t buffer_size, std::size_t max_kept) noexcept
+        : size_(buffer_size)
+        , max_kept_(max_kept) {}
+
+    std::size_t buffer_size() const noexcept { return size_; }
+
+    /// A buffer of `buffer_size()` bytes, uninitialised.
+    lease take() {
+        if (free_.empty()) {
+            return {*this, std::make_unique_for_overwrite<char[]>(size_)};
+        }
+        auto data = std::move(free_.back());
+        free_.pop_back();
+        return {*this, std::move(data)};
+    }
+
+private:
+    void give_back(std::unique_ptr<char[]> data) {
+        if (free_.size() < max_kept_) {
+            free_.push_back(std::move(data));
+        }
+    }
+
+    std::size_t size_;
+    std::size_t max_kept_;
+    std::vector<std::unique_ptr<char[]>> free_;
+};
 
 /**
  * Everything a session needs from its worker. One per worker thread and touched only on that
@@ -60,6 +124,8 @@ struct worker_context {
     metrics::rule_counters& rule_counters(std::string_view rule_name);
     /// One line per request when `logging.access_log` is on.
     std::shared_ptr<spdlog::logger> access_log;
+    /// The buffers requests stream their bodies through.
+    buffer_pool relay_buffers{relay_buffer_size, 256};
     /// Set by `begin_drain`: finish the request at hand, then close.
     bool draining = false;
     session_list sessions;

@@ -22,7 +22,7 @@ class admin_server {
 public:
     using readiness = std::function<bool()>;
 
-    admin_server(net::any_io_executor executor, const registry& metrics, readiness ready);
+    admin_server(executor ex, const registry& metrics, readiness ready);
     ~admin_server();
 
     /// Binds `address`; returns the error (address in use, say) for the caller to report.

@@ -32,6 +32,9 @@ public:
     /// The same decision, synchronously; never suspends, never fails.
     outcome acquire_now(const checks& request_checks);
 
+    /// `acquire_now`: this store always decides without suspending.
+    std::optional<outcome> try_acquire_now(const checks& request_checks) override;
+
     /// Forgets keys whose state has fully reset. Returns how many were forgotten.
     std::size_t sweep();
 

@@ -7,6 +7,7 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include <optional>
 #include <string>
 
 namespace sluice::store {
@@ -39,6 +40,16 @@ public:
     virtual ~store() = default;
 
     virtual awaitable<outcome> acquire(checks request_checks) = 0;
+
+    /**
+     * The same decision made without suspending, for a store that can (the memory store);
+     * nullopt: this store cannot, co_await `acquire` instead. Lets a caller skip a coroutine
+     * frame per request.
+     */
+    virtual std::optional<outcome> try_acquire_now(const checks& request_checks) {
+        (void)request_checks;
+        return std::nullopt;
+    }
 };
 
 } // namespace sluice::store

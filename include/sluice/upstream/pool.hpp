@@ -3,6 +3,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/net.hpp"
+#include "sluice/core/timed_stream.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -21,7 +22,7 @@ struct connection {
     explicit connection(const executor& ex)
         : stream(ex) {}
 
-    tcp_stream stream;
+    timed_stream stream;
     beast::flat_buffer buffer;
     /// It came from the idle list: it has carried a request before and may have gone stale.
     bool reused = false;
@@ -36,8 +37,9 @@ using connection_ptr = std::unique_ptr<connection>;
  *
  * Idle connections are reused most-recent first, and are dropped when idle longer than
  * `upstream.idle_timeout` or when the upstream has closed them (checked, without blocking, as
- * they are taken). Expired ones are evicted lazily on acquire and release: at most `max_idle`
- * sockets ever wait, so a timer per pool would buy little.
+ * they are taken, unless the caller can retry: see `acquire`). Expired ones are evicted lazily
+ * on acquire and release: at most `max_idle` sockets ever wait, so a timer per pool would buy
+ * little.
  *
  * When a reload changes the upstream's host or port, the idle connections to the old one are
  * closed at the next acquire.
@@ -53,9 +55,20 @@ public:
     /**
      * A live idle connection (`reused` set), or else a new one as `connect` makes it. Completes
      * on the pool's executor; immediately when an idle connection is at hand.
+     *
+     * `can_retry`: the caller resends the request on a new connection when a reused one turns
+     * out closed before answering. Then a connection idle for less than `recheck_after` is
+     * handed out unchecked: the upstream rarely closes one that soon, and the check is a
+     * syscall on every request. Without it, every idle connection is checked.
      */
     awaitable<std::tuple<error_code, connection_ptr>>
-    acquire(const config::upstream_settings& settings);
+    acquire(const config::upstream_settings& settings, bool can_retry = false);
+
+    /// The idle-connection half of `acquire`, without suspending: null when none is at hand.
+    connection_ptr try_take(const config::upstream_settings& settings, bool can_retry = false);
+
+    /// How long a connection may sit idle and still be handed out unchecked (`can_retry`).
+    static constexpr std::chrono::milliseconds recheck_after{1'000};
 
     /**
      * A new connection: resolves the host (unless it is an address), connects within

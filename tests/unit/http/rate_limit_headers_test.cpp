@@ -106,10 +106,10 @@ TEST(SetRateLimitHeaders, ReplacesWhatTheUpstreamSent) {
 }
 
 TEST(RejectionBody, IsTheDocumentedJson) {
-    EXPECT_EQ(rejection_body("completions", 3),
-              R"({"error":"rate_limited","limit":"completions","retry_after":3})");
-    EXPECT_EQ(rejection_body(R"(we"ird)", 1),
-              R"({"error":"rate_limited","limit":"we\"ird","retry_after":1})");
+    EXPECT_EQ(rejection_body("completions", 1, 3),
+              R"({"error":"rate_limited","limit":"completions","limit_index":1,"retry_after":3})");
+    EXPECT_EQ(rejection_body(R"(we"ird)", 0, 1),
+              R"({"error":"rate_limited","limit":"we\"ird","limit_index":0,"retry_after":1})");
 }
 
 TEST(AppendJsonEscaped, EscapesQuotesBackslashesAndControls) {

@@ -62,6 +62,7 @@ TEST(Decide, RejectsWhenAnEnforcedLimitRefusesWithTheLongestRetry) {
                config::failure_mode::open);
     EXPECT_EQ(v.what, kind::rejected);
     EXPECT_EQ(v.retry_after, 3);
+    EXPECT_EQ(v.refused_by, 2);   // the refusing limit with the longest wait is named in the 429
     EXPECT_EQ(v.headers_from, 0); // remaining 0, first of the ties
 }
 

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// A TCP stream with a deadline per connection, kept by a lazy watchdog instead of a timer per
+// operation.
+//
+// beast::tcp_stream arms a timer for every read and write and cancels it when the operation
+// completes: two timer-queue updates, a cancelled wait that still runs through the scheduler, and
+// several layers of composed operation, on every I/O of every request. Here `expires_after` only
+// stores a time point. One timer per stream sleeps until the deadline it last saw; when it wakes
+// and the deadline has moved on meanwhile (the usual case: the connection kept working), it
+// sleeps again until the new one; only when the deadline has really passed does it cancel the
+// socket's operations, which then complete with beast::error::timeout, as tcp_stream's would.
+//
+// One deadline covers both directions: sluice never reads and writes one stream at once.
+
+#include "sluice/core/net.hpp"
+
+#include <boost/asio/associator.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/handler_continuation_hook.hpp>
+#include <boost/beast/core/error.hpp>
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+namespace sluice {
+namespace detail {
+
+using steady_clock = std::chrono::steady_clock;
+
+/// What the stream and its watchdog's pending wait share; the wait keeps it alive.
+struct stream_state {
+    explicit stream_state(tcp_socket s)
+        : socket(std::move(s))
+        , timer(socket.get_executor()) {}
+
+    tcp_socket socket;
+    steady_timer timer;
+    steady_clock::time_point deadline = steady_clock::time_point::max();
+    /// When the pending wait wakes; max: no wait is pending.
+    steady_clock::time_point wakes_at = steady_clock::time_point::max();
+    /// The deadline passed and the socket's operations were cancelled.
+    bool timed_out = false;
+};
+
+/// The watchdog's wait handler.
+struct watchdog {
+    std::shared_ptr<stream_state> state;
+
+    static void arm(const std::shared_ptr<stream_state>& state) {
+        state->wakes_at = state->deadline;
+        state->timer.expires_at(state->deadline);
+        state->timer.async_wait(watchdog{state});
+    }
+
+    void operator()(error_code ec) const {
+        if (ec == net::error::operation_aborted) {
+            return; // re-armed for an earlier deadline, or the stream is gone
+        }
+        auto& s = *state;
+        s.wakes_at = steady_clock::time_point::max();
+        if (s.deadline == steady_clock::time_point::max()) {
+            return;
+        }
+        if (steady_clock::now() < s.deadline) {
+            arm(state);
+            return;
+        }
+        s.timed_out = true;
+        error_code ignored;
+        s.socket.cancel(ignored);
+    }
+};
+
+/// Completes an operation of a timed_stream, turning the cancellation by its watchdog into
+/// beast::error::timeout.
+template <typename Handler>
+class timeout_handler {
+public:
+    timeout_handler(Handler handler, const stream_state* state)
+        : handler_(std::move(handler))
+        , state_(state) {}
+
+    template <typename... Args>
+    void operator()(error_code ec, Args&&... args) {
+        if (ec == net::error::operation_aborted && state_->timed_out) {
+            ec = beast::error::timeout;
+        }
+        std::move(handler_)(ec, std::forward<Args>(args)...);
+    }
+
+    Handler handler_;
+
+private:
+    const stream_state* state_;
+};
+
+template <typename Handler>
+bool asio_handler_is_continuation(timeout_handler<Handler>* h) {
+    return boost_asio_handler_cont_helpers::is_continuation(h->handler_);
+}
+
+} // namespace detail
+
+/**
+ * A TCP stream whose operations fail with beast::error::timeout once the deadline set by
+ * `expires_after` passes (see the top of this file). Models Asio's AsyncReadStream and
+ * AsyncWriteStream, so Beast's HTTP algorithms and net::async_write work on it.
+ *
+ * An operation must not outlive its stream, which holds for an operation awaited in the frame
+ * that owns the stream.
+ */
+class timed_stream {
+public:
+    using executor_type = executor;
+
+    explicit timed_stream(const executor& ex)
+        : state_(std::make_shared<detail::stream_state>(tcp_socket(ex))) {}
+
+    explicit timed_stream(tcp_socket socket)
+        : state_(std::make_shared<detail::stream_state>(std::move(socket))) {}
+
+    timed_stream(const timed_stream&) = delete;
+    timed_stream& operator=(const timed_stream&) = delete;
+
+    ~timed_stream() {
+        // The pending wait, if any, completes as aborted and lets go of the state.
+        state_->timer.cancel();
+        error_code ignored;
+        state_->socket.close(ignored);
+    }
+
+    executor_type get_executor() noexcept { return state_->socket.get_executor(); }
+
+    tcp_socket& socket() noexcept { return state_->socket; }
+
+    /// Operations started from now on fail with beast::error::timeout after `timeout`.
+    void expires_after(std::chrono::steady_clock::duration timeout) {
+        auto& s = *state_;
+        s.timed_out = false;
+        s.deadline = std::chrono::steady_clock::now() + timeout;
+        if (s.deadline < s.wakes_at) {
+            detail::watchdog::arm(state_); // none pending, or it would wake too late
+        }
+    }
+
+    /**
+     * Writes what the socket takes at once, without waiting or queueing an operation: for a
+     * small message, usually all of it. net::error::would_block: nothing could be written.
+     */
+    template <typename ConstBufferSequence>
+    std::size_t write_now(const ConstBufferSequence& buffers, error_code& ec) {
+        auto& socket = state_->socket;
+        if (!socket.non_blocking()) {
+            socket.non_blocking(true, ec); // once per connection: write_some must never block
+            if (ec) {
+                return 0;
+            }
+        }
+        return socket.write_some(buffers, ec);
+    }
+
+    /// No deadline (a pending wait finds none and stops).
+    void expires_never() noexcept {
+        state_->timed_out = false;
+        state_->deadline = std::chrono::steady_clock::time_point::max();
+    }
+
+    template <typename MutableBufferSequence,
+              typename Token = net::default_completion_token_t<executor_type>>
+    auto async_read_some(const MutableBufferSequence& buffers, Token&& token = Token{}) {
+        return net::async_initiate<Token, void(error_code, std::size_t)>(
+            [this](auto handler, const MutableBufferSequence& b) {
+                state_->socket.async_read_some(b, wrap(std::move(handler)));
+            },
+            token,
+            buffers);
+    }
+
+    template <typename ConstBufferSequence,
+              typename Token = net::default_completion_token_t<executor_type>>
+    auto async_write_some(const ConstBufferSequence& buffers, Token&& token = Token{}) {
+        return net::async_initiate<Token, void(error_code, std::size_t)>(
+            [this](auto handler, const ConstBufferSequence& b) {
+                state_->socket.async_write_some(b, wrap(std::move(handler)));
+            },
+            token,
+            buffers);
+    }
+
+    template <typename Token = net::default_completion_token_t<executor_type>>
+    auto async_connect(const tcp::endpoint& endpoint, Token&& token = Token{}) {
+        return net::async_initiate<Token, void(error_code)>(
+            [this](auto handler, const tcp::endpoint& e) {
+                state_->socket.async_connect(e, wrap(std::move(handler)));
+            },
+            token,
+            endpoint);
+    }
+
+    /// Tries each endpoint in turn, as net::async_connect does.
+    template <typename EndpointSequence,
+              typename Token = net::default_completion_token_t<executor_type>>
+    auto async_connect(const EndpointSequence& endpoints, Token&& token = Token{}) {
+        return net::async_initiate<Token, void(error_code, tcp::endpoint)>(
+            [this](auto handler, const EndpointSequence& e) {
+                // With a handler rather than a token, only an explicit condition picks the
+                // right overload: the handler would pass for a condition too.
+                net::async_connect(state_->socket, e, any_endpoint{}, wrap(std::move(handler)));
+            },
+            token,
+            endpoints);
+    }
+
+private:
+    /// net::async_connect's condition: try every endpoint.
+    struct any_endpoint {
+        bool operator()(const error_code&, const tcp::endpoint&) const noexcept { return true; }
+    };
+
+    template <typename Handler>
+    detail::timeout_handler<Handler> wrap(Handler handler) const {
+        return {std::move(handler), state_.get()};
+    }
+
+    std::shared_ptr<detail::stream_state> state_;
+};
+
+} // namespace sluice
+
+namespace boost::asio {
+
+/// A timeout_handler has its inner handler's executor, allocator and cancellation slot.
+template <template <typename, typename> class Associator,
+          typename Handler,
+          typename DefaultCandidate>
+struct associator<Associator, sluice::detail::timeout_handler<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+    static typename Associator<Handler, DefaultCandidate>::type
+    get(const sluice::detail::timeout_handler<Handler>& h) noexcept {
+        return Associator<Handler, DefaultCandidate>::get(h.handler_);
+    }
+
+    static auto get(const sluice::detail::timeout_handler<Handler>& h,
+                    const DefaultCandidate& c) noexcept {
+        return Associator<Handler, DefaultCandidate>::get(h.handler_, c);
+    }
+};
+
+} // namespace boost::asio

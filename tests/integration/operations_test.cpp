@@ -1,0 +1,498 @@
+// SPDX-License-Identifier: Apache-2.0
+// Operating sluice (issue 6): /metrics in the Prometheus text format with counters that follow
+// the traffic, /healthz and /readyz (also across a Redis outage), SIGHUP reloads under load
+// (valid and invalid files), SIGTERM draining held and in-flight requests, and JSON logs.
+
+#include "integration_util.hpp"
+#include "support/admin_client.hpp"
+#include "support/limit_probe.hpp"
+#include "support/redis_server.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <vector>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string make_yaml(const recording_upstream& upstream,
+                      const std::string& rate_limit,
+                      const std::string& logging = "  level: info\n") {
+    return compose_yaml(upstream.url(), rate_limit, "", logging);
+}
+
+// Capacity 2 per key, one slot every 100 s: the third request of a key is refused.
+constexpr const char* two_per_key = "  fallback: { capacity: 2, flowRate: 0.01, mode: police }\n";
+
+/// A limit that never refuses anything in a test, with a recognisable quota.
+std::string roomy(long long capacity) {
+    return fmt::format("  fallback: {{ capacity: {}, flowRate: 100000, mode: police }}\n",
+                       capacity);
+}
+
+/// Parses `text` with prometheus_client's parser; the script's output, and its exit code.
+command_result parse_with_prometheus_client(const std::string& text) {
+    temp_dir dir;
+    const std::string file = dir.write_file("metrics.txt", text);
+    constexpr const char* script = R"(import sys
+from prometheus_client.parser import text_string_to_metric_families
+families = list(text_string_to_metric_families(open(sys.argv[1]).read()))
+names = {s.name for f in families for s in f.samples}
+for need in ["sluice_connections_open", "sluice_held_requests",
+             "sluice_upstream_responses_total", "sluice_upstream_latency_seconds_bucket"]:
+    if need not in names:
+        print("missing", need)
+        sys.exit(2)
+print("families", len(families), "samples", sum(len(f.samples) for f in families))
+)";
+    return run_python(script, {file});
+}
+
+/// The decision counter of `rule` as sluice renders it.
+std::string requests_series(const std::string& decision, const std::string& rule = "fallback") {
+    return fmt::format(R"(sluice_requests_total{{decision="{}",rule="{}"}})", decision, rule);
+}
+
+TEST(OperationsMetrics, ParseWithPrometheusClientAndFollowTheTraffic) {
+    recording_upstream upstream;
+    sluice_process sluice(make_yaml(upstream, two_per_key));
+    const auto admin = admin_port(sluice);
+
+    // The harness connected once to see sluice listening; wait until that connection has been
+    // counted and closed, then count from there.
+    bool met = false;
+    const std::string idle = wait_for_metrics(
+        admin,
+        [](const std::string& t) {
+            return metric_or_zero(t, "sluice_connections_total") >= 1 &&
+                   metric_value(t, "sluice_connections_open") == 0;
+        },
+        10s,
+        met);
+    ASSERT_TRUE(met) << idle;
+    const command_result idle_parse = parse_with_prometheus_client(idle);
+    ASSERT_EQ(idle_parse.exit_code, 0) << idle_parse.output << "\n" << idle;
+    const auto connections_before = metric_value(idle, "sluice_connections_total");
+    ASSERT_TRUE(connections_before) << idle;
+    EXPECT_EQ(metric_value(idle, R"(sluice_upstream_responses_total{code="2xx"})"), 0);
+
+    auto first = std::make_unique<http_connection>(sluice.port());
+    auto second = std::make_unique<http_connection>(sluice.port());
+    for (const unsigned expected : {200u, 200u, 429u}) {
+        first->send("GET", "/m");
+        EXPECT_EQ(first->read_response().status, expected);
+    }
+    second->send("GET", "/other");
+    EXPECT_EQ(second->read_response().status, 200u);
+
+    const std::string busy = wait_for_metrics(
+        admin,
+        [](const std::string& t) {
+            return metric_or_zero(t, requests_series("allowed")) == 3 &&
+                   metric_or_zero(t, requests_series("rejected")) == 1 &&
+                   metric_or_zero(t, R"(sluice_upstream_responses_total{code="2xx"})") == 3 &&
+                   metric_or_zero(t, "sluice_connections_open") == 2;
+        },
+        10s,
+        met);
+    EXPECT_TRUE(met) << busy;
+    EXPECT_EQ(metric_value(busy, "sluice_connections_total"), *connections_before + 2);
+    EXPECT_EQ(metric_value(busy, "sluice_upstream_latency_seconds_count"), 3);
+    EXPECT_EQ(metric_value(busy, R"(sluice_upstream_latency_seconds_bucket{le="+Inf"})"), 3);
+    EXPECT_EQ(metric_value(busy, requests_series("dry_run_rejected")), 0);
+    EXPECT_EQ(metric_value(busy, "sluice_held_requests"), 0);
+    const command_result busy_parse = parse_with_prometheus_client(busy);
+    EXPECT_EQ(busy_parse.exit_code, 0) << busy_parse.output << "\n" << busy;
+
+    first.reset();
+    second.reset();
+    const std::string after = wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_connections_open") == 0; },
+        10s,
+        met);
+    EXPECT_TRUE(met) << "connections_open did not return to 0:\n" << after;
+    EXPECT_EQ(metric_value(after, "sluice_connections_total"), *connections_before + 2);
+}
+
+TEST(OperationsAdmin, HealthzReadyzAndUnknownPaths) {
+    recording_upstream upstream;
+    sluice_process sluice(make_yaml(upstream, two_per_key));
+    const auto admin = admin_port(sluice);
+    const http_response health = get(admin, "/healthz");
+    EXPECT_EQ(health.status, 200u);
+    EXPECT_EQ(get(admin, "/readyz").status, 200u);
+    EXPECT_EQ(get(admin, "/nope").status, 404u);
+    EXPECT_EQ(request(admin, "POST", "/metrics").status, 405u);
+    // The admin port serves no proxy traffic.
+    EXPECT_EQ(upstream.stats().headers_received, 0u);
+}
+
+TEST(OperationsAdmin, ReadyzFollowsRedisUnderFailureModeClosed) {
+    if (!redis_server::available()) {
+        GTEST_SKIP() << "no redis-server";
+    }
+    redis_server redis;
+    recording_upstream upstream;
+    const std::string rate_limit = fmt::format("  store: redis\n"
+                                               "  redis:\n"
+                                               "    host: 127.0.0.1\n"
+                                               "    port: {}\n"
+                                               "    ttl: 1h\n"
+                                               "    timeout: 500ms\n"
+                                               "    connect-timeout: 500ms\n"
+                                               "    failure-mode: closed\n",
+                                               redis.port()) +
+                                   roomy(1000);
+    sluice_process sluice(make_yaml(upstream, rate_limit));
+    const auto admin = admin_port(sluice);
+
+    EXPECT_EQ(wait_for_admin_status(admin, "/readyz", 200, 10s), 200u);
+    EXPECT_EQ(get(sluice.port(), "/r").status, 200u);
+
+    redis.stop();
+    EXPECT_EQ(wait_for_admin_status(admin, "/readyz", 503, 10s), 503u);
+    EXPECT_EQ(get(sluice.port(), "/r").status, 503u) << "failure-mode closed";
+    EXPECT_EQ(get(admin, "/healthz").status, 200u) << "alive, just not ready";
+
+    redis.restart();
+    EXPECT_EQ(wait_for_admin_status(admin, "/readyz", 200, 30s), 200u);
+    EXPECT_EQ(get(sluice.port(), "/r").status, 200u);
+}
+
+/// Requests sent back to back on keep-alive connections (a new one every 20 requests) by
+/// `threads` threads, until destroyed. Counts every answer that is not 200 and every
+/// connection error as a failure, and remembers the RateLimit-Policy quotas it saw.
+class load_generator {
+public:
+    load_generator(std::uint16_t port, std::string target, int threads)
+        : port_(port)
+        , target_(std::move(target)) {
+        for (int i = 0; i < threads; ++i) {
+            threads_.emplace_back([this] { run(); });
+        }
+    }
+
+    ~load_generator() { stop(); }
+
+    load_generator(const load_generator&) = delete;
+    load_generator& operator=(const load_generator&) = delete;
+
+    void stop() {
+        stop_ = true;
+        for (auto& t : threads_) {
+            if (t.joinable()) {
+                t.join();
+            }
+        }
+    }
+
+    long long ok() const { return ok_.load(); }
+
+    long long failed() const { return failed_.load(); }
+
+    long long last_quota() const { return last_quota_.load(); }
+
+    std::string first_failure() const {
+        std::lock_guard lock(mutex_);
+        return first_failure_;
+    }
+
+    /// Waits until `more` further requests succeeded; false on timeout.
+    bool wait_for_more(long long more, std::chrono::milliseconds timeout) const {
+        const long long target = ok() + more;
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (ok() < target) {
+            if (std::chrono::steady_clock::now() >= deadline) {
+                return false;
+            }
+            std::this_thread::sleep_for(5ms);
+        }
+        return true;
+    }
+
+private:
+    void fail(const std::string& why) {
+        ++failed_;
+        std::lock_guard lock(mutex_);
+        if (first_failure_.empty()) {
+            first_failure_ = why;
+        }
+    }
+
+    void run() {
+        while (!stop_) {
+            try {
+                http_connection connection(port_, 10s);
+                for (int i = 0; i < 20 && !stop_; ++i) {
+                    connection.send("GET", target_);
+                    const http_response response = connection.read_response();
+                    if (response.status != 200) {
+                        fail("status " + std::to_string(response.status));
+                    } else {
+                        ++ok_;
+                    }
+                    const auto policy =
+                        parse_sf_item(response.header("RateLimit-Policy").value_or(""));
+                    if (policy && policy->integer("q")) {
+                        last_quota_ = *policy->integer("q");
+                    }
+                    if (!response.keep_alive) {
+                        break;
+                    }
+                }
+            } catch (const std::exception& e) {
+                fail(std::string("connection error: ") + e.what());
+            }
+        }
+    }
+
+    std::uint16_t port_;
+    std::string target_;
+    std::atomic<bool> stop_{false};
+    std::atomic<long long> ok_{0};
+    std::atomic<long long> failed_{0};
+    std::atomic<long long> last_quota_{0};
+    mutable std::mutex mutex_;
+    std::string first_failure_;
+    std::vector<std::thread> threads_;
+};
+
+/// The q of a fresh request's RateLimit-Policy (0 if none).
+long long quota_of(std::uint16_t port, const std::string& target) {
+    const auto policy = parse_sf_item(get(port, target).header("RateLimit-Policy").value_or(""));
+    return policy ? policy->integer("q").value_or(0) : 0;
+}
+
+TEST(OperationsReload, ValidConfigUnderLoadAppliesWithoutAFailedRequest) {
+    recording_upstream upstream;
+    sluice_process sluice(make_yaml(upstream, roomy(1'000'000)));
+    EXPECT_EQ(quota_of(sluice.port(), "/probe"), 1'000'000);
+
+    load_generator load(sluice.port(), "/load", 2);
+    ASSERT_TRUE(load.wait_for_more(100, 10s)) << load.first_failure();
+
+    const std::string next = make_yaml(upstream, roomy(900'000) + R"(  rules:
+    - name: limited
+      match: { path: /limited }
+      limits: [ { capacity: 1, flowRate: 0.01, mode: police } ]
+)");
+    replace_file(sluice.config_path(), next);
+    sluice.send_signal(SIGHUP);
+    ASSERT_TRUE(sluice.wait_for_log("configuration reloaded", 10s)) << sluice.log_text();
+
+    // Workers take the new config as they get to it: wait for a fresh request to see it.
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (quota_of(sluice.port(), "/probe") != 900'000 &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(quota_of(sluice.port(), "/probe"), 900'000);
+    EXPECT_EQ(get(sluice.port(), "/limited").status, 200u);
+    const http_response refused = get(sluice.port(), "/limited");
+    EXPECT_EQ(refused.status, 429u) << "the new rule applies";
+    EXPECT_NE(refused.body.find(R"("limit":"limited")"), std::string::npos) << refused.body;
+
+    ASSERT_TRUE(load.wait_for_more(100, 10s)) << load.first_failure();
+    EXPECT_EQ(load.last_quota(), 900'000) << "the load's keep-alive connections use it too";
+    load.stop();
+    EXPECT_EQ(load.failed(), 0) << load.first_failure();
+    EXPECT_GT(load.ok(), 200);
+    EXPECT_EQ(sluice.log_text().find("reload failed"), std::string::npos);
+}
+
+TEST(OperationsReload, InvalidConfigIsReportedAndTheOldOneStays) {
+    recording_upstream upstream;
+    const std::string good = make_yaml(upstream, roomy(1'000'000));
+    sluice_process sluice(good);
+    load_generator load(sluice.port(), "/load", 2);
+    ASSERT_TRUE(load.wait_for_more(100, 10s)) << load.first_failure();
+
+    // A typo in one key: the loader must name the file, the line and the key.
+    const std::string bad =
+        make_yaml(upstream, "  fallback:\n    capacity: 10\n    flowrate: 1\n    mode: police\n");
+    const auto typo_at = bad.find("    flowrate:");
+    const auto typo_line = 1 + std::count(bad.begin(), bad.begin() + typo_at, '\n');
+    replace_file(sluice.config_path(), bad);
+    sluice.send_signal(SIGHUP);
+    ASSERT_TRUE(sluice.wait_for_log("reload failed", 10s)) << sluice.log_text();
+    const std::string log = sluice.log_text();
+    EXPECT_NE(log.find(fmt::format("sluice.yaml:{}:", typo_line)), std::string::npos) << log;
+    EXPECT_NE(log.find("rate-limit.fallback.flowrate"), std::string::npos) << log;
+    EXPECT_EQ(log.find("configuration reloaded"), std::string::npos) << log;
+
+    ASSERT_TRUE(load.wait_for_more(100, 10s)) << load.first_failure();
+    EXPECT_EQ(quota_of(sluice.port(), "/probe"), 1'000'000) << "the old configuration stays";
+    EXPECT_EQ(load.last_quota(), 1'000'000);
+    load.stop();
+    EXPECT_EQ(load.failed(), 0) << load.first_failure();
+
+    // The process is intact: a later valid file still reloads.
+    replace_file(sluice.config_path(), make_yaml(upstream, roomy(777)));
+    sluice.send_signal(SIGHUP);
+    ASSERT_TRUE(sluice.wait_for_log("configuration reloaded", 10s)) << sluice.log_text();
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (quota_of(sluice.port(), "/probe") != 777 &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(quota_of(sluice.port(), "/probe"), 777);
+}
+
+TEST(OperationsDrain, SigtermAnswersHeldAndInFlightRequestsThenExitsZero) {
+    recording_upstream upstream([](const recorded_request& r) {
+        response_plan plan;
+        if (r.target == "/slow") {
+            plan.delay = 800ms;
+        }
+        return plan;
+    });
+    // Shape: the first request of a key goes at once, the next ones 200 ms apart.
+    sluice_process sluice(
+        make_yaml(upstream, "  fallback: { capacity: 10, flowRate: 5, mode: shape }\n"));
+    const auto admin = admin_port(sluice);
+
+    http_connection slow(sluice.port());
+    slow.send("GET", "/slow");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+
+    constexpr int held = 6;
+    std::vector<std::unique_ptr<http_connection>> connections;
+    for (int i = 0; i < held; ++i) {
+        connections.push_back(std::make_unique<http_connection>(sluice.port()));
+    }
+    for (auto& connection : connections) {
+        connection->send("GET", "/held");
+    }
+    bool met = false;
+    const std::string text = wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_held_requests") >= 3; },
+        5s,
+        met);
+    ASSERT_TRUE(met) << text;
+
+    sluice.send_signal(SIGTERM);
+    // New connections are refused while the held requests are still being released.
+    const auto deadline = std::chrono::steady_clock::now() + 3s;
+    bool refused = false;
+    while (!refused && std::chrono::steady_clock::now() < deadline) {
+        try {
+            fd_stream::connect_loopback(sluice.port());
+            std::this_thread::sleep_for(5ms);
+        } catch (const boost::system::system_error& e) {
+            refused = e.code() == boost::asio::error::connection_refused;
+        }
+    }
+    EXPECT_TRUE(refused) << "sluice still accepts connections after SIGTERM";
+
+    const http_response slow_response = slow.read_response();
+    EXPECT_EQ(slow_response.status, 200u) << "the in-flight request";
+    EXPECT_FALSE(slow_response.keep_alive) << "a draining sluice closes after the response";
+    slow.stream().close();
+    for (int i = 0; i < held; ++i) {
+        auto& connection = *connections[static_cast<std::size_t>(i)];
+        const http_response response = connection.read_response();
+        EXPECT_EQ(response.status, 200u) << "held request " << i;
+        // Close as a client does after "Connection: close", so that sluice need not linger.
+        connection.stream().close();
+    }
+    const auto status = sluice.wait_exit(20s);
+    ASSERT_TRUE(status) << "sluice did not exit after draining";
+    EXPECT_TRUE(WIFEXITED(*status)) << "wait status " << *status;
+    EXPECT_EQ(WEXITSTATUS(*status), 0);
+    EXPECT_EQ(upstream.requests().size(), static_cast<std::size_t>(held + 1));
+    EXPECT_EQ(sluice.log_text().find("drain timeout"), std::string::npos);
+}
+
+TEST(OperationsLogging, JsonLogLinesParseWithTheAccessFields) {
+    recording_upstream upstream([](const recorded_request& r) {
+        response_plan plan;
+        if (r.target == "/missing") {
+            plan.status = 404;
+        }
+        return plan;
+    });
+    sluice_process sluice(
+        make_yaml(upstream, two_per_key, "  level: info\n  format: json\n  access-log: true\n"));
+
+    http_connection connection(sluice.port());
+    for (const unsigned expected : {200u, 200u, 429u}) {
+        connection.send("GET", "/a?x=1");
+        EXPECT_EQ(connection.read_response().status, expected);
+    }
+    connection.send("POST", "/missing", {}, "body");
+    EXPECT_EQ(connection.read_response().status, 404u);
+    // A bad percent-encoding is refused with 400; the raw target (quote and backslash
+    // included) goes into the log and must be escaped there.
+    connection.send_raw("GET /bad%zz\"\\ HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(connection.read_response().status, 400u);
+    connection.stream().close();
+
+    sluice.send_signal(SIGTERM);
+    const auto status = sluice.wait_exit(20s);
+    ASSERT_TRUE(status);
+    EXPECT_EQ(WEXITSTATUS(*status), 0);
+
+    temp_dir dir;
+    const std::string file = dir.write_file("sluice.log", sluice.log_text());
+    constexpr const char* script = R"(import json, sys
+need = ["client", "method", "path", "key", "decision", "status"]
+bad, access = [], 0
+for n, line in enumerate(open(sys.argv[1], encoding="utf-8"), 1):
+    line = line.rstrip("\n")
+    if not line:
+        continue
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        bad.append("line %d is not JSON (%s): %r" % (n, e, line))
+        continue
+    if not isinstance(obj, dict) or "level" not in obj or "time" not in obj:
+        bad.append("line %d lacks time/level: %r" % (n, line))
+    elif obj.get("log") == "access":
+        access += 1
+        missing = [k for k in need if k not in obj]
+        if missing:
+            bad.append("line %d lacks %s: %r" % (n, missing, line))
+        else:
+            print("ACCESS", json.dumps([obj[k] for k in need]))
+for b in bad:
+    print(b)
+print("access lines:", access)
+sys.exit(1 if bad else 0)
+)";
+    const command_result result = run_python(script, {file});
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    const std::string& out = result.output;
+    EXPECT_NE(out.find("access lines: 5"), std::string::npos) << out;
+    EXPECT_NE(
+        out.find(R"(ACCESS ["127.0.0.1", "GET", "/a", "rate-limit:127.0.0.1:/a", "allowed", 200])"),
+        std::string::npos)
+        << out;
+    EXPECT_NE(
+        out.find(
+            R"(ACCESS ["127.0.0.1", "GET", "/a", "rate-limit:127.0.0.1:/a", "rejected", 429])"),
+        std::string::npos)
+        << out;
+    EXPECT_NE(out.find(R"("POST", "/missing", "rate-limit:127.0.0.1:/missing", "allowed", 404])"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find(R"("GET", "/bad%zz\"\\", )"), std::string::npos) << out;
+}
+
+} // namespace
+} // namespace sluice::test

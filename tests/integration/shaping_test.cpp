@@ -1,0 +1,516 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shaping (mode: shape) end to end, measured where it matters: at the upstream. Every test runs
+// on both stores. The page's worked example, a sustained overload, clients that leave while
+// held, the held-request cap, max-delay, and the truth of Retry-After and RateLimit.
+//
+// Timing rules used throughout: while its queue never empties, a leaky bucket releases its k-th
+// request at L + k x T (T = 1000 / flowRate ms, L the head's leak time), and timers never fire
+// early, so arrivals may be late (scheduling) but never early. L itself is bracketed by the
+// client: after the head request was sent, before its response came back.
+
+#include "integration_util.hpp"
+#include "support/arrivals.hpp"
+#include "support/limited_sluice.hpp"
+#include "support/redis_server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using clock_type = std::chrono::steady_clock;
+
+// An arrival may be this much later than its slot: timer and thread scheduling on a loaded
+// two-core machine. The 1-second window checks are stricter: flowRate + 1 per window holds only
+// while release jitter stays under one slot.
+constexpr auto late_tolerance = 500ms;
+// A rejected request is answered at once. Every rejection in these tests stands for a wait of
+// at least 1 s (the shortest: max-delay 1 s), so an answer within 1 s was not held for a slot.
+constexpr auto fast_answer = 1000ms;
+
+/// One sample of sluice's /metrics, 0 when absent.
+double metric(std::uint16_t admin, std::string_view series) {
+    return metric_or_zero(scrape_metrics(admin), series);
+}
+
+/// GETs of prefix + i for i in [begin, end), all to `port`: unique targets, so the upstream
+/// can tell the requests apart.
+std::vector<planned_request>
+plan(std::uint16_t port, const std::string& prefix, std::size_t begin, std::size_t end) {
+    std::vector<planned_request> requests;
+    for (std::size_t i = begin; i < end; ++i) {
+        requests.push_back({port, prefix + std::to_string(i)});
+    }
+    return requests;
+}
+
+/// Expects every 429 among `exchanges` fast, with a Retry-After of at least 1.
+void expect_fast_rejections(const std::vector<exchange>& exchanges) {
+    for (const auto& e : exchanges) {
+        if (e.status != 429) {
+            continue;
+        }
+        EXPECT_LT(e.latency(), fast_answer) << e.target;
+        const auto value = e.retry_after.value_or("");
+        ASSERT_FALSE(value.empty()) << e.target << ": 429 without Retry-After";
+        EXPECT_GE(std::stoll(value), 1) << e.target;
+    }
+}
+
+/// The `t` (seconds until reset) parameter of a RateLimit header.
+std::optional<long long> reset_of(const http_response& response) {
+    const auto item = parse_sf_item(response.header("RateLimit").value_or(""));
+    return item ? item->integer("t") : std::nullopt;
+}
+
+/// ceil(ms / 1000) for a duration that may be negative or zero.
+long long ceil_seconds(double ms) {
+    return static_cast<long long>(std::ceil(ms / 1000.0));
+}
+
+/// The test name suffix: the parameter itself ("memory", "open", ...).
+std::string param_name(const testing::TestParamInfo<std::string>& param) {
+    return param.param;
+}
+
+/// Parametrized by the store: "memory" or "redis".
+class ShapingTest : public testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        if (GetParam() == "redis") {
+            if (!redis_server::available()) {
+                GTEST_SKIP() << "redis-server is not installed";
+            }
+            redis_ = std::make_unique<redis_server>();
+        }
+    }
+
+    limited_config config(std::int64_t capacity, double flow_rate) const {
+        limited_config c;
+        c.upstream_url = upstream_.url();
+        c.store = GetParam();
+        c.redis_port = redis_ ? redis_->port() : 0;
+        c.capacity = capacity;
+        c.flow_rate = flow_rate;
+        c.mode = "shape";
+        return c;
+    }
+
+    /// Starts sluice and waits until it can decide: with Redis (failure-mode closed), /readyz
+    /// answers 200 once every worker is connected. Sets `admin_`.
+    std::unique_ptr<sluice_process> start(const limited_config& c) {
+        auto sluice = std::make_unique<sluice_process>(c.yaml());
+        admin_ = admin_port(*sluice);
+        const auto admin = admin_;
+        EXPECT_TRUE(eventually([admin] { return get(admin, "/readyz").status == 200; }, 10s))
+            << sluice->log_text();
+        return sluice;
+    }
+
+    std::unique_ptr<redis_server> redis_;
+    recording_upstream upstream_;
+    std::uint16_t admin_ = 0;
+};
+
+// The page's worked example at the upstream: 30 at t=0 all admitted and released over ~6 s at
+// 5 per second; 50 more right after: 20 held (then 200), 30 rejected at once.
+TEST_P(ShapingTest, WorkedExampleMeasuredAtUpstream) {
+    const auto sluice = start(config(50, 5));
+    constexpr auto slot = 200ms;
+
+    request_burst first(plan(sluice->port(), "/work?n=", 0, 30));
+    request_burst second(plan(sluice->port(), "/work?n=", 30, 80));
+    const auto t0 = first.fire();
+    // "Right after" the 30 are in the queue: once sluice has decided all of them.
+    ASSERT_TRUE(eventually([&] { return decided_requests(admin_) >= 30; }, 10s));
+    second.fire();
+    ASSERT_TRUE(eventually([&] { return decided_requests(admin_) >= 80; }, 10s));
+    const auto all_decided = clock_type::now();
+    const auto r1 = first.collect();
+    const auto r2 = second.collect();
+
+    EXPECT_EQ(count_status(r1, 200), 30);
+    // Every decision lies in [t0, all_decided]: at most that many slots leaked meanwhile, so
+    // exactly 20 are admitted when it took under 200 ms.
+    const auto admitted = count_status(r2, 200);
+    EXPECT_GE(admitted, 20);
+    EXPECT_LE(admitted, 20 + slots_in(all_decided - t0, slot));
+    EXPECT_EQ(admitted + count_status(r2, 429), 50);
+    expect_fast_rejections(r2);
+
+    const auto forwarded = static_cast<std::size_t>(30 + admitted);
+    ASSERT_TRUE(upstream_.wait_for_count(forwarded, 20s));
+    ASSERT_TRUE(upstream_.wait_quiet(5s));
+    ASSERT_EQ(upstream_.requests().size(), forwarded);
+    const auto arrivals = sorted_arrivals(upstream_);
+    // The head goes at once; the 30th leaves at 29 x 200 ms = 5.8 s; then the second burst's.
+    EXPECT_LT(arrivals.front() - t0, late_tolerance);
+    expect_on_slots(arrivals, slot, t0, first_received(r1), late_tolerance);
+    // At most 5 + 1 in any closed 1-second window (5 slot intervals fit in one second).
+    expect_at_most_per_second(upstream_, 6);
+    // The first burst owns the first 30 slots.
+    const auto by_target = arrivals_by_target(upstream_);
+    auto last_first = clock_type::time_point::min();
+    auto first_second = clock_type::time_point::max();
+    for (const auto& [target, at] : by_target) {
+        if (std::stoi(target.substr(target.find('=') + 1)) < 30) {
+            last_first = std::max(last_first, at);
+        } else {
+            first_second = std::min(first_second, at);
+        }
+    }
+    EXPECT_LT(last_first, first_second);
+    RecordProperty(
+        "decided_ms",
+        static_cast<int>(std::chrono::duration_cast<milliseconds>(all_decided - t0).count()));
+}
+
+// Three times flowRate for 10 s, one connection per request: the upstream never sees more than
+// flowRate + 1 in a second, and the long-run rate is flowRate.
+TEST_P(ShapingTest, SustainedOverloadDrainsAtFlowRate) {
+    constexpr std::int64_t capacity = 10;
+    constexpr double flow_rate = 10;
+    constexpr auto slot = 100ms;
+    constexpr int total = 300;
+    constexpr auto period = 33ms;
+    // A thread's requests are threads x period = 1.32 s apart, longer than the longest hold
+    // (capacity - 1 slots = 900 ms), so no thread falls behind its schedule.
+    constexpr int threads = 40;
+    const auto sluice = start(config(capacity, flow_rate));
+
+    std::vector<exchange> results(total);
+    const auto begin = clock_type::now() + 50ms;
+    std::vector<std::thread> clients;
+    for (int j = 0; j < threads; ++j) {
+        clients.emplace_back([&, j] {
+            for (int k = j; k < total; k += threads) {
+                auto& e = results[static_cast<std::size_t>(k)];
+                e.target = "/sustained?n=" + std::to_string(k);
+                // Pacing to a schedule, not waiting for an outcome.
+                std::this_thread::sleep_until(begin + period * k);
+                e.sent = clock_type::now();
+                try {
+                    http_connection connection(sluice->port(), 10s);
+                    connection.send("GET", e.target);
+                    const auto response = connection.read_response();
+                    e.received = response.received;
+                    e.status = response.status;
+                } catch (const std::exception& error) {
+                    e.received = clock_type::now();
+                    e.error = error.what();
+                }
+            }
+        });
+    }
+    for (auto& c : clients) {
+        c.join();
+    }
+
+    long long admitted = 0;
+    long long other = 0;
+    auto earliest_sent = results.front().sent;
+    auto earliest_answer = results.front().received;
+    auto latest_answer = earliest_answer;
+    for (const auto& e : results) {
+        admitted += e.status == 200 ? 1 : 0;
+        other += (e.status == 200 || e.status == 429) ? 0 : 1;
+        earliest_sent = std::min(earliest_sent, e.sent);
+        earliest_answer = std::min(earliest_answer, e.received);
+        latest_answer = std::max(latest_answer, e.received);
+    }
+    EXPECT_EQ(other, 0);
+    ASSERT_TRUE(upstream_.wait_quiet(5s));
+    const auto arrivals = sorted_arrivals(upstream_);
+    ASSERT_EQ(static_cast<long long>(arrivals.size()), admitted);
+    ASSERT_GE(arrivals.size(), 2u);
+
+    expect_at_most_per_second(upstream_, static_cast<std::size_t>(flow_rate) + 1);
+    // The queue never empties (a request every 33 ms against one slot every 100 ms), so the
+    // admitted requests leave on consecutive slots from the head's: the long-run rate is
+    // flowRate, the last one (admitted - 1) x T after the head. The head was released after the
+    // earliest request was sent and before the earliest answer came back.
+    expect_on_slots(arrivals, slot, earliest_sent, earliest_answer, late_tolerance);
+    // How many: capacity at once, then one per slot leaked. Decisions lie in [first send, last
+    // answer]; the bucket is saturated from the first answer to the last send, and every slot
+    // leaked then is refilled within 33 ms (less the one in progress at each end).
+    const auto first_sent = begin;
+    const auto last_sent = begin + period * (total - 1);
+    const double most_s = std::chrono::duration<double>(latest_answer - first_sent).count();
+    const double saturated_s = std::chrono::duration<double>(last_sent - earliest_answer).count();
+    EXPECT_LE(admitted, capacity + static_cast<long long>(std::floor(most_s * flow_rate)) + 1);
+    EXPECT_GE(admitted, capacity + static_cast<long long>(std::floor(saturated_s * flow_rate)) - 2);
+    RecordProperty("admitted", static_cast<int>(admitted));
+}
+
+// A client that leaves while held is never forwarded; the metrics say so.
+TEST_P(ShapingTest, AbandonedHeldRequestIsNeverForwarded) {
+    // One slot per second: the abandoned request's slot opens 1 s after the head's.
+    const auto sluice = start(config(5, 1));
+
+    http_connection head(sluice->port());
+    head.send("GET", "/abandon?who=head");
+    EXPECT_EQ(head.read_response().status, 200u);
+
+    auto leaver = std::make_unique<http_connection>(sluice->port());
+    leaver->send("GET", "/abandon?who=leaver");
+    ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s))
+        << "the second request was not held";
+    leaver.reset(); // the client goes away while held
+    ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_abandoned_total") >= 1; }, 5s));
+    EXPECT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 0; }, 5s));
+
+    // A later request queues behind the abandoned one's slot (abandoning does not refund it), so
+    // once it arrives the abandoned slot has long passed.
+    http_connection after(sluice->port());
+    after.send("GET", "/abandon?who=after");
+    EXPECT_EQ(after.read_response().status, 200u);
+    ASSERT_TRUE(upstream_.wait_quiet(5s));
+    const auto by_target = arrivals_by_target(upstream_);
+    EXPECT_EQ(by_target.count("/abandon?who=leaver"), 0u) << "an abandoned request was forwarded";
+    EXPECT_EQ(by_target.count("/abandon?who=head"), 1u);
+    EXPECT_EQ(by_target.count("/abandon?who=after"), 1u);
+    EXPECT_EQ(metric(admin_, "sluice_held_abandoned_total"), 1);
+    EXPECT_EQ(metric(admin_, "sluice_held_requests"), 0);
+}
+
+// rate-limit.max-held: 3. Of 7 concurrent requests one goes at once, 6 need holds: 3 are held,
+// the other 3 get 503 with Retry-After, counted as overflow.
+TEST_P(ShapingTest, HeldCapAnswers503WithRetryAfter) {
+    auto c = config(10, 2); // one slot every 500 ms
+    c.max_held = 3;
+    const auto sluice = start(c);
+    constexpr auto slot = 500ms;
+
+    request_burst burst(plan(sluice->port(), "/cap?n=", 0, 7));
+    const auto t0 = burst.fire();
+    ASSERT_TRUE(eventually([&] { return decided_requests(admin_) >= 7; }, 10s));
+    const auto all_decided = clock_type::now();
+    const auto results = burst.collect();
+
+    // The first hold ends one slot after the head left; until then nothing frees a hold. So
+    // when the burst was decided within one slot, exactly 3 overflow; each slot that passed
+    // first may have let one more be held.
+    const auto refused = count_status(results, 503);
+    EXPECT_LE(refused, 3);
+    EXPECT_GE(refused, 3 - slots_in(all_decided - t0, slot));
+    EXPECT_EQ(count_status(results, 200) + refused, 7);
+    for (const auto& e : results) {
+        if (e.status == 503) {
+            EXPECT_LT(e.latency(), fast_answer) << e.target;
+            const auto value = e.retry_after.value_or("");
+            ASSERT_FALSE(value.empty()) << e.target << ": 503 without Retry-After";
+            EXPECT_GE(std::stoll(value), 1);
+        }
+    }
+    EXPECT_EQ(metric(admin_, "sluice_held_overflow_total"), static_cast<double>(refused));
+    // The refused never reached the upstream; the others all did.
+    ASSERT_TRUE(upstream_.wait_quiet(5s));
+    const auto by_target = arrivals_by_target(upstream_);
+    for (const auto& e : results) {
+        EXPECT_EQ(by_target.count(e.target), e.status == 200 ? 1u : 0u) << e.target;
+    }
+}
+
+// max-delay: 1s with flowRate 5: a wait of more than 1 s is refused at once. Waits are 0, 200,
+// ..., 1000 ms for the first 6; the 7th would wait 1200 ms.
+TEST_P(ShapingTest, MaxDelayRejectsLongWaitsAtOnce) {
+    auto c = config(50, 5);
+    c.max_delay = "1s";
+    const auto sluice = start(c);
+    constexpr auto slot = 200ms;
+    constexpr auto max_delay = 1000ms;
+
+    request_burst burst(plan(sluice->port(), "/patience?n=", 0, 12));
+    const auto t0 = burst.fire();
+    ASSERT_TRUE(eventually([&] { return decided_requests(admin_) >= 12; }, 10s));
+    const auto all_decided = clock_type::now();
+    const auto results = burst.collect();
+
+    const auto admitted = count_status(results, 200);
+    EXPECT_GE(admitted, 6);
+    EXPECT_LE(admitted, 6 + slots_in(all_decided - t0, slot));
+    EXPECT_EQ(admitted + count_status(results, 429), 12);
+    expect_fast_rejections(results);
+    for (const auto& e : results) {
+        if (e.status == 429) {
+            // The wait exceeds max-delay by 200 ms less what passed: Retry-After is
+            // ceil(0.2 s) = 1, with the 1 s tolerance.
+            EXPECT_LE(std::stoll(e.retry_after.value_or("0")), 2) << e.target;
+        } else if (e.status == 200) {
+            // Admitted requests wait at most max-delay (plus scheduling).
+            EXPECT_LE(e.latency(), max_delay + late_tolerance) << e.target;
+        }
+    }
+}
+
+// Retry-After = ceil(time until the next slot frees) and RateLimit r/t = capacity - q and
+// ceil(time until the queue is empty), in police mode and in shape mode. With T = 4 s and a
+// rejection ~2.5 s after the head's leak time L, the math says Retry-After 2.
+//
+// The decision times are bracketed by the client's clock: L lies in [s1, r1] (first request
+// sent, answered), the rejection's decision in [s3, r3]. So e = decision - L lies in
+// [s3 - r1, r3 - s1] (widened by 2 ms for the stores' whole-ms clocks), and each header must
+// lie between the values the math gives at the two ends.
+struct bracket {
+    double e_min_ms = 0;
+    double e_max_ms = 0;
+
+    /// The range of ceil((base - e) / 1000) over e in [e_min, e_max], at least `floor_value`.
+    std::pair<long long, long long> seconds(double base_ms, long long floor_value) const {
+        return {std::max(floor_value, ceil_seconds(base_ms - e_max_ms)),
+                std::max(floor_value, ceil_seconds(base_ms - e_min_ms))};
+    }
+};
+
+bracket make_bracket(clock_type::time_point s1,
+                     clock_type::time_point r1,
+                     clock_type::time_point s3,
+                     clock_type::time_point r3) {
+    const auto ms = [](clock_type::duration d) {
+        return std::chrono::duration<double, std::milli>(d).count();
+    };
+    return {ms(s3 - r1) - 2, ms(r3 - s1) + 2};
+}
+
+void expect_truthful_rejection(const http_response& rejected,
+                               const bracket& b,
+                               double slot_ms,
+                               std::int64_t queued) {
+    ASSERT_EQ(rejected.status, 429u);
+    const auto retry_after = std::stoll(rejected.header("Retry-After").value_or("0"));
+    const auto [ra_low, ra_high] = b.seconds(slot_ms, 1);
+    EXPECT_GE(retry_after, ra_low);
+    EXPECT_LE(retry_after, ra_high);
+    EXPECT_EQ(remaining_of(rejected), 0);
+    const auto [t_low, t_high] = b.seconds(static_cast<double>(queued) * slot_ms, 0);
+    const auto reset = reset_of(rejected);
+    ASSERT_TRUE(reset) << rejected.header("RateLimit").value_or("<none>");
+    EXPECT_GE(*reset, t_low);
+    EXPECT_LE(*reset, t_high);
+    testing::Test::RecordProperty("retry_after", static_cast<int>(retry_after));
+}
+
+TEST_P(ShapingTest, RetryAfterAndRateLimitTruthfulPolice) {
+    auto c = config(2, 0.25); // T = 4 s
+    c.mode = "police";
+    const auto sluice = start(c);
+    constexpr double slot_ms = 4000;
+
+    const auto s1 = clock_type::now();
+    const auto first = get(sluice->port(), "/truth");
+    const auto r1 = clock_type::now();
+    EXPECT_EQ(first.status, 200u);
+    EXPECT_EQ(remaining_of(first), 1);
+    EXPECT_EQ(reset_of(first), 4); // one queued: empty at L + T
+    const auto second = get(sluice->port(), "/truth");
+    EXPECT_EQ(second.status, 200u);
+    EXPECT_EQ(remaining_of(second), 0);
+
+    std::this_thread::sleep_until(r1 + 2500ms); // pacing: the rejection's place in the slot
+    const auto s3 = clock_type::now();
+    const auto rejected = get(sluice->port(), "/truth");
+    const auto r3 = clock_type::now();
+    expect_truthful_rejection(rejected, make_bracket(s1, r1, s3, r3), slot_ms, 2);
+}
+
+TEST_P(ShapingTest, RetryAfterAndRateLimitTruthfulShape) {
+    const auto sluice = start(config(3, 0.25)); // T = 4 s
+    constexpr double slot_ms = 4000;
+
+    const auto s1 = clock_type::now();
+    http_connection head(sluice->port());
+    head.send("GET", "/truth");
+    const auto first = head.read_response();
+    const auto r1 = clock_type::now();
+    EXPECT_EQ(first.status, 200u);
+    EXPECT_EQ(remaining_of(first), 2);
+    // Two more fill the queue; they are held (4 s and 8 s) and abandoned at the end.
+    http_connection held_a(sluice->port());
+    http_connection held_b(sluice->port());
+    held_a.send("GET", "/truth?held=a");
+    held_b.send("GET", "/truth?held=b");
+    ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 2; }, 2s));
+
+    std::this_thread::sleep_until(r1 + 2500ms); // pacing: the rejection's place in the slot
+    const auto s3 = clock_type::now();
+    const auto rejected = get(sluice->port(), "/truth");
+    const auto r3 = clock_type::now();
+    expect_truthful_rejection(rejected, make_bracket(s1, r1, s3, r3), slot_ms, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, ShapingTest, testing::Values("memory", "redis"), param_name);
+
+// Two instances on one Redis shape one key on one timeline: together they release at flowRate.
+TEST(ShapingTwoInstances, ShareOneTimelineOnRedis) {
+    if (!redis_server::available()) {
+        GTEST_SKIP() << "redis-server is not installed";
+    }
+    redis_server redis;
+    recording_upstream upstream;
+    constexpr std::int64_t capacity = 20;
+    constexpr double flow_rate = 10;
+    constexpr auto slot = 100ms;
+    limited_config c;
+    c.upstream_url = upstream.url();
+    c.store = "redis";
+    c.redis_port = redis.port();
+    c.capacity = capacity;
+    c.flow_rate = flow_rate;
+    sluice_process a(c.yaml());
+    sluice_process b(c.yaml());
+    const auto admin_a = admin_port(a);
+    const auto admin_b = admin_port(b);
+    for (const auto admin : {admin_a, admin_b}) {
+        ASSERT_TRUE(eventually([admin] { return get(admin, "/readyz").status == 200; }, 10s));
+    }
+
+    // 15 requests to each, interleaved, all at once: one bucket admits 20 of the 30.
+    std::vector<planned_request> requests;
+    for (int i = 0; i < 15; ++i) {
+        requests.push_back({a.port(), "/two?a=" + std::to_string(i)});
+        requests.push_back({b.port(), "/two?b=" + std::to_string(i)});
+    }
+    request_burst burst(requests);
+    const auto t0 = burst.fire();
+    ASSERT_TRUE(eventually(
+        [&] { return decided_requests(admin_a) + decided_requests(admin_b) >= 30; }, 10s));
+    const auto all_decided = clock_type::now();
+    const auto results = burst.collect();
+
+    const auto admitted = count_status(results, 200);
+    EXPECT_GE(admitted, capacity);
+    EXPECT_LE(admitted, capacity + slots_in(all_decided - t0, slot));
+    EXPECT_EQ(admitted + count_status(results, 429), 30);
+    expect_fast_rejections(results);
+
+    ASSERT_TRUE(upstream.wait_for_count(static_cast<std::size_t>(admitted), 10s));
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+    const auto arrivals = sorted_arrivals(upstream);
+    ASSERT_EQ(static_cast<long long>(arrivals.size()), admitted);
+    expect_at_most_per_second(upstream, static_cast<std::size_t>(flow_rate) + 1);
+    // One timeline: consecutive slots across both instances, from the head's.
+    expect_on_slots(arrivals, slot, t0, first_received(results), late_tolerance);
+    // Both instances released some of them.
+    const auto by_target = arrivals_by_target(upstream);
+    const auto from = [&](const std::string& prefix) {
+        return std::count_if(by_target.begin(), by_target.end(), [&](const auto& entry) {
+            return entry.first.starts_with(prefix);
+        });
+    };
+    EXPECT_GT(from("/two?a="), 0);
+    EXPECT_GT(from("/two?b="), 0);
+}
+
+} // namespace
+} // namespace sluice::test
