@@ -6,9 +6,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <exception>
 
 int main(int argc, char** argv) {
+    // hiredis writes to Redis with write(2), which raises SIGPIPE when Redis has just gone:
+    // the default action would kill the proxy instead of letting the failure mode apply (Asio's
+    // own sockets send with MSG_NOSIGNAL). nginx ignores SIGPIPE for the same reason.
+    std::signal(SIGPIPE, SIG_IGN);
     sluice::app::init_logging();
     sluice::app::command_line command;
     try {

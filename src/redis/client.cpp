@@ -119,7 +119,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
     //--------------------------------------------------------------------------
     // Commands
 
-    void submit(std::vector<std::string> args, handler_type h) {
+    void submit(std::span<const std::string> args, handler_type h) {
         if (ac_ == nullptr || (phase_ != phase::connecting && phase_ != phase::connected) ||
             pending_.size() >= opts_.max_pending) {
             complete(std::move(h), errc::redis_unavailable);
@@ -128,7 +128,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         send(args, std::move(h));
     }
 
-    void send(const std::vector<std::string>& args, handler_type h) {
+    void send(std::span<const std::string> args, handler_type h) {
         if (args.empty()) {
             complete(std::move(h), net::error::invalid_argument);
             return;
@@ -255,7 +255,8 @@ struct client::state : std::enable_shared_from_this<client::state> {
             send(auth, checker("AUTH"));
         }
         if (opts_.db != 0) {
-            send({"SELECT", std::to_string(opts_.db)}, checker("SELECT"));
+            const std::vector<std::string> select{"SELECT", std::to_string(opts_.db)};
+            send(select, checker("SELECT"));
         }
         for (const auto& command : connect_commands_) {
             send(command, checker(command.front() + ' ' + (command.size() > 1 ? command[1] : "")));
@@ -506,8 +507,8 @@ void client::stop() {
     state_->stop();
 }
 
-void client::submit(std::vector<std::string> args, handler_type handler) {
-    state_->submit(std::move(args), std::move(handler));
+void client::submit(std::span<const std::string> args, handler_type handler) {
+    state_->submit(args, std::move(handler));
 }
 
 void client::add_connect_command(std::vector<std::string> args) {

@@ -1,21 +1,28 @@
 -- SPDX-License-Identifier: Apache-2.0
--- sluice: decide every limit of one request in one atomic step.
+-- sluice: decide a batch of requests, each with all its limits, in one atomic step.
 --
--- KEYS[i]   the i-th limit's key, e.g. rate-limit:<ip>:<endpoint>
+-- One call decides the requests of a batch one after the other, in order, exactly as separate
+-- calls at the same instant would (a request sees what the ones before it wrote). The store
+-- batches the requests that arrive in one turn of a worker's event loop (at most a few hundred),
+-- so a busy worker pays the script's fixed costs (the call itself, TIME, argument parsing) once
+-- per batch instead of once per request: never more than one round trip per request.
+--
+-- KEYS      every request's keys, request after request, e.g. rate-limit:<ip>:<endpoint>
 -- ARGV[1]   now in unix ms, or "" to read Redis TIME (an explicit time exists for tests; it is
 --           floored to whole ms, as TIME is and as the memory store floors its clock)
 -- ARGV[2]   ttl in ms (rate-limit.redis.ttl): the buckets' PEXPIRE on every write
--- then, per key, six fields (the i-th group starts at ARGV[3 + 6 * (i - 1)]):
+-- ARGV[3]   L, the number of limit definitions that follow, six fields each:
 --   algorithm  1 LEAKY_BUCKET, 2 TOKEN_BUCKET, 3 FIXED_WINDOW, 4 SLIDING_WINDOW
 --   p1         buckets: capacity;                     windows: limit (requests per window)
 --   p2         buckets: flowRate / refillRate per s;  windows: window in ms
 --   mode       0 shape, 1 police (LEAKY_BUCKET only)
 --   max_delay  ms, or -1 for none (LEAKY_BUCKET only)
 --   dry_run    1: decided and reported, but never blocks the request
+-- then, per request: n, its number of keys, and n definition numbers (1..L), one per key.
 --
--- Returns one array per key: {allowed (0/1), remaining, reset_ms, retry_after_ms, delay_ms,
--- level}, where level is the state's count after this request (queue_size, tokens, the window's
--- count or the log's size) as it is stored if committed.
+-- Returns one flat array, six integers per key in KEYS order: allowed (0/1), remaining,
+-- reset_ms, retry_after_ms, delay_ms, level, where level is the state's count after this request
+-- (queue_size, tokens, the window's count or the log's size) as it is stored if committed.
 --
 -- Data layout, one Redis key per limit key (numbers are stored with %.17g, which round-trips a
 -- double exactly and prints whole numbers without a fraction):
@@ -31,12 +38,14 @@
 -- A key holding another algorithm's state (the limit changed on reload) counts as no state, as
 -- in the C++ (src/limiter/algorithm.cpp); writing the new state deletes the old one first.
 --
--- Phase 1 decides every key without writing. Phase 2 runs only when every enforced (not dry-run)
--- limit admits, and then writes every key: either the request is charged on all its limits or
--- on none. A rejected request writes nothing, which also keeps rejections cheap. Phase 2 writes
--- whole states (HSET of the count decided in phase 1 rather than HINCRBY), and only the last
--- of several limits sharing one key: the memory store commits exactly so, and a second
--- increment would charge such a key twice.
+-- Per request, phase 1 decides every key without writing. Phase 2 runs only when every enforced
+-- (not dry-run) limit admits, and then writes every key: either the request is charged on all
+-- its limits or on none. A rejected request writes nothing, which also keeps rejections cheap.
+-- Phase 2 writes whole states (the count decided in phase 1 rather than HINCRBY), and only the
+-- last of several limits of one request sharing one key: the memory store commits exactly so,
+-- and a second increment would charge such a key twice. The hash states (buckets and fixed
+-- windows) are read once per call and written once, at its end (see `hash_state`); the sliding
+-- window's sorted set is written at once.
 --
 -- The arithmetic is the C++ one (src/limiter/*.cpp) operation for operation, in doubles, with
 -- the same epsilons, so both stores decide alike to the bit; keep them in step.
@@ -51,6 +60,11 @@ local SLOT_EPSILON = 1e-9
 local MS_EPSILON = 1e-6
 
 local function format_number(x)
+  -- %.17g goes through the C library's slow exact printing: whole values (most stored times,
+  -- every count) take the short way, which prints the same digits.
+  if x == math.floor(x) and x > -1e15 and x < 1e15 then
+    return string.format('%d', x)
+  end
   return string.format('%.17g', x)
 end
 
@@ -85,6 +99,55 @@ local function read_hash(key, field1, field2)
   return a, b
 end
 
+-- The hash states (buckets, fixed windows) this call reads and writes, kept here and written to
+-- Redis once, at the end: the requests of a batch that share a key (one client's burst) cost
+-- one HMGET, one HSET and one PEXPIRE together, and decide exactly as if each had read what the
+-- one before it wrote (stored numbers round-trip exactly: see format_number).
+local cached = {}      -- key -> {algorithm, f1, f2, a, b, replace, dirty, expire}
+local cached_keys = {} -- in order of first use, so that the writes are deterministic
+
+local function write_out(key, c)
+  if c.dirty then
+    c.dirty = false
+    if c.replace then
+      redis.call('DEL', key) -- absent, or another algorithm's state
+    end
+    redis.call('HSET', key, c.f1, string.format('%d', c.a), c.f2, format_number(c.b))
+    redis.call('PEXPIRE', key, c.expire)
+  end
+end
+
+-- The state of `key` for `algorithm` in fields f1 and f2 (a and b are nil when there is none).
+local function hash_state(key, algorithm, f1, f2)
+  local c = cached[key]
+  if c == nil then
+    cached_keys[#cached_keys + 1] = key
+  elseif c.algorithm == algorithm then
+    return c
+  else
+    write_out(key, c) -- a reload changed the limit mid-batch: the new one starts from Redis
+  end
+  local a, b = read_hash(key, f1, f2)
+  c = { algorithm = algorithm, f1 = f1, f2 = f2, a = a, b = b, replace = a == nil,
+        dirty = false, expire = 0 }
+  cached[key] = c
+  return c
+end
+
+-- Records a hash state to write at the end.
+local function store_state(c, a, b, expire)
+  c.a, c.b, c.dirty, c.expire = a, b, true, expire
+end
+
+-- Writes out and forgets a key's cached state, before something else uses the key directly.
+local function release(key)
+  local c = cached[key]
+  if c ~= nil then
+    write_out(key, c)
+    cached[key] = nil
+  end
+end
+
 ---------------------------------------------------------------------------------------------------
 -- The buckets: leak_and_admit of src/limiter/leaky_bucket.cpp. A token bucket is a leaky bucket
 -- that never delays, seen from the other side: tokens = capacity - queue_size.
@@ -113,12 +176,12 @@ local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, 
   local has_room = q + 1 <= capacity
   local wait_fits = (not shaping) or max_delay < 0 or wait <= max_delay + MS_EPSILON
 
-  local r = { allowed = 0, retry_after = 0, delay = 0 }
+  local allowed, retry_after, delay = 0, 0, 0
   if has_room and wait_fits then
     q = q + 1
-    r.allowed = 1
+    allowed = 1
     if shaping then
-      r.delay = ceil_bucket_ms(wait)
+      delay = ceil_bucket_ms(wait)
     end
   else
     -- Full: the next slot frees at last + T. Too long a wait: it shrinks one ms per ms.
@@ -128,54 +191,49 @@ local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, 
     else
       until_ms = last + slot - now
     end
-    r.retry_after = math.max(ceil_bucket_ms(until_ms), 1)
+    retry_after = math.max(ceil_bucket_ms(until_ms), 1)
   end
-  r.remaining = capacity - q
-  r.reset = ceil_bucket_ms(last + q * slot - now)
-  r.level = q
-  r.last = last
-  return r
+  -- One constructor: a table filled field by field would grow (rehash) several times.
+  return {
+    allowed = allowed,
+    remaining = capacity - q,
+    reset = ceil_bucket_ms(last + q * slot - now),
+    retry_after = retry_after,
+    delay = delay,
+    level = q,
+    last = last,
+  }
 end
 
 local leaky_bucket = {}
 
 function leaky_bucket.decide(key, p, now)
-  local q, last = read_hash(key, 'queue_size', 'last_leak_time')
-  local r = leak_and_admit(q, last, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now)
-  r.fresh = q == nil
+  local c = hash_state(key, LEAKY_BUCKET, 'queue_size', 'last_leak_time')
+  local r = leak_and_admit(c.a, c.b, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now)
+  r.state = c
   return r
 end
 
-function leaky_bucket.write(key, r, ttl)
-  if r.fresh then
-    redis.call('DEL', key)
-  end
-  redis.call('HSET', key, 'queue_size', string.format('%d', r.level),
-             'last_leak_time', format_number(r.last))
-  redis.call('PEXPIRE', key, ttl)
+function leaky_bucket.write(r, ttl)
+  store_state(r.state, r.level, r.last, ttl)
 end
 
 local token_bucket = {}
 
 function token_bucket.decide(key, p, now)
-  local tokens, last = read_hash(key, 'tokens', 'last_refill_time')
+  local c = hash_state(key, TOKEN_BUCKET, 'tokens', 'last_refill_time')
   local q = nil
-  if tokens ~= nil then
-    q = p.p1 - tokens
+  if c.a ~= nil then
+    q = p.p1 - c.a
   end
-  local r = leak_and_admit(q, last, p.p1, p.p2, false, -1, now)
-  r.fresh = tokens == nil
+  local r = leak_and_admit(q, c.b, p.p1, p.p2, false, -1, now)
   r.level = p.p1 - r.level
+  r.state = c
   return r
 end
 
-function token_bucket.write(key, r, ttl)
-  if r.fresh then
-    redis.call('DEL', key)
-  end
-  redis.call('HSET', key, 'tokens', string.format('%d', r.level),
-             'last_refill_time', format_number(r.last))
-  redis.call('PEXPIRE', key, ttl)
+function token_bucket.write(r, ttl)
+  store_state(r.state, r.level, r.last, ttl)
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -188,35 +246,29 @@ local fixed_window = {}
 function fixed_window.decide(key, p, now)
   local limit, window = p.p1, p.p2
   local start = math.floor(now / window) * window
-  local count, stored_start = read_hash(key, 'count', 'window_start')
-  local r = { allowed = 0, retry_after = 0, delay = 0, fresh = count == nil, start = start }
-  if count == nil or stored_start ~= start then
+  local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
+  local count = c.a
+  if count == nil or c.b ~= start then
     count = 0
   end
   local until_end = math.ceil(start + window - now)
+  local allowed, retry_after = 0, 0
   if count + 1 <= limit then
     count = count + 1
-    r.allowed = 1
+    allowed = 1
   else
-    r.retry_after = math.max(until_end, 1)
+    retry_after = math.max(until_end, 1)
   end
-  r.remaining = limit - count
-  r.reset = until_end
-  r.level = count
-  return r
+  return { allowed = allowed, remaining = limit - count, reset = until_end,
+           retry_after = retry_after, delay = 0, level = count, start = start, state = c }
 end
 
-function fixed_window.write(key, r, _)
+function fixed_window.write(r, _)
   -- A rejection leaves the current window's count as it was (a fresh count cannot reject).
-  if r.allowed == 0 then
-    return
+  -- The key expires at the window's end.
+  if r.allowed == 1 then
+    store_state(r.state, r.level, r.start, r.reset)
   end
-  if r.fresh then
-    redis.call('DEL', key)
-  end
-  redis.call('HSET', key, 'count', string.format('%d', r.level),
-             'window_start', format_number(r.start))
-  redis.call('PEXPIRE', key, r.reset)
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -228,6 +280,7 @@ end
 local sliding_window = {}
 
 function sliding_window.decide(key, p, now)
+  release(key) -- a hash cached under this key (another algorithm's) goes to Redis first
   local limit, window = p.p1, p.p2
   local after = '(' .. format_number(now - window)
   local count = redis.pcall('ZCOUNT', key, after, '+inf')
@@ -264,7 +317,7 @@ function sliding_window.decide(key, p, now)
   return r
 end
 
-function sliding_window.write(key, r, _)
+function sliding_window.write(r, _, key)
   if r.fresh then
     redis.call('DEL', key)
   end
@@ -286,8 +339,40 @@ local algorithms = {
   [SLIDING_WINDOW] = sliding_window,
 }
 
-if #ARGV ~= 2 + GROUP * #KEYS then
-  return redis.error_reply('ERR sluice: expected ' .. (2 + GROUP * #KEYS) .. ' arguments')
+-- Appends a decision's six reply fields.
+local function emit(out, r)
+  local o = #out
+  out[o + 1], out[o + 2], out[o + 3] = r.allowed, r.remaining, r.reset
+  out[o + 4], out[o + 5], out[o + 6] = r.retry_after, r.delay, r.level
+end
+
+local function fail(message)
+  return redis.error_reply('ERR sluice: ' .. message)
+end
+
+-- The limit definitions.
+local definitions = {}
+local count = tonumber(ARGV[3])
+if count == nil or #ARGV < 3 + GROUP * count then
+  return fail('expected ' .. tostring(ARGV[3]) .. ' limit definitions')
+end
+for d = 1, count do
+  local base = 3 + GROUP * (d - 1)
+  local p = {
+    algorithm = algorithms[tonumber(ARGV[base + 1])],
+    p1 = tonumber(ARGV[base + 2]),
+    p2 = tonumber(ARGV[base + 3]),
+    mode = tonumber(ARGV[base + 4]),
+    max_delay = tonumber(ARGV[base + 5]),
+    dry_run = ARGV[base + 6] == '1',
+  }
+  if p.algorithm == nil then
+    return fail('unknown algorithm ' .. tostring(ARGV[base + 1]))
+  end
+  if p.p1 == nil or p.p2 == nil or p.p2 <= 0 or p.max_delay == nil then
+    return fail('bad parameters for limit definition ' .. d)
+  end
+  definitions[d] = p
 end
 
 local now
@@ -299,46 +384,67 @@ else
 end
 local ttl = tonumber(ARGV[2])
 
--- Phase 1: decide every key, write nothing.
-local decided = {}
-local last_of = {}
-local admit = true
-for i, key in ipairs(KEYS) do
-  local base = 2 + GROUP * (i - 1)
-  local code = tonumber(ARGV[base + 1])
-  local algorithm = algorithms[code]
-  if algorithm == nil then
-    return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[base + 1]))
+local out = {}
+local next_key = 1
+local a = 4 + GROUP * count
+local argc = #ARGV
+while a <= argc do
+  local n = tonumber(ARGV[a])
+  if n == nil or n < 1 or next_key + n - 1 > #KEYS or a + n > argc then
+    return fail('bad request group at argument ' .. a)
   end
-  local p = {
-    p1 = tonumber(ARGV[base + 2]),
-    p2 = tonumber(ARGV[base + 3]),
-    mode = tonumber(ARGV[base + 4]),
-    max_delay = tonumber(ARGV[base + 5]),
-  }
-  if p.p1 == nil or p.p2 == nil or p.p2 <= 0 or p.max_delay == nil then
-    return redis.error_reply('ERR sluice: bad parameters for key ' .. key)
-  end
-  local r = algorithm.decide(key, p, now)
-  r.algorithm = algorithm
-  decided[i] = r
-  last_of[key] = i
-  if r.allowed == 0 and ARGV[base + 6] ~= '1' then
-    admit = false
-  end
-end
-
--- Phase 2: charge every limit, or none.
-if admit then
-  for i, key in ipairs(KEYS) do
-    if last_of[key] == i then
-      decided[i].algorithm.write(key, decided[i], ttl)
+  if n == 1 then
+    -- The common case, without phase 1's bookkeeping.
+    local p = definitions[tonumber(ARGV[a + 1])]
+    if p == nil then
+      return fail('bad limit definition number at argument ' .. (a + 1))
+    end
+    local key = KEYS[next_key]
+    local r = p.algorithm.decide(key, p, now)
+    if r.allowed == 1 or p.dry_run then
+      p.algorithm.write(r, ttl, key)
+    end
+    emit(out, r)
+  else
+    -- Phase 1: decide every key of the request, write nothing.
+    local decided, last_of, limits = {}, {}, {}
+    local admit = true
+    for i = 1, n do
+      local p = definitions[tonumber(ARGV[a + i])]
+      if p == nil then
+        return fail('bad limit definition number at argument ' .. (a + i))
+      end
+      local key = KEYS[next_key + i - 1]
+      local r = p.algorithm.decide(key, p, now)
+      decided[i], limits[i] = r, p
+      last_of[key] = i
+      if r.allowed == 0 and not p.dry_run then
+        admit = false
+      end
+    end
+    -- Phase 2: charge every limit, or none.
+    if admit then
+      for i = 1, n do
+        local key = KEYS[next_key + i - 1]
+        if last_of[key] == i then
+          limits[i].algorithm.write(decided[i], ttl, key)
+        end
+      end
+    end
+    for i = 1, n do
+      emit(out, decided[i])
     end
   end
+  next_key = next_key + n
+  a = a + n + 1
 end
-
-local out = {}
-for i, r in ipairs(decided) do
-  out[i] = { r.allowed, r.remaining, r.reset, r.retry_after, r.delay, r.level }
+if next_key ~= #KEYS + 1 then
+  return fail('expected ' .. (next_key - 1) .. ' keys, got ' .. #KEYS)
+end
+for _, key in ipairs(cached_keys) do
+  local c = cached[key]
+  if c ~= nil then
+    write_out(key, c)
+  end
 end
 return out

@@ -3,6 +3,10 @@
 
 #include "sluice/redis/scripts.hpp"
 
+#include <boost/asio/append.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/container/small_vector.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,8 +18,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// The script's per-key argument group; see the header of src/redis/limits.lua.
-constexpr std::size_t group_size = 6;
+// The arguments of one limit definition; see the header of src/redis/limits.lua.
+constexpr std::size_t definition_size = 6;
+
+// Where the keys start in the script command: EVALSHA, sha1, numkeys, keys...
+constexpr std::size_t first_key = 3;
 
 // The script's reply per key: allowed, remaining, reset_ms, retry_after_ms, delay_ms, level.
 constexpr std::size_t reply_fields = 6;
@@ -87,29 +94,76 @@ bool is_noscript(error_code ec, const redis::reply& r) {
     return ec == errc::bad_reply && r.str.starts_with("NOSCRIPT");
 }
 
-// The script's reply as decisions, or false when it has another shape.
-bool parse_reply(const redis::reply& r, const checks& request_checks, outcome& out) {
-    if (r.type != redis::reply::kind::array || r.elements.size() != request_checks.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < request_checks.size(); ++i) {
-        const auto& fields = r.elements[i].elements;
-        if (fields.size() < reply_fields ||
-            !std::all_of(fields.begin(), fields.end(), [](const redis::reply& f) {
-                return f.type == redis::reply::kind::integer;
-            })) {
-            return false;
-        }
+// Whether the script's reply is a flat array of `fields` integers.
+bool well_formed(const redis::reply& r, std::size_t fields) {
+    return r.type == redis::reply::kind::array && r.elements.size() == fields &&
+           std::all_of(r.elements.begin(), r.elements.end(), [](const redis::reply& f) {
+               return f.type == redis::reply::kind::integer;
+           });
+}
+
+// The decisions of one request, from the reply's fields starting at `field`.
+outcome decisions_at(const redis::reply& r, std::size_t field, const checks& request_checks) {
+    outcome out;
+    for (const auto& c : request_checks) {
+        const auto* f = &r.elements[field];
         limiter::decision d;
-        describe_policy(*request_checks[i].limit, d);
-        d.allowed = fields[0].integer == 1;
-        d.remaining = fields[1].integer;
-        d.reset_after = milliseconds{fields[2].integer};
-        d.retry_after = milliseconds{fields[3].integer};
-        d.delay = milliseconds{fields[4].integer};
+        describe_policy(*c.limit, d);
+        d.allowed = f[0].integer == 1;
+        d.remaining = f[1].integer;
+        d.reset_after = milliseconds{f[2].integer};
+        d.retry_after = milliseconds{f[3].integer};
+        d.delay = milliseconds{f[4].integer};
         out.decisions.push_back(d);
+        field += reply_fields;
     }
-    return true;
+    return out;
+}
+
+// Appends a limit's definition: algorithm, p1, p2, mode, max_delay, dry_run.
+void append_definition(std::vector<std::string>& args, const config::limit& l) {
+    auto [p1, p2] = parameters(l);
+    args.push_back(std::to_string(algorithm_code(l.algo)));
+    args.push_back(std::move(p1));
+    args.push_back(std::move(p2));
+    args.emplace_back(l.mode == config::shaping_mode::shape ? "0" : "1");
+    args.push_back(l.max_delay ? std::to_string(l.max_delay->count()) : "-1");
+    args.emplace_back(l.dry_run ? "1" : "0");
+}
+
+} // namespace
+
+/// Requests sharing one script call, and the call's arguments once it is built.
+struct redis_store::batch {
+    struct waiter {
+        checks request_checks;
+        net::any_completion_handler<void(outcome)> handler;
+    };
+
+    std::vector<waiter> waiters;
+    /// EVALSHA sha1 numkeys keys... now ttl L definitions... (n index...)... The keys are moved
+    /// out of the waiters' checks, and moved back should the local fallback need them.
+    std::vector<std::string> args;
+    std::size_t key_count = 0;
+    std::chrono::steady_clock::time_point sent;
+    bool retried = false;
+
+    // Gives the keys back to the checks they came from.
+    void restore_keys() {
+        std::size_t k = first_key;
+        for (auto& w : waiters) {
+            for (auto& c : w.request_checks) {
+                c.key = std::move(args[k++]);
+            }
+        }
+    }
+};
+
+namespace {
+
+// Resumes a waiting request with its outcome, on its own executor (inline: the same thread).
+void resume(net::any_completion_handler<void(outcome)>& handler, outcome out) {
+    net::dispatch(net::append(std::move(handler), std::move(out)));
 }
 
 } // namespace
@@ -120,7 +174,8 @@ redis_store::redis_store(redis::client& client,
     : client_(client)
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
-    , local_fallback_(local_fallback) {
+    , local_fallback_(local_fallback)
+    , self_(std::make_shared<redis_store*>(this)) {
     client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
 }
 
@@ -132,77 +187,168 @@ redis_store::redis_store(executor ex,
     , client_(*owned_client_)
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
-    , local_fallback_(local_fallback) {
+    , local_fallback_(local_fallback)
+    , self_(std::make_shared<redis_store*>(this)) {
     client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
     client_.start();
 }
 
-redis_store::~redis_store() = default;
-
-std::vector<std::string> redis_store::script_command(const checks& request_checks,
-                                                     bool with_text) const {
-    std::vector<std::string> args;
-    args.reserve(5 + request_checks.size() * (1 + group_size));
-    args.emplace_back(with_text ? "EVAL" : "EVALSHA");
-    args.emplace_back(with_text ? redis::limits_script.text : redis::limits_script.sha1);
-    args.push_back(std::to_string(request_checks.size()));
-    for (const auto& c : request_checks) {
-        args.push_back(c.key);
+redis_store::~redis_store() {
+    // Requests still waiting for a flush would never be resumed: end them as unavailable.
+    if (open_) {
+        for (auto& w : open_->waiters) {
+            outcome out;
+            out.ec = errc::redis_unavailable;
+            net::post(client_.get_executor(), net::append(std::move(w.handler), std::move(out)));
+        }
     }
-    args.push_back(now_override_ ? format_double(*now_override_) : std::string());
-    args.push_back(std::to_string(ttl_.count()));
-    for (const auto& c : request_checks) {
-        const config::limit& l = *c.limit;
-        auto [p1, p2] = parameters(l);
-        args.push_back(std::to_string(algorithm_code(l.algo)));
-        args.push_back(std::move(p1));
-        args.push_back(std::move(p2));
-        args.emplace_back(l.mode == config::shaping_mode::shape ? "0" : "1");
-        args.push_back(l.max_delay ? std::to_string(l.max_delay->count()) : "-1");
-        args.emplace_back(l.dry_run ? "1" : "0");
-    }
-    return args;
 }
 
 awaitable<outcome> redis_store::acquire(checks request_checks) {
-    if (request_checks.empty()) {
-        co_return outcome{};
-    }
-    const auto started = std::chrono::steady_clock::now();
-    auto result = co_await client_.async_command(script_command(request_checks, false));
-    if (metrics_ != nullptr) {
-        metrics_->redis_latency.observe(std::chrono::steady_clock::now() - started);
-    }
-    if (is_noscript(std::get<0>(result), std::get<1>(result))) {
-        // The script cache was emptied since this connection loaded it: EVAL loads it again.
-        auto retried = co_await client_.async_command(script_command(request_checks, true));
-        result = std::move(retried);
-    }
-    const auto& [ec, r] = result;
-    if (ec) {
-        co_return fail(request_checks, ec, r);
-    }
-    outcome out;
-    if (!parse_reply(r, request_checks, out)) {
-        co_return fail(request_checks, errc::bad_reply, r);
-    }
-    co_return out;
+    // Not a coroutine: the request's own coroutine waits for the batch's reply directly.
+    net::use_awaitable_t<io_executor> token;
+    return net::async_initiate<net::use_awaitable_t<io_executor>, void(outcome)>(
+        [this](auto handler, checks c) {
+            if (c.empty()) {
+                net::post(client_.get_executor(), net::append(std::move(handler), outcome{}));
+                return;
+            }
+            enqueue(std::move(c), std::move(handler));
+        },
+        token,
+        std::move(request_checks));
 }
 
-outcome redis_store::fail(const checks& request_checks, error_code ec, const redis::reply& r) {
-    if (metrics_ != nullptr) {
-        metrics::bump(ec == errc::redis_timeout ? metrics_->redis_timeouts_total
-                                                : metrics_->redis_errors_total);
-        metrics::bump(metrics_->store_errors_total);
+void redis_store::enqueue(checks request_checks,
+                          net::any_completion_handler<void(outcome)> handler) {
+    if (!open_) {
+        // The flush runs after the handlers that are ready now: the requests they read join.
+        open_ = std::make_shared<batch>();
+        net::post(client_.get_executor(), [alive = std::weak_ptr(self_)] {
+            if (const auto self = alive.lock()) {
+                (*self)->flush();
+            }
+        });
     }
-    // Unavailability is the client's to report (once per outage); a bad reply is a bug or a
-    // misconfiguration an operator must see, but not once per request.
-    if (ec == errc::bad_reply) {
-        const auto now = std::chrono::steady_clock::now();
-        if (now - last_warning_ >= std::chrono::seconds(10)) {
-            last_warning_ = now;
-            spdlog::warn("redis store: unexpected reply to the limits script: {}", r.describe());
+    open_->waiters.push_back({std::move(request_checks), std::move(handler)});
+    if (open_->waiters.size() >= max_batch) {
+        flush();
+    }
+}
+
+void redis_store::flush() {
+    if (!open_) {
+        return;
+    }
+    const auto b = std::move(open_);
+    open_.reset();
+
+    // The distinct limits of the batch, numbered from 1 in the script.
+    boost::container::small_vector<const config::limit*, 8> definitions;
+    std::size_t indices = 0;
+    for (const auto& w : b->waiters) {
+        for (const auto& c : w.request_checks) {
+            if (std::find(definitions.begin(), definitions.end(), c.limit) == definitions.end()) {
+                definitions.push_back(c.limit);
+            }
+            ++b->key_count;
         }
+        indices += 1 + w.request_checks.size();
+    }
+
+    auto& args = b->args;
+    args.reserve(first_key + b->key_count + 3 + definitions.size() * definition_size + indices);
+    args.emplace_back("EVALSHA");
+    args.emplace_back(redis::limits_script.sha1);
+    args.push_back(std::to_string(b->key_count));
+    for (auto& w : b->waiters) {
+        for (auto& c : w.request_checks) {
+            args.push_back(std::move(c.key));
+        }
+    }
+    args.push_back(now_override_ ? format_double(*now_override_) : std::string());
+    args.push_back(std::to_string(ttl_.count()));
+    args.push_back(std::to_string(definitions.size()));
+    for (const auto* l : definitions) {
+        append_definition(args, *l);
+    }
+    for (const auto& w : b->waiters) {
+        args.push_back(std::to_string(w.request_checks.size()));
+        for (const auto& c : w.request_checks) {
+            const auto at = std::find(definitions.begin(), definitions.end(), c.limit);
+            args.push_back(std::to_string(at - definitions.begin() + 1));
+        }
+    }
+    send(b);
+}
+
+void redis_store::send(batch_ptr b) {
+    b->sent = std::chrono::steady_clock::now();
+    const std::span<const std::string> args(b->args);
+    client_.async_command_view(
+        args, [alive = std::weak_ptr(self_), b](error_code ec, redis::reply r) mutable {
+            const auto self = alive.lock();
+            if (!self) {
+                for (auto& w : b->waiters) {
+                    outcome out;
+                    out.ec = errc::redis_unavailable;
+                    resume(w.handler, std::move(out));
+                }
+                return;
+            }
+            auto& owner = **self;
+            if (owner.metrics_ != nullptr) {
+                owner.metrics_->redis_latency.observe(std::chrono::steady_clock::now() - b->sent);
+            }
+            if (is_noscript(ec, r) && !b->retried) {
+                // The script cache was emptied since this connection loaded it: EVAL loads it
+                // again.
+                b->retried = true;
+                b->args[0] = "EVAL";
+                b->args[1] = std::string(redis::limits_script.text);
+                owner.send(std::move(b));
+                return;
+            }
+            owner.complete(*b, ec, r);
+        });
+}
+
+void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
+    if (!ec && !well_formed(r, b.key_count * reply_fields)) {
+        ec = errc::bad_reply;
+    }
+    if (ec) {
+        if (metrics_ != nullptr) {
+            metrics::bump(ec == errc::redis_timeout ? metrics_->redis_timeouts_total
+                                                    : metrics_->redis_errors_total);
+        }
+        // Unavailability is the client's to report (once per outage); a bad reply is a bug or
+        // a misconfiguration an operator must see, but not once per request.
+        if (ec == errc::bad_reply) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now - last_warning_ >= std::chrono::seconds(10)) {
+                last_warning_ = now;
+                spdlog::warn("redis store: unexpected reply to the limits script: {}",
+                             r.describe());
+            }
+        }
+        b.restore_keys();
+        for (auto& w : b.waiters) {
+            resume(w.handler, fail(w.request_checks, ec));
+        }
+        return;
+    }
+    std::size_t field = 0;
+    for (auto& w : b.waiters) {
+        auto out = decisions_at(r, field, w.request_checks);
+        field += w.request_checks.size() * reply_fields;
+        resume(w.handler, std::move(out));
+    }
+}
+
+outcome redis_store::fail(checks& request_checks, error_code ec) {
+    if (metrics_ != nullptr) {
+        metrics::bump(metrics_->store_errors_total);
     }
     if (on_failure_ == config::failure_mode::local && local_fallback_ != nullptr) {
         return local_fallback_->acquire_now(request_checks);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -125,10 +126,25 @@ public:
     auto async_command(std::vector<std::string> args, CompletionToken&& token = {}) {
         return net::async_initiate<CompletionToken, completion_signature>(
             [this](auto handler, std::vector<std::string> command) {
-                submit(std::move(command), handler_type(std::move(handler)));
+                submit(command, handler_type(std::move(handler)));
             },
             token,
             std::move(args));
+    }
+
+    /**
+     * The same, without taking the arguments: they are formatted into the connection's output
+     * buffer when the operation starts (at once with a callback; when the awaiting coroutine
+     * suspends with `use_awaitable`), so they need only live until then.
+     */
+    template <typename CompletionToken = net::default_completion_token_t<executor>>
+    auto async_command_view(std::span<const std::string> args, CompletionToken&& token = {}) {
+        return net::async_initiate<CompletionToken, completion_signature>(
+            [this](auto handler, std::span<const std::string> command) {
+                submit(command, handler_type(std::move(handler)));
+            },
+            token,
+            args);
     }
 
     /**
@@ -147,7 +163,7 @@ public:
     const executor& get_executor() const noexcept { return ex_; }
 
 private:
-    void submit(std::vector<std::string> args, handler_type handler);
+    void submit(std::span<const std::string> args, handler_type handler);
 
     struct state;
     executor ex_;

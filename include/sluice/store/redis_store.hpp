@@ -8,6 +8,8 @@
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/store.hpp"
 
+#include <boost/asio/any_completion_handler.hpp>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -18,11 +20,17 @@ namespace sluice::store {
  * Limiter state in Redis, shared by every sluice instance: one store (and one `redis::client`)
  * per worker thread.
  *
- * Each `acquire` is one EVALSHA of src/redis/limits.lua with every check of the request, so all
- * its limits are decided and charged atomically in one round trip, with Redis `TIME` as the
- * clock. The script is loaded with SCRIPT LOAD on every (re)connection, ahead of any request;
- * should Redis answer NOSCRIPT anyway (SCRIPT FLUSH, failover), the request is retried once
- * with EVAL, which loads it again.
+ * Requests are decided by EVALSHA of src/redis/limits.lua, with every check of a request, so all
+ * its limits are decided and charged atomically, with Redis `TIME` as the clock. The requests
+ * that call `acquire` in one turn of the worker's event loop share one EVALSHA (at most
+ * `max_batch` of them): the script decides them one after the other, exactly as separate calls
+ * at that instant would, and each request still waits for exactly one round trip. A quiet worker
+ * sends one request per call; a busy one pays the script's fixed costs, and Redis its per-command
+ * network work, once per batch.
+ *
+ * The script is loaded with SCRIPT LOAD on every (re)connection, ahead of any request; should
+ * Redis answer NOSCRIPT anyway (SCRIPT FLUSH, failover), the batch is sent once more with EVAL,
+ * which loads it again.
  *
  * When Redis cannot decide (unavailable, timed out, an error reply), the outcome depends on
  * `redis_settings::on_failure`: `open` and `closed` return the error in `outcome.ec` (the caller
@@ -51,6 +59,9 @@ public:
 
     awaitable<outcome> acquire(checks request_checks) override;
 
+    /// Requests decided by one script call at most: bounds how long one call keeps Redis busy.
+    static constexpr std::size_t max_batch = 128;
+
     /// For tests: pass this time (unix ms) to the script instead of letting it read Redis TIME;
     /// `std::nullopt` restores TIME.
     void set_time_override_for_test(std::optional<double> now_ms) { now_override_ = now_ms; }
@@ -61,8 +72,14 @@ public:
     void set_metrics(metrics::registry* registry) noexcept { metrics_ = registry; }
 
 private:
-    std::vector<std::string> script_command(const checks& request_checks, bool with_text) const;
-    outcome fail(const checks& request_checks, error_code ec, const redis::reply& r);
+    struct batch;
+    using batch_ptr = std::shared_ptr<batch>;
+
+    void enqueue(checks request_checks, net::any_completion_handler<void(outcome)> handler);
+    void flush();
+    void send(batch_ptr b);
+    void complete(batch& b, error_code ec, const redis::reply& r);
+    outcome fail(checks& request_checks, error_code ec);
 
     std::unique_ptr<redis::client> owned_client_;
     redis::client& client_;
@@ -72,6 +89,10 @@ private:
     std::optional<double> now_override_;
     metrics::registry* metrics_ = nullptr;
     std::chrono::steady_clock::time_point last_warning_{};
+    /// The batch taking requests until its flush runs; null when none is open.
+    batch_ptr open_;
+    /// Lets posted flushes and reply callbacks notice that the store is gone.
+    std::shared_ptr<redis_store*> self_;
 };
 
 /**

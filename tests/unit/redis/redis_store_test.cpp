@@ -6,6 +6,8 @@
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
@@ -252,6 +254,37 @@ TEST_F(RedisStore, UnavailableRedisFollowsTheFailureMode) {
         EXPECT_FALSE(decided.ec);
         ASSERT_EQ(decided.decisions.size(), 1u);
         EXPECT_EQ(decided.decisions[0].allowed, i < 10) << i;
+    }
+}
+
+TEST_F(RedisStore, ABatchThatFailsFallsBackRequestByRequestOnItsOwnKeys) {
+    server_->stop();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [this] { return !client_->connected(); }, 5s));
+    manual_clock clock(t0);
+    memory_store local(clock);
+    auto local_settings = settings_;
+    local_settings.on_failure = config::failure_mode::local;
+    redis_store with_fallback(*client_, local_settings, &local);
+
+    // Twelve requests in one turn (one batch) on four keys, three each, capacity two.
+    const auto l = leaky(2, 1);
+    std::vector<outcome> results(12);
+    std::size_t finished = 0;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        net::co_spawn(
+            ioc_,
+            [&, i]() -> awaitable<void> {
+                results[i] = co_await with_fallback.acquire(one("k" + std::to_string(i % 4), l));
+                ++finished;
+            },
+            net::detached);
+    }
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return finished == results.size(); }));
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        EXPECT_FALSE(results[i].ec) << i;
+        ASSERT_EQ(results[i].decisions.size(), 1u) << i;
+        EXPECT_EQ(results[i].decisions[0].allowed, i < 8) << i;
     }
 }
 

@@ -9,6 +9,8 @@
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
@@ -62,6 +64,40 @@ public:
     outcome decide(const checks& c, double now_ms) {
         store_->set_time_override_for_test(now_ms);
         return test::run_coro(ioc_, store_->acquire(c));
+    }
+
+    // Starts every request before any runs, so that they all call `acquire` in one turn of the
+    // event loop and share script calls; returns their outcomes in order.
+    std::vector<outcome> decide_together(const std::vector<checks>& requests, double now_ms) {
+        store_->set_time_override_for_test(now_ms);
+        std::vector<outcome> results(requests.size());
+        std::size_t finished = 0;
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+            net::co_spawn(
+                ioc_,
+                [&, i]() -> awaitable<void> {
+                    results[i] = co_await store_->acquire(requests[i]);
+                    ++finished;
+                },
+                net::detached);
+        }
+        EXPECT_TRUE(test::run_until(ioc_, [&] { return finished == requests.size(); }));
+        return results;
+    }
+
+    // Script calls Redis has run so far (EVALSHA and EVAL), from INFO commandstats.
+    std::int64_t script_calls() {
+        auto [ec, r] =
+            test::run_coro(ioc_, store_->client().async_command({"INFO", "commandstats"}));
+        EXPECT_FALSE(ec) << ec.message();
+        std::int64_t calls = 0;
+        for (const std::string name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+            const auto at = r.str.find(name);
+            if (at != std::string::npos) {
+                calls += std::stoll(r.str.substr(at + name.size()));
+            }
+        }
+        return calls;
     }
 
 private:
@@ -418,6 +454,122 @@ TEST_F(StoreContractAgreement, RandomizedMultiLimitRequestsDecideIdentically) {
     }
     EXPECT_GE(admitted, 200);
     EXPECT_GE(rejected, 200);
+}
+
+//------------------------------------------------------------------------------
+// Batches: requests that reach the Redis store in one turn share one script call, and decide
+// exactly as one after the other would.
+
+class StoreBatchAgreement : public StoreContractAgreement {
+protected:
+    // Decides `requests` together on Redis and one by one on the memory store, at one instant;
+    // returns how many the first limit admitted.
+    int agree_together(const std::vector<checks>& requests, double now_ms) {
+        const auto from_redis = redis_->decide_together(requests, now_ms);
+        int admitted = 0;
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+            const auto from_memory = memory_.decide(requests[i], now_ms);
+            EXPECT_FALSE(from_redis[i].ec) << "request " << i << ": " << from_redis[i].ec.message();
+            if (from_redis[i].decisions.size() != requests[i].size()) {
+                ADD_FAILURE() << "request " << i << ": " << from_redis[i].decisions.size()
+                              << " decisions for " << requests[i].size() << " checks";
+                return admitted;
+            }
+            for (std::size_t k = 0; k < requests[i].size(); ++k) {
+                const auto& m = from_memory.decisions.at(k);
+                const auto& r = from_redis[i].decisions[k];
+                if (m != r) {
+                    ADD_FAILURE() << "request " << i << " of " << requests.size() << ", check " << k
+                                  << " (" << requests[i][k].key << "):\n memory " << describe(m)
+                                  << "\n redis  " << describe(r);
+                    return admitted;
+                }
+            }
+            admitted += from_redis[i].decisions[0].allowed ? 1 : 0;
+        }
+        return admitted;
+    }
+};
+
+TEST_F(StoreBatchAgreement, ABurstOnOneKeySharesOneCallAndMatchesThePage) {
+    config::limit page;
+    page.capacity = 50;
+    page.flow_rate = 5;
+    const std::vector<checks> burst(80, checks{check{"rate-limit:10.0.0.1:/api", &page}});
+    const auto before = redis_->script_calls();
+    const auto outcomes = redis_->decide_together(burst, 1'700'000'000'000.0);
+    EXPECT_EQ(redis_->script_calls() - before, 1);
+    // The page's worked example, all in one instant: 50 admitted 200 ms apart, 30 refused.
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+        ASSERT_FALSE(outcomes[i].ec) << outcomes[i].ec.message();
+        const auto& d = outcomes[i].decisions.at(0);
+        EXPECT_EQ(d.allowed, i < 50) << i;
+        EXPECT_EQ(d.delay, i < 50 ? milliseconds(200 * static_cast<int>(i)) : 0ms) << i;
+        EXPECT_EQ(d.remaining, i < 50 ? 49 - static_cast<std::int64_t>(i) : 0) << i;
+        if (i >= 50) {
+            EXPECT_EQ(d.retry_after, 200ms) << i;
+        }
+    }
+}
+
+TEST_F(StoreBatchAgreement, BatchesStopAtTheirLimit) {
+    config::limit l;
+    l.capacity = 1000;
+    l.flow_rate = 10;
+    std::vector<checks> many;
+    for (std::size_t i = 0; i < 2 * redis_store::max_batch + 1; ++i) {
+        many.push_back(checks{check{"rate-limit:batch:" + std::to_string(i % 7), &l}});
+    }
+    const auto before = redis_->script_calls();
+    agree_together(many, 1'700'000'000'000.0);
+    EXPECT_EQ(redis_->script_calls() - before, 3);
+}
+
+TEST_F(StoreBatchAgreement, RandomizedBatchesDecideAsOneAfterTheOther) {
+    using config::algorithm;
+    auto shaped = make(algorithm::leaky_bucket, 4, 3, 0ms);
+    shaped.max_delay = 700ms;
+    auto policed = make(algorithm::leaky_bucket, 3, 2, 0ms);
+    policed.mode = config::shaping_mode::police;
+    const auto tokens = make(algorithm::token_bucket, 5, 3.3, 0ms);
+    const auto fixed = make(algorithm::fixed_window, 4, 0, 1000ms);
+    const auto sliding = make(algorithm::sliding_window, 3, 0, 500ms);
+    auto shadow = make(algorithm::fixed_window, 2, 0, 500ms);
+    shadow.dry_run = true;
+    const std::vector<const config::limit*> limits{
+        &shaped, &policed, &tokens, &fixed, &sliding, &shadow};
+
+    random_clock clock(20261130, 300);
+    int admitted = 0;
+    int rejected = 0;
+    for (int batch = 0; batch < 150; ++batch) {
+        std::vector<checks> requests(static_cast<std::size_t>(clock.pick(1, 40)));
+        for (auto& c : requests) {
+            // Few keys, so that requests of one batch share them; now and then a key changes
+            // algorithm within a batch (a reload), or a request has several limits.
+            const auto key = [&] {
+                return "batch:" + std::to_string(clock.pick(0, 4));
+            };
+            const bool mixed = clock.pick(0, 19) == 0;
+            const auto* first = mixed ? limits[static_cast<std::size_t>(clock.pick(0, 5))]
+                                      : limits[static_cast<std::size_t>(batch) % limits.size()];
+            c.push_back(check{key(), first});
+            if (clock.pick(0, 4) == 0) {
+                c.push_back(check{"batch:global", &tokens});
+                c.push_back(check{key() + ":shadow", &shadow});
+            }
+        }
+        SCOPED_TRACE("batch " + std::to_string(batch));
+        const int n = agree_together(requests, clock.next());
+        if (HasFailure()) {
+            return;
+        }
+        admitted += n;
+        rejected += static_cast<int>(requests.size()) - n;
+    }
+    // Both branches were exercised, many times.
+    EXPECT_GE(admitted, 300);
+    EXPECT_GE(rejected, 300);
 }
 
 } // namespace
