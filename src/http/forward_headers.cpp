@@ -31,7 +31,8 @@ bool is_framing(std::string_view name) {
 }
 
 // Whether a field Beast has no enumerator for is called `name` (which must be lower case).
-bool is_unknown_named(const bhttp::fields::value_type& f, std::string_view name) {
+template <typename Field>
+bool is_unknown_named(const Field& f, std::string_view name) {
     return f.name() == bhttp::field::unknown && f.name_string().size() == name.size() &&
            boost::beast::iequals(f.name_string(), name);
 }
@@ -39,7 +40,8 @@ bool is_unknown_named(const bhttp::fields::value_type& f, std::string_view name)
 // Removes the client's X-Forwarded-For and X-Forwarded-Proto, appending each non-blank
 // X-Forwarded-For line and ", " to `chain`. One pass: erasing by name would search the field
 // set once per name, on every request.
-void take_forwarding_fields(bhttp::fields& fields, std::string& chain) {
+template <typename Allocator>
+void take_forwarding_fields(bhttp::basic_fields<Allocator>& fields, std::string& chain) {
     for (auto it = fields.begin(); it != fields.end();) {
         if (is_unknown_named(*it, "x-forwarded-for")) {
             const std::string_view value{it->value().data(), it->value().size()};
@@ -58,7 +60,8 @@ void take_forwarding_fields(bhttp::fields& fields, std::string& chain) {
 
 } // namespace
 
-void strip_hop_by_hop(bhttp::fields& fields) {
+template <typename Allocator>
+void strip_hop_by_hop(bhttp::basic_fields<Allocator>& fields) {
     // Most messages carry none of these fields, or a Connection naming nothing else: one pass
     // tells, where erasing each name would search the field set once per name.
     bool connection = false;
@@ -76,6 +79,9 @@ void strip_hop_by_hop(bhttp::fields& fields) {
     for (const auto& f : fields) {
         if (f.name() != bhttp::field::connection) {
             continue;
+        }
+        if (boost::beast::iequals(f.value(), "keep-alive")) {
+            continue; // the usual one: it names Keep-Alive, which goes anyway
         }
         for (auto token : bhttp::token_list{f.value()}) {
             const std::string_view name{token.data(), token.size()};
@@ -110,11 +116,21 @@ void add_forwarding_headers(bhttp::fields& fields, std::string_view peer) {
     fields.insert("X-Forwarded-Proto", "http");
 }
 
-void append_forwarding_lines(bhttp::fields& fields, std::string_view peer, std::string& lines) {
+template <typename Allocator>
+void append_forwarding_lines(bhttp::basic_fields<Allocator>& fields,
+                             std::string_view peer,
+                             std::string& lines) {
     lines += "X-Forwarded-For: ";
     take_forwarding_fields(fields, lines);
     lines += peer;
     lines += "\r\nX-Forwarded-Proto: http\r\n";
 }
+
+using arena_fields = bhttp::basic_fields<std::pmr::polymorphic_allocator<char>>;
+
+template void strip_hop_by_hop(bhttp::fields&);
+template void strip_hop_by_hop(arena_fields&);
+template void append_forwarding_lines(bhttp::fields&, std::string_view, std::string&);
+template void append_forwarding_lines(arena_fields&, std::string_view, std::string&);
 
 } // namespace sluice::http

@@ -6,43 +6,23 @@
 // re-chunks chunked bodies.
 //
 // Retry: a pooled connection can be closed by the upstream between our liveness check (if any:
-// see upstream::pool::acquire) and our write. When the first write fails, or the response header
+// see upstream::pool::try_take) and our write. When the first write fails, or the response header
 // read finds the connection closed before a single byte, on a reused connection whose request has
 // no body (or whose body has not been read past its first block), the request goes once more on
 // a new connection. Nothing else is retried: once a body has been streamed it cannot be sent
 // again.
-#include "http/session_detail.hpp"
+#include "http/forwarder_detail.hpp"
 #include "sluice/http/forward_headers.hpp"
-#include "sluice/http/rate_limit_headers.hpp"
 
-#include <boost/beast/http/empty_body.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/read.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include <optional>
-#include <span>
 
 namespace sluice::http::detail {
 namespace {
 
-using response_parser = bhttp::response_parser<bhttp::buffer_body>;
-using relay_buffer = std::span<char, relay_buffer_size>;
 using clock_type = std::chrono::steady_clock;
-
-/// An upstream response header may be larger than a request's (cookies): allow this much.
-constexpr std::uint32_t response_header_limit = 64 * 1024;
-
-/// Where an exchange failed, which decides the answer.
-enum class failure {
-    none,
-    stale,            // a reused connection failed before anything happened: retry once
-    upstream,         // connect, write or read failed: 502
-    upstream_timeout, // no response header in time: 504
-    client_gone,      // the client closed or stalled: close without a reply
-    client_bad_body,  // the request body's framing is broken: 400, close
-    client_too_large, // the request body passed max_body_bytes: 413, close
-};
 
 bool is_parse_error(const error_code& ec) {
     return ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() &&
@@ -74,7 +54,7 @@ awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
         body.data = buf.data();
         body.size = buf.size();
         a.client.expires_after(a.config.server.idle_timeout);
-        auto [ec, n] = co_await bhttp::async_read_some(a.client, a.client_buffer, a.parser);
+        const auto ec = co_await read_message(a.client, a.client_buffer, a.parser, false);
         if (ec && ec != bhttp::error::need_buffer) {
             co_return classify_client_read(ec);
         }
@@ -116,8 +96,10 @@ awaitable<failure> relay_request_body(forward_args& a,
             co_return f;
         }
         conn.stream.expires_after(a.config.upstream.timeout);
-        const auto ec =
-            co_await writer.write(conn.stream, request_block(a, buf), a.parser.is_done());
+        error_code ec;
+        if (!writer.write_now(conn.stream, request_block(a, buf), a.parser.is_done(), ec)) {
+            ec = co_await writer.finish(conn.stream);
+        }
         if (ec) {
             co_return failure::upstream;
         }
@@ -125,14 +107,24 @@ awaitable<failure> relay_request_body(forward_args& a,
     co_return failure::none;
 }
 
-// Takes a connection (pooled on the first attempt, new on the retry) and sends the request:
-// the header with the prefetched block of the body in `buf` in one write (which a retry sends
-// again, since nothing else has been read yet), then the rest.
-awaitable<failure> send_request(forward_args& a,
-                                upstream::connection_ptr& conn,
-                                const relay_buffer& buf,
-                                bool has_body,
-                                bool first) {
+body_framing request_framing(const forward_args& a, bool has_body) {
+    if (!has_body) {
+        return body_framing::none;
+    }
+    return a.parser.chunked() ? body_framing::chunked : body_framing::raw;
+}
+
+// One attempt: takes a connection (pooled on the first attempt, new on the retry), sends the
+// request (the header with the prefetched block of the body in `buf` in one write, which a retry
+// sends again, since nothing else has been read yet; then the rest), and reads the final
+// response header, passing interim ones on. One coroutine for all of it: a frame per step would
+// cost more than the steps.
+awaitable<failure> exchange(forward_args& a,
+                            upstream::connection_ptr& conn,
+                            const relay_buffer& buf,
+                            std::optional<response_parser>& rp,
+                            bool has_body,
+                            bool first) {
     const auto& up = a.config.upstream;
     if (first) {
         // A bodyless request is resent when the connection proves stale; one with a body only
@@ -146,185 +138,48 @@ awaitable<failure> send_request(forward_args& a,
         }
         conn = std::move(c);
     }
-
-    const auto framing = !has_body            ? body_framing::none
-                         : a.parser.chunked() ? body_framing::chunked
-                                              : body_framing::raw;
     // The forwarding fields, made once in `forward`, are in scratch.lines.
-    message_writer writer(a.parser.get(), framing, a.scratch.header, a.scratch.lines);
+    message_writer writer(
+        a.parser.get(), request_framing(a, has_body), a.scratch.header, a.scratch.lines);
     const auto first_block = has_body ? request_block(a, buf) : std::string_view{};
     conn->stream.expires_after(up.timeout);
-    const auto ec = co_await writer.write(conn->stream, first_block, a.parser.is_done());
+    error_code ec;
+    if (!writer.write_now(conn->stream, first_block, a.parser.is_done(), ec)) {
+        ec = co_await writer.finish(conn->stream);
+    }
     if (ec) {
         co_return (conn->reused && first) ? failure::stale : failure::upstream;
     }
-    auto result = co_await relay_request_body(a, *conn, writer, buf);
-    co_return result;
-}
-
-// Passes a 1xx interim response (other than 100, which we answer ourselves) to the client.
-awaitable<bool> relay_interim(forward_args& a, const bhttp::response_header<>& interim) {
-    if (a.reply.version < 11 || interim.result_int() == 100) {
-        co_return true; // HTTP/1.0 knows no 1xx
+    if (has_body) {
+        const auto f = co_await relay_request_body(a, *conn, writer, buf);
+        if (f != failure::none) {
+            co_return f;
+        }
     }
-    bhttp::response<bhttp::empty_body> res{interim.result(), 11};
-    for (const auto& f : interim) {
-        res.insert(f.name_string(), f.value());
-    }
-    strip_hop_by_hop(res);
-    a.client.expires_after(a.config.server.idle_timeout);
-    auto [ec, n] = co_await bhttp::async_write(a.client, res);
-    co_return !ec;
-}
-
-// Reads the final response header, passing interim responses on.
-awaitable<failure> read_response_header(forward_args& a,
-                                        upstream::connection& conn,
-                                        std::optional<response_parser>& rp,
-                                        bool retryable) {
-    for (;;) {
-        rp.emplace();
-        rp->body_limit(boost::none);
-        rp->header_limit(response_header_limit);
-        rp->skip(a.reply.head);
-        conn.stream.expires_after(a.config.upstream.timeout);
-        auto [ec, n] = co_await bhttp::async_read_header(conn.stream, conn.buffer, *rp);
-        if (ec == beast::error::timeout) {
-            co_return failure::upstream_timeout;
+    for (bool interim_seen = false;; interim_seen = true) {
+        start_response(a, rp, !interim_seen);
+        conn->stream.expires_after(up.timeout);
+        // read_message's loop, here: one coroutine frame less per request.
+        for (;;) {
+            if (auto parsed = parse_buffered(conn->buffer, *rp, true)) {
+                ec = *parsed;
+                break;
+            }
+            auto [read_ec, n] = co_await conn->stream.async_read_some(read_room(conn->buffer));
+            conn->buffer.commit(n);
+            if (read_ec) {
+                ec = read_failed(read_ec, *rp);
+                break;
+            }
         }
-        if (ec) {
-            const bool nothing_came = !rp->got_some() && conn.buffer.size() == 0;
-            co_return retryable&& conn.reused&& nothing_came ? failure::stale : failure::upstream;
-        }
-        const auto status = rp->get().result_int();
-        if (status == 101) {
-            co_return failure::upstream; // we never ask to switch protocols
-        }
-        if (status >= 200) {
-            co_return failure::none;
+        const auto f = judge_response_header(ec, *rp, *conn, first && !has_body);
+        if (f != failure::interim) {
+            co_return f;
         }
         const bool passed = co_await relay_interim(a, rp->get().base());
         if (!passed) {
             co_return failure::client_gone;
         }
-    }
-}
-
-// Rewrites the upstream's response header for the client: hop-by-hop fields out, rate-limit
-// headers in, framing fitted to the client's HTTP version. Returns the client keep-alive.
-bool prepare_response(forward_args& a, response_parser& rp) {
-    auto& res = rp.get();
-    strip_hop_by_hop(res);
-    a.scratch.lines.clear();
-    if (a.reply.limits.decision != nullptr) {
-        append_rate_limit_lines(res,
-                                a.scratch.lines,
-                                a.reply.limits.name,
-                                *a.reply.limits.decision,
-                                a.reply.limits.x_ratelimit);
-    }
-    bool keep_alive = a.client_keep_alive && !*a.draining;
-    const auto status = res.result_int();
-    const bool has_body = !a.reply.head && status != 204 && status != 304;
-    res.version(a.reply.version < 11 ? 10 : 11);
-    if (has_body && !rp.content_length()) {
-        // Chunked or ended by the upstream's close: chunk it for HTTP/1.1, which keeps the
-        // connection; HTTP/1.0 knows no chunking, so the body ends when we close.
-        if (a.reply.version >= 11) {
-            res.chunked(true);
-        } else {
-            res.chunked(false);
-            keep_alive = false;
-        }
-    }
-    res.keep_alive(keep_alive);
-    return keep_alive;
-}
-
-// Parses into `buf` the part of the body that came in with the header, without reading, so
-// that the header and the first block of the body go out to the client in one write.
-error_code
-parse_buffered_body(upstream::connection& conn, response_parser& rp, const relay_buffer& buf) {
-    auto& body = rp.get().body();
-    body.data = buf.data();
-    body.size = buf.size();
-    error_code ec;
-    while (conn.buffer.size() != 0 && !rp.is_done()) {
-        // Without the eager option one call parses one piece (a chunk header, say): loop.
-        const auto used = rp.put(conn.buffer.data(), ec);
-        conn.buffer.consume(used);
-        if (ec == bhttp::error::need_buffer || ec == bhttp::error::need_more) {
-            ec = {};
-            break;
-        }
-        if (ec || used == 0) {
-            break;
-        }
-    }
-    body.size = buf.size() - body.size;
-    body.data = buf.data();
-    body.more = !rp.is_done();
-    return ec;
-}
-
-// Reads the next block of the response body into `buf`.
-awaitable<error_code> read_response_block(forward_args& a,
-                                          upstream::connection& conn,
-                                          response_parser& rp,
-                                          const relay_buffer& buf) {
-    auto& body = rp.get().body();
-    body.data = buf.data();
-    body.size = buf.size();
-    conn.stream.expires_after(a.config.upstream.timeout);
-    auto [ec, n] = co_await bhttp::async_read_some(conn.stream, conn.buffer, rp);
-    body.size = buf.size() - body.size;
-    body.data = buf.data();
-    body.more = !rp.is_done();
-    co_return ec == bhttp::error::need_buffer ? error_code{} : ec;
-}
-
-// Writes the response header to the client, with as much of the body as has arrived, and
-// streams the rest of the body after it.
-awaitable<failure> relay_response(forward_args& a,
-                                  upstream::connection& conn,
-                                  response_parser& rp,
-                                  const relay_buffer& buf) {
-    auto& res = rp.get();
-    const bool has_body = !a.reply.head && res.result_int() != 204 && res.result_int() != 304;
-    const auto framing = !has_body       ? body_framing::none
-                         : res.chunked() ? body_framing::chunked
-                                         : body_framing::raw;
-    // The rate-limit fields, made by `prepare_response`, are in scratch.lines.
-    message_writer writer(res, framing, a.scratch.header, a.scratch.lines);
-    if (!has_body) {
-        a.client.expires_after(a.config.server.idle_timeout);
-        const auto ec = co_await writer.write(a.client, {}, true);
-        co_return ec ? failure::client_gone : failure::none;
-    }
-    // A body broken in its buffered part still gets the header first, as a later break would.
-    const bool broken = static_cast<bool>(parse_buffered_body(conn, rp, buf));
-    auto& body = res.body();
-    std::string_view block{buf.data(), broken ? 0 : body.size};
-    for (;;) {
-        const bool last = !broken && !body.more;
-        a.client.expires_after(a.config.server.idle_timeout);
-        const auto ec = co_await writer.write(a.client, block, last);
-        if (ec) {
-            co_return failure::client_gone;
-        }
-        if (last) {
-            co_return failure::none;
-        }
-        if (broken) {
-            co_return failure::upstream; // the response has started: close
-        }
-        do {
-            const auto rec = co_await read_response_block(a, conn, rp, buf);
-            if (rec) {
-                co_return failure::upstream; // mid-body: the response has started, close
-            }
-        } while (body.size == 0 && body.more);
-        block = {buf.data(), body.size};
     }
 }
 
@@ -364,15 +219,24 @@ awaitable<forward_result> forward(forward_args& a) {
     strip_hop_by_hop(req);
     a.scratch.lines.clear();
     append_forwarding_lines(req, a.peer, a.scratch.lines);
-    req.erase(bhttp::field::expect);
-    if (req.find(bhttp::field::host) == req.end()) {
+    // One pass: Expect out (we answered it, or it was HTTP/1.0's), and is there a Host?
+    bool has_host = false;
+    for (auto it = req.begin(); it != req.end();) {
+        if (it->name() == bhttp::field::expect) {
+            it = req.erase(it);
+        } else {
+            has_host = has_host || it->name() == bhttp::field::host;
+            ++it;
+        }
+    }
+    if (!has_host) {
         // HTTP/1.0 allows a request without Host; the HTTP/1.1 request we send does not.
         const auto& up = a.config.upstream;
         req.set(bhttp::field::host,
                 up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
     }
+    // HTTP/1.1 keeps the connection by default, and strip_hop_by_hop left no Connection field.
     req.version(11);
-    req.keep_alive(true);
 
     const auto lease = a.relay_buffers.take();
     const relay_buffer buf(lease.data(), relay_buffer_size);
@@ -386,10 +250,7 @@ awaitable<forward_result> forward(forward_args& a) {
         f = co_await prefetch_body(a, buf);
     }
     for (int attempt = 0; f == failure::none; ++attempt) {
-        f = co_await send_request(a, conn, buf, !bodyless, attempt == 0);
-        if (f == failure::none) {
-            f = co_await read_response_header(a, *conn, rp, attempt == 0 && bodyless);
-        }
+        f = co_await exchange(a, conn, buf, rp, !bodyless, attempt == 0);
         if (f != failure::stale) {
             break;
         }
@@ -408,7 +269,12 @@ awaitable<forward_result> forward(forward_args& a) {
     forward_result result;
     result.status = rp->get().result_int();
     result.keep_alive = prepare_response(a, *rp);
-    f = co_await relay_response(a, *conn, *rp, buf);
+    response_relay relay(a, *conn, *rp, buf);
+    if (const auto done = relay.start()) {
+        f = *done;
+    } else {
+        f = co_await relay.run();
+    }
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
     if (f != failure::none) {
         // The response has started (or the client left): the only honest end is to close.

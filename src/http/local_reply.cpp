@@ -3,7 +3,6 @@
 #include "sluice/http/rate_limit_headers.hpp"
 
 #include <boost/beast/http/empty_body.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
@@ -92,7 +91,7 @@ awaitable<bool> discard_body(timed_stream& stream,
         parser.get().body().data = scratch.data();
         parser.get().body().size = scratch.size();
         stream.expires_after(timeout);
-        auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser);
+        const auto ec = co_await read_message(stream, buffer, parser, false);
         if (ec && ec != bhttp::error::need_buffer) {
             co_return false;
         }

@@ -7,6 +7,7 @@
 #include <boost/asio/write.hpp>
 
 #include <charconv>
+#include <cstring>
 #include <span>
 
 namespace sluice::http::detail {
@@ -15,64 +16,100 @@ namespace {
 constexpr std::string_view crlf = "\r\n";
 constexpr std::string_view last_chunk = "0\r\n\r\n";
 
-void append_version(std::string& out, unsigned version) {
-    out += "HTTP/";
-    out += static_cast<char>('0' + version / 10);
-    out += '.';
-    out += static_cast<char>('0' + version % 10);
-}
+// Writes the header through a raw cursor into a string sized once: the header is a few dozen
+// short pieces, and appending them one at a time would check the capacity for each.
+class header_builder {
+public:
+    header_builder(std::string& out, std::size_t size)
+        : cursor_((out.resize(size), out.data())) {}
 
-void append_fields(std::string& out, const bhttp::fields& fields, std::string_view extra_lines) {
-    for (const auto& f : fields) {
-        out += f.name_string();
-        out += ": ";
-        out += f.value();
-        out += crlf;
+    void put(std::string_view text) noexcept {
+        std::memcpy(cursor_, text.data(), text.size());
+        cursor_ += text.size();
     }
-    out += extra_lines;
-    out += crlf;
+
+    void put(char c) noexcept { *cursor_++ = c; }
+
+    void put_version(unsigned version) noexcept {
+        put("HTTP/");
+        put(static_cast<char>('0' + version / 10 % 10));
+        put('.');
+        put(static_cast<char>('0' + version % 10));
+    }
+
+    void put_fields(const header_fields& fields, std::string_view extra_lines) noexcept {
+        for (const auto& f : fields) {
+            put(f.name_string());
+            put(": ");
+            put(f.value());
+            put(crlf);
+        }
+        put(extra_lines);
+        put(crlf);
+    }
+
+private:
+    char* cursor_;
+};
+
+constexpr std::size_t version_size = 8; // "HTTP/1.1"
+
+std::size_t fields_size(const header_fields& fields, std::string_view extra_lines) {
+    std::size_t size = extra_lines.size() + crlf.size();
+    for (const auto& f : fields) {
+        size += f.name_string().size() + f.value().size() + 4; // ": " and CRLF
+    }
+    return size;
 }
 
 } // namespace
 
-message_writer::message_writer(const bhttp::request_header<>& header,
+message_writer::message_writer(const bhttp::header<true, header_fields>& header,
                                body_framing framing,
                                std::string& scratch,
                                std::string_view extra_lines)
     : header_(scratch)
     , framing_(framing) {
-    header_.clear();
-    header_ += header.method_string();
-    header_ += ' ';
-    header_ += header.target();
-    header_ += ' ';
-    append_version(header_, header.version());
-    header_ += crlf;
-    append_fields(header_, header, extra_lines);
+    const std::string_view method = header.method_string();
+    const std::string_view target = header.target();
+    header_builder out(header_,
+                       method.size() + target.size() + version_size + 4 +
+                           fields_size(header, extra_lines));
+    out.put(method);
+    out.put(' ');
+    out.put(target);
+    out.put(' ');
+    out.put_version(header.version());
+    out.put(crlf);
+    out.put_fields(header, extra_lines);
 }
 
-message_writer::message_writer(const bhttp::response_header<>& header,
+message_writer::message_writer(const bhttp::header<false, header_fields>& header,
                                body_framing framing,
                                std::string& scratch,
                                std::string_view extra_lines)
     : header_(scratch)
     , framing_(framing) {
-    header_.clear();
-    append_version(header_, header.version());
     const auto code = header.result_int();
-    header_ += ' ';
-    header_ += static_cast<char>('0' + code / 100 % 10);
-    header_ += static_cast<char>('0' + code / 10 % 10);
-    header_ += static_cast<char>('0' + code % 10);
-    header_ += ' ';
-    header_ += header.reason();
-    header_ += crlf;
-    append_fields(header_, header, extra_lines);
+    const std::string_view reason = header.reason();
+    header_builder out(header_,
+                       version_size + 5 + reason.size() + 2 + fields_size(header, extra_lines));
+    out.put_version(header.version());
+    out.put(' ');
+    out.put(static_cast<char>('0' + code / 100 % 10));
+    out.put(static_cast<char>('0' + code / 10 % 10));
+    out.put(static_cast<char>('0' + code % 10));
+    out.put(' ');
+    out.put(reason);
+    out.put(crlf);
+    out.put_fields(header, extra_lines);
 }
 
-awaitable<error_code>
-message_writer::write(timed_stream& stream, std::string_view block, bool last) {
-    std::array<net::const_buffer, 5> buffers;
+bool message_writer::write_now(timed_stream& stream,
+                               std::string_view block,
+                               bool last,
+                               error_code& ec) {
+    auto& buffers = pending_;
     std::size_t count = 0;
     if (!header_sent_) {
         header_sent_ = true;
@@ -94,22 +131,29 @@ message_writer::write(timed_stream& stream, std::string_view block, bool last) {
 
     // The socket's send buffer almost always takes a header and a block at once: then no
     // operation is queued, no completion posted and no coroutine suspended.
-    error_code ec;
+    ec = {};
     auto written = stream.write_now(std::span(buffers.data(), count), ec);
     if (ec && ec != net::error::would_block) {
-        co_return ec;
+        return true;
     }
+    ec = {};
     std::size_t first = 0;
     for (; first < count && written >= buffers[first].size(); ++first) {
         written -= buffers[first].size();
     }
     if (first == count) {
-        co_return error_code{};
+        return true;
     }
     buffers[first] += written;
-    auto [wec, n] =
-        co_await net::async_write(stream, std::span(buffers.data() + first, count - first));
-    co_return wec;
+    first_ = first;
+    count_ = count;
+    return false;
+}
+
+awaitable<error_code> message_writer::finish(timed_stream& stream) {
+    auto [ec, n] =
+        co_await net::async_write(stream, std::span(pending_.data() + first_, count_ - first_));
+    co_return ec;
 }
 
 } // namespace sluice::http::detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cstring>
 
 namespace sluice::http {
 namespace {
@@ -34,6 +35,15 @@ void append_text(Out& out, std::string_view text) {
 template <typename Out>
 void append_sf_string(Out& out, std::string_view text) {
     out.push_back('"');
+    const auto plain = [](char c) {
+        const auto byte = static_cast<unsigned char>(c);
+        return byte >= 0x20 && byte <= 0x7e && c != '"' && c != '\\';
+    };
+    if (std::all_of(text.begin(), text.end(), plain)) {
+        append_text(out, text); // the usual rule name: nothing to escape, one copy
+        out.push_back('"');
+        return;
+    }
     for (char c : text) {
         const auto byte = static_cast<unsigned char>(c);
         if (c == '"' || c == '\\') {
@@ -66,6 +76,60 @@ void format_rate_limit(Out& out, std::string_view name, const limiter::decision&
     append_int(out, std::max<std::int64_t>(d.remaining, 0));
     append_text(out, ";t=");
     append_int(out, ceil_seconds(d.reset_after));
+}
+
+// An append target on the stack, big enough for the usual rate-limit lines; `full` once
+// something did not fit (a very long rule name), and the lines go to the string directly.
+class line_buffer {
+public:
+    void push_back(char c) noexcept {
+        if (size_ < data_.size()) {
+            data_[size_++] = c;
+        } else {
+            full_ = true;
+        }
+    }
+
+    void append(const char* first, const char* last) noexcept {
+        const auto n = static_cast<std::size_t>(last - first);
+        if (n <= data_.size() - size_) {
+            std::memcpy(data_.data() + size_, first, n);
+            size_ += n;
+        } else {
+            full_ = true;
+        }
+    }
+
+    bool full() const noexcept { return full_; }
+
+    std::string_view view() const noexcept { return {data_.data(), size_}; }
+
+private:
+    std::array<char, 384> data_;
+    std::size_t size_ = 0;
+    bool full_ = false;
+};
+
+template <typename Out>
+void format_lines(Out& out,
+                  std::string_view name,
+                  const limiter::decision& decision,
+                  bool x_ratelimit) {
+    append_text(out, "RateLimit-Policy: ");
+    format_policy(out, name, decision);
+    append_text(out, "\r\nRateLimit: ");
+    format_rate_limit(out, name, decision);
+    append_text(out, "\r\n");
+    if (!x_ratelimit) {
+        return;
+    }
+    append_text(out, "X-RateLimit-Limit: ");
+    append_int(out, std::max<std::int64_t>(decision.limit, 0));
+    append_text(out, "\r\nX-RateLimit-Remaining: ");
+    append_int(out, std::max<std::int64_t>(decision.remaining, 0));
+    append_text(out, "\r\nX-RateLimit-Reset: ");
+    append_int(out, ceil_seconds(decision.reset_after));
+    append_text(out, "\r\n");
 }
 
 std::string_view view(const value_buffer& buffer) {
@@ -130,7 +194,8 @@ void set_rate_limit_headers(bhttp::fields& fields,
     fields.set("X-RateLimit-Reset", view(value));
 }
 
-void append_rate_limit_lines(bhttp::fields& fields,
+template <typename Allocator>
+void append_rate_limit_lines(bhttp::basic_fields<Allocator>& fields,
                              std::string& lines,
                              std::string_view name,
                              const limiter::decision& decision,
@@ -143,21 +208,15 @@ void append_rate_limit_lines(bhttp::fields& fields,
             ++it;
         }
     }
-    lines += "RateLimit-Policy: ";
-    format_policy(lines, name, decision);
-    lines += "\r\nRateLimit: ";
-    format_rate_limit(lines, name, decision);
-    lines += "\r\n";
-    if (!x_ratelimit) {
-        return;
+    // Formatted on the stack and appended once: every append to the string would check its
+    // capacity, and there are a dozen small pieces.
+    line_buffer buffer;
+    format_lines(buffer, name, decision, x_ratelimit);
+    if (buffer.full()) {
+        format_lines(lines, name, decision, x_ratelimit);
+    } else {
+        lines += buffer.view();
     }
-    lines += "X-RateLimit-Limit: ";
-    append_int(lines, std::max<std::int64_t>(decision.limit, 0));
-    lines += "\r\nX-RateLimit-Remaining: ";
-    append_int(lines, std::max<std::int64_t>(decision.remaining, 0));
-    lines += "\r\nX-RateLimit-Reset: ";
-    append_int(lines, ceil_seconds(decision.reset_after));
-    lines += "\r\n";
 }
 
 void append_json_escaped(std::string& out, std::string_view text) {
@@ -202,5 +261,13 @@ std::string rejection_body(std::string_view name, int limit_index, std::int64_t 
     body += '}';
     return body;
 }
+
+template void append_rate_limit_lines(
+    bhttp::fields&, std::string&, std::string_view, const limiter::decision&, bool);
+template void append_rate_limit_lines(bhttp::basic_fields<std::pmr::polymorphic_allocator<char>>&,
+                                      std::string&,
+                                      std::string_view,
+                                      const limiter::decision&,
+                                      bool);
 
 } // namespace sluice::http

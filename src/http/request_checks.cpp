@@ -4,18 +4,44 @@
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/read.hpp>
 
 #include <algorithm>
-#include <iterator>
 #include <string_view>
 
 namespace sluice::http::detail {
 namespace {
 
-std::size_t count_fields(const bhttp::fields& fields, bhttp::field name) {
-    const auto range = fields.equal_range(name);
-    return static_cast<std::size_t>(std::distance(range.first, range.second));
+/// The fields `check_request` looks at, gathered in one pass: each lookup by name would search
+/// the field set again, on every request.
+struct checked_fields {
+    std::size_t hosts = 0;
+    std::size_t lengths = 0;
+    std::size_t encodings = 0;
+    const header_fields::value_type* first_length = nullptr;
+    const header_fields::value_type* first_expect = nullptr;
+};
+
+checked_fields gather(const header_fields& fields) {
+    checked_fields out;
+    for (const auto& f : fields) {
+        switch (f.name()) {
+        case bhttp::field::host:
+            ++out.hosts;
+            break;
+        case bhttp::field::content_length:
+            out.first_length = out.lengths++ == 0 ? &f : out.first_length;
+            break;
+        case bhttp::field::transfer_encoding:
+            ++out.encodings;
+            break;
+        case bhttp::field::expect:
+            out.first_expect = out.first_expect == nullptr ? &f : out.first_expect;
+            break;
+        default:
+            break;
+        }
+    }
+    return out;
 }
 
 // Where the header in `data` ends (after its blank line), searching from `from`; npos if the
@@ -44,34 +70,31 @@ bool has_obs_fold(std::string_view header) {
     return false;
 }
 
-// Reads until the buffer holds a complete request header, within `limit` bytes, and refuses
-// obsolete line folding.
-awaitable<error_code>
-read_header_block(timed_stream& stream, beast::flat_buffer& buffer, std::uint64_t limit) {
-    std::size_t scanned = 0;
-    for (;;) {
-        const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
-        const auto end = find_header_end(data, scanned);
-        if (end != std::string_view::npos) {
-            if (has_obs_fold(data.substr(0, end - 2))) {
-                co_return bhttp::error::bad_value;
-            }
-            co_return error_code{};
-        }
-        if (data.size() > limit) {
-            co_return bhttp::error::header_limit;
-        }
-        scanned = data.size();
-        const auto room = std::clamp<std::uint64_t>(limit + 4 - data.size(), 512, 16 * 1024);
-        auto [ec, n] = co_await stream.async_read_some(buffer.prepare(room));
-        buffer.commit(n);
-        if (ec == net::error::eof) {
-            co_return bhttp::error::partial_message;
-        }
-        if (ec) {
-            co_return ec;
-        }
+// What the buffer says about the request header, scanning on from `scanned`: complete (and
+// free of obsolete line folding: else bad_value), over `limit` (header_limit), or nullopt, not
+// all there yet.
+std::optional<error_code>
+check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::size_t& scanned) {
+    const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+    const auto end = find_header_end(data, scanned);
+    if (end != std::string_view::npos) {
+        return has_obs_fold(data.substr(0, end - 2)) ? error_code(bhttp::error::bad_value)
+                                                     : error_code{};
     }
+    if (data.size() > limit) {
+        return bhttp::error::header_limit;
+    }
+    scanned = data.size();
+    return std::nullopt;
+}
+
+// Parses a complete header from the buffer; need_more only if our blank-line scan and Beast
+// disagree about where it ends.
+error_code parse_header(beast::flat_buffer& buffer, request_parser& parser) {
+    error_code ec;
+    const auto used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    return ec;
 }
 
 } // namespace
@@ -102,50 +125,69 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
     if (req.target().size() > cfg.server.max_uri_bytes) {
         return bhttp::status::uri_too_long;
     }
+    const auto fields = gather(req);
     // RFC 9112 3.2: exactly one Host in HTTP/1.1, at most one before.
-    const auto hosts = count_fields(req, bhttp::field::host);
-    if (hosts > 1 || (req.version() >= 11 && hosts == 0)) {
+    if (fields.hosts > 1 || (req.version() >= 11 && fields.hosts == 0)) {
         return bhttp::status::bad_request;
     }
     // Beast accepts repeated equal Content-Length values ("5, 5"); the next hop might not agree
     // on what they mean, so refuse them (RFC 9112 6.3 allows either).
-    const auto lengths = req.equal_range(bhttp::field::content_length);
-    if (count_fields(req, bhttp::field::content_length) > 1 ||
-        (lengths.first != lengths.second &&
-         std::string_view(lengths.first->value()).find(',') != std::string_view::npos)) {
+    if (fields.lengths > 1 ||
+        (fields.first_length != nullptr &&
+         std::string_view(fields.first_length->value()).find(',') != std::string_view::npos)) {
         return bhttp::status::bad_request;
     }
     // A Transfer-Encoding whose final coding is not chunked leaves the length unknowable, and
     // HTTP/1.0 has none (RFC 9112 6.1).
-    if (count_fields(req, bhttp::field::transfer_encoding) > 0 &&
-        (!parser.chunked() || req.version() < 11)) {
+    if (fields.encodings > 0 && (!parser.chunked() || req.version() < 11)) {
         return bhttp::status::bad_request;
     }
-    const auto expect = req.find(bhttp::field::expect);
-    if (expect != req.end() && !beast::iequals(expect->value(), "100-continue")) {
+    if (fields.first_expect != nullptr &&
+        !beast::iequals(fields.first_expect->value(), "100-continue")) {
         return bhttp::status::expectation_failed;
     }
     return std::nullopt;
+}
+
+std::optional<error_code>
+take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t limit) {
+    std::size_t scanned = 0;
+    auto ec = check_header_block(buffer, limit, scanned);
+    if (ec && !*ec) {
+        ec = parse_header(buffer, parser);
+    }
+    if (ec && *ec == bhttp::error::need_more) {
+        return std::nullopt;
+    }
+    return ec;
 }
 
 awaitable<error_code> read_header(timed_stream& stream,
                                   beast::flat_buffer& buffer,
                                   request_parser& parser,
                                   std::uint64_t limit) {
-    auto ec = co_await read_header_block(stream, buffer, limit);
-    if (ec) {
-        co_return ec;
+    std::size_t scanned = 0;
+    std::optional<error_code> ec;
+    while (!(ec = check_header_block(buffer, limit, scanned))) {
+        const auto room = std::clamp<std::uint64_t>(limit + 4 - buffer.size(), 512, 16 * 1024);
+        auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(room));
+        buffer.commit(n);
+        if (read_ec == net::error::eof) {
+            co_return bhttp::error::partial_message;
+        }
+        if (read_ec) {
+            co_return read_ec;
+        }
     }
-    // The whole header is in the buffer: parse it here rather than through an asynchronous
-    // read, which would complete through the scheduler without reading anything.
-    const auto used = parser.put(buffer.data(), ec);
-    buffer.consume(used);
-    if (ec == bhttp::error::need_more) {
+    if (*ec) {
+        co_return *ec;
+    }
+    auto parse_ec = parse_header(buffer, parser);
+    if (parse_ec == bhttp::error::need_more) {
         // Only if our blank-line scan and Beast disagree; let Beast read and decide.
-        auto [read_ec, n] = co_await bhttp::async_read_header(stream, buffer, parser);
-        ec = read_ec;
+        parse_ec = co_await read_message(stream, buffer, parser, true);
     }
-    co_return ec;
+    co_return parse_ec;
 }
 
 } // namespace sluice::http::detail

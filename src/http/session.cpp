@@ -1,17 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/session.hpp"
 
-#include "http/session_detail.hpp"
-#include "sluice/http/access_log.hpp"
+#include "http/session_state_detail.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
-#include "sluice/http/verdict.hpp"
-#include "sluice/key/client_address.hpp"
 #include "sluice/key/path.hpp"
-#include "sluice/key/rate_limit_key.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/read.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -23,48 +18,8 @@ namespace {
 
 using namespace detail;
 
-/// What the connection does after a request.
-enum class ending {
-    keep,   // read the next request
-    close,  // the client is gone or broke the protocol mid-body: close now
-    linger, // a final response went out with Connection: close: close gracefully
-};
-
 /// A held request reads ahead at most this much (body or pipelined requests) while it waits.
 constexpr std::size_t hold_read_ahead = 64 * 1024;
-
-/// State of one connection.
-struct connection_state {
-    worker_context& w;
-    timed_stream& stream;
-    beast::flat_buffer& buffer;
-    session_entry& entry;
-    key::ip_address peer;
-    std::string peer_text;
-    /// Reused by every message header written on this connection.
-    header_scratch scratch;
-};
-
-/// State of one request.
-struct request_state {
-    explicit request_state(std::shared_ptr<const config::config> snapshot) noexcept
-        : cfg(std::move(snapshot)) {}
-
-    std::shared_ptr<const config::config> cfg;
-    request_parser parser;
-    access_record record;
-    reply_context reply;
-    /// The rule's name ("fallback" when none matched), for the per-rule counters.
-    std::string_view rule_name;
-    /// Set once the request went to the limiter; what it decided, for the counters.
-    std::optional<metrics::decision_kind> counted_as;
-    bool dry_run_rejected = false;
-    std::span<const config::limit> limits;
-    store::outcome outcome;
-    verdict v;
-    bool keep_alive = false;
-    bool expect_continue = false;
-};
 
 key::ip_address to_ip(const net::ip::address& address) {
     key::ip_address ip;
@@ -144,96 +99,32 @@ awaitable<bool> hold(connection_state& c, milliseconds delay) {
     co_return true;
 }
 
-constexpr std::string_view key_prefix = "rate-limit:";
-
-// The page's own key, rate-limit:<ip>:<endpoint>, unique per rule by its endpoint part.
-bool is_page_key(const config::limit& limit) noexcept {
-    using kind = config::key_part::kind;
-    return limit.key.size() == 2 && limit.key[0].what == kind::ip &&
-           limit.key[1].what == kind::endpoint;
+// What `forward` needs for this request. The caller keeps it until forward completes.
+// (Not a coroutine `forward_now` around forward: that would be one more frame per request.)
+forward_args forward_args_for(connection_state& c, request_state& r) {
+    return {c.stream,
+            c.buffer,
+            r.parser,
+            r.arena,
+            *c.w.pool,
+            *r.cfg,
+            c.peer_text,
+            r.reply,
+            r.keep_alive,
+            r.expect_continue,
+            &c.w.draining,
+            c.scratch,
+            c.w.relay_buffers};
 }
 
-// Fills `r.limits` and the store checks for this request; returns the rule's name.
-std::string_view
-derive_checks(connection_state& c, request_state& r, std::string_view path, store::checks& checks) {
-    const auto& cfg = *r.cfg;
-    const auto& req = r.parser.get();
-    const auto* rule = key::match_rule(cfg.rate_limit.rules, req.method_string(), path);
-    r.limits = rule ? std::span<const config::limit>(rule->limits)
-                    : std::span<const config::limit>(&cfg.rate_limit.fallback, 1);
-    if (r.limits.empty()) {
-        return rule->name;
-    }
-
-    // X-Forwarded-For matters only behind a trusted proxy; join its lines as RFC 9110 says.
-    std::string joined;
-    std::string_view xff;
-    if (!cfg.server.trusted_proxies.empty()) {
-        for (const auto& f : req) {
-            if (!beast::iequals(f.name_string(), "x-forwarded-for")) {
-                continue;
-            }
-            if (!xff.empty()) {
-                joined = std::string(xff) + ", " + std::string(f.value());
-                xff = joined;
-            } else {
-                xff = f.value();
-            }
-        }
-    }
-    const auto client = key::client_address(c.peer, xff, cfg.server.trusted_proxies);
-    if (cfg.logging.access_log) {
-        r.record.client = client.to_string();
-    }
-    const auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix);
-    const bool pattern_key = rule && rule->kind != config::rule::match_kind::exact;
-    const std::string_view endpoint = pattern_key ? std::string_view(rule->path) : path;
-    auto lookup = [&req](std::string_view name) -> std::optional<std::string_view> {
-        const auto it = req.find(name);
-        return it == req.end() ? std::nullopt : std::optional<std::string_view>(it->value());
-    };
-    const std::string_view rule_name = rule ? std::string_view(rule->name) : "fallback";
-    bool page_key_taken = false;
-    // A method-filtered rule shares its path with the fallback (or another rule) serving the
-    // other methods: only the fallback and rules for every method may own the page's key.
-    const bool page_key_allowed = rule == nullptr || rule->methods.empty();
-    for (std::size_t i = 0; i < r.limits.size(); ++i) {
-        const auto& limit = r.limits[i];
-        auto k = key::limit_key(limit, client_part, endpoint, lookup);
-        // The first [ip, endpoint] limit of a rule owns the page's key. Any other key would
-        // collide across rules or with a sibling limit (e.g. [ip], [global], or a second
-        // [ip, endpoint] limit): scope it by rule and limit index, "rate-limit:api#1:...".
-        if (!page_key_taken && page_key_allowed && is_page_key(limit)) {
-            page_key_taken = true;
-        } else {
-            k.insert(key_prefix.size(), fmt::format("{}#{}:", rule_name, i));
-        }
-        checks.push_back({std::move(k), &limit});
-    }
-    return rule_name;
-}
-
-// Forwards the request now; the verdict allowed it.
-awaitable<ending> forward_now(connection_state& c, request_state& r) {
-    forward_args args{c.stream,
-                      c.buffer,
-                      r.parser,
-                      *c.w.pool,
-                      *r.cfg,
-                      c.peer_text,
-                      r.reply,
-                      r.keep_alive,
-                      r.expect_continue,
-                      &c.w.draining,
-                      c.scratch,
-                      c.w.relay_buffers};
-    const auto result = co_await forward(args);
+// Records what forwarding came to; returns what the connection does next.
+ending forwarded(request_state& r, const forward_result& result) {
     r.record.status = result.status;
     r.record.upstream_time = result.upstream_time;
     if (result.status == 0) {
-        co_return ending::close;
+        return ending::close;
     }
-    co_return result.keep_alive ? ending::keep : ending::linger;
+    return result.keep_alive ? ending::keep : ending::linger;
 }
 
 /// Counts a request in the global number of held requests for as long as it lives.
@@ -285,91 +176,13 @@ awaitable<ending> hold_then_forward(connection_state& c, request_state& r) {
         r.record.status = 499; // nginx's "client closed request"
         co_return ending::close;
     }
-    auto e = co_await forward_now(c, r);
-    co_return e;
+    auto args = forward_args_for(c, r);
+    const auto result = co_await forward(args);
+    co_return forwarded(r, result);
 }
 
-metrics::decision_kind to_metric(verdict::kind what) noexcept {
-    switch (what) {
-    case verdict::kind::allowed:
-        return metrics::decision_kind::allowed;
-    case verdict::kind::delayed:
-        return metrics::decision_kind::delayed;
-    case verdict::kind::rejected:
-        return metrics::decision_kind::rejected;
-    case verdict::kind::failed_open:
-        return metrics::decision_kind::failed_open;
-    case verdict::kind::failed_closed:
-        return metrics::decision_kind::failed_closed;
-    }
-    return metrics::decision_kind::allowed;
-}
-
-bool any_dry_run_rejected(std::span<const config::limit> limits, const store::outcome& outcome) {
-    if (outcome.ec || outcome.decisions.size() != limits.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-        if (limits[i].dry_run && !outcome.decisions[i].allowed) {
-            return true;
-        }
-    }
-    return false;
-}
-
-// Everything after a valid header: limits, verdict, then the answer or the forward.
-awaitable<ending> decide_and_serve(connection_state& c, request_state& r, std::string_view path) {
-    const auto& cfg = *r.cfg;
-    store::checks checks;
-    const auto name = derive_checks(c, r, path, checks);
-    r.rule_name = name;
-    if (!checks.empty()) {
-        if (r.cfg->logging.access_log) {
-            r.record.key = checks.front().key;
-        }
-        if (auto now = c.w.store->try_acquire_now(checks)) {
-            r.outcome = std::move(*now);
-        } else {
-            r.outcome = co_await c.w.store->acquire(std::move(checks));
-        }
-        r.v = decide(r.limits, r.outcome, cfg.rate_limit.redis.on_failure);
-        r.record.decision = to_string(r.v.what);
-        r.counted_as = to_metric(r.v.what);
-        r.dry_run_rejected = any_dry_run_rejected(r.limits, r.outcome);
-    } else {
-        r.record.decision = "unlimited";
-    }
-    if (r.v.headers_from >= 0) {
-        r.reply.limits = {name,
-                          &r.outcome.decisions[static_cast<std::size_t>(r.v.headers_from)],
-                          cfg.rate_limit.x_ratelimit_headers};
-    }
-    switch (r.v.what) {
-    case verdict::kind::rejected: {
-        local_reply reply{bhttp::status::too_many_requests,
-                          rejection_body(name, std::max(r.v.refused_by, 0), r.v.retry_after),
-                          r.v.retry_after};
-        auto e = co_await answer(c, r, reply, false);
-        co_return e;
-    }
-    case verdict::kind::failed_closed: {
-        const local_reply reply{bhttp::status::service_unavailable, {}, 1};
-        auto e = co_await answer(c, r, reply, false);
-        co_return e;
-    }
-    default:
-        break;
-    }
-    if (r.v.what == verdict::kind::delayed) {
-        auto e = co_await hold_then_forward(c, r);
-        co_return e;
-    }
-    auto e = co_await forward_now(c, r);
-    co_return e;
-}
-
-// Reads the request header and checks it; then decides and serves the request.
-awaitable<ending> handle_request(connection_state& c, request_state& r) {
+// Sets up the parser for this request's header and body.
+void prepare_parser(request_state& r) {
     const auto& cfg = *r.cfg;
     r.parser.header_limit(static_cast<std::uint32_t>(
         std::min<std::uint64_t>(cfg.server.max_header_bytes, UINT32_MAX)));
@@ -379,51 +192,79 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
         r.parser.body_limit(boost::none);
     }
     r.reply.write_timeout = cfg.server.idle_timeout;
-    c.stream.expires_after(cfg.server.header_timeout);
-    const auto ec = co_await read_header(c.stream, c.buffer, r.parser, cfg.server.max_header_bytes);
-    c.entry.idle = false;
+}
+
+/// A request that ends before the limiter: the answer (none: close at once), and whether the
+/// connection closes after it.
+struct early_end {
+    std::optional<local_reply> reply;
+    bool must_close = true;
+};
+
+// Everything between reading the header (`ec`: how that went) and the limiter: the request's
+// facts, the checks Beast leaves to us, the path. nullopt: on to the limiter.
+std::optional<early_end> check_header(connection_state& c, request_state& r, const error_code& ec) {
     if (ec) {
         const auto status = header_error_status(ec, c.buffer.size() != 0);
         if (!status) {
-            co_return ending::close;
+            return early_end{};
         }
-        const local_reply reply{*status, {}, 0};
-        auto e = co_await answer(c, r, reply, true);
-        co_return e;
+        return early_end{local_reply{*status, {}, 0}, true};
     }
-
     const auto& req = r.parser.get();
     r.record.method = req.method_string();
     r.reply.version = req.version();
     r.reply.head = req.method() == bhttp::verb::head;
     r.keep_alive = r.parser.keep_alive();
     r.expect_continue = req.version() >= 11 && req.find(bhttp::field::expect) != req.end();
-    if (const auto status = check_request(r.parser, cfg)) {
-        const local_reply reply{*status, {}, 0};
-        auto e = co_await answer(c, r, reply, true);
-        co_return e;
+    if (const auto status = check_request(r.parser, *r.cfg)) {
+        return early_end{local_reply{*status, {}, 0}, true};
     }
     auto path = key::normalize_path(req.target());
     if (!path) {
         r.record.path = req.target();
-        const local_reply reply{bhttp::status::bad_request, {}, 0};
+        return early_end{local_reply{bhttp::status::bad_request, {}, 0}, false};
+    }
+    r.record.path = std::move(*path);
+    return std::nullopt;
+}
+
+// One request: reads and checks its header, decides it, then answers it or forwards it. One
+// coroutine, with synchronous steps, because each coroutine called costs a frame per request.
+awaitable<ending> handle_request(connection_state& c, request_state& r) {
+    const auto limit = r.cfg->server.max_header_bytes;
+    prepare_parser(r);
+    c.stream.expires_after(r.cfg->server.header_timeout);
+    auto ec = error_code{};
+    if (auto taken = take_header(c.buffer, r.parser, limit)) {
+        ec = *taken;
+    } else {
+        ec = co_await read_header(c.stream, c.buffer, r.parser, limit);
+    }
+    c.entry.idle = false;
+    if (auto early = check_header(c, r, ec)) {
+        if (!early->reply) {
+            co_return ending::close;
+        }
+        auto e = co_await answer(c, r, *early->reply, early->must_close);
+        co_return e;
+    }
+    if (auto pending = decide_now(c, r); !pending.empty()) {
+        r.outcome = co_await c.w.store->acquire(std::move(pending));
+        apply_outcome(r);
+    }
+    if (r.v.what == verdict::kind::rejected || r.v.what == verdict::kind::failed_closed) {
+        const auto reply = refusal(r);
         auto e = co_await answer(c, r, reply, false);
         co_return e;
     }
-    r.record.path = std::move(*path);
-    auto e = co_await decide_and_serve(c, r, r.record.path);
-    co_return e;
-}
-
-// Waits for the first byte of the next request, for at most server.idle_timeout.
-awaitable<bool> wait_for_request(connection_state& c) {
-    if (c.buffer.size() != 0) {
-        co_return true;
+    if (r.v.what == verdict::kind::delayed) {
+        auto e = co_await hold_then_forward(c, r);
+        co_return e;
     }
-    c.stream.expires_after(c.w.config->server.idle_timeout);
-    auto [ec, n] = co_await c.stream.async_read_some(c.buffer.prepare(1024));
-    c.buffer.commit(n);
-    co_return !ec;
+    auto args = forward_args_for(c, r);
+    const auto result = co_await forward(args);
+    co_return forwarded(r, result);
 }
 
 // Counts the request in the metrics: the limiter's decision per rule, the upstream's answer.
@@ -513,10 +354,16 @@ awaitable<void> run_session(tcp_socket socket, worker_context& worker) {
     auto e = ending::keep;
     while (e == ending::keep && !worker.draining) {
         entry.idle = true;
-        const bool ready = co_await wait_for_request(c);
-        if (!ready) {
-            e = ending::close;
-            break;
+        if (buffer.size() == 0) {
+            // Wait for the first bytes of the next request, for at most server.idle_timeout.
+            // (Here rather than in a function of its own: a coroutine frame per request.)
+            stream.expires_after(worker.config->server.idle_timeout);
+            auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(1024));
+            buffer.commit(n);
+            if (read_ec) {
+                e = ending::close;
+                break;
+            }
         }
         request_state r{worker.config};
         e = co_await handle_request(c, r);

@@ -11,6 +11,7 @@
 #include "sluice/upstream/pool.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -18,7 +19,9 @@
 
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,7 +32,38 @@ namespace sluice::http::detail {
 namespace bhttp = beast::http;
 using std::chrono::milliseconds;
 
-using request_parser = bhttp::request_parser<bhttp::buffer_body>;
+/// The fields of the messages sluice parses live in a per-request arena (`header_arena`): a
+/// dozen fields per request would otherwise be a dozen mallocs and frees.
+using header_allocator = std::pmr::polymorphic_allocator<char>;
+using header_fields = bhttp::basic_fields<header_allocator>;
+using request_parser = bhttp::request_parser<bhttp::buffer_body, header_allocator>;
+using response_parser = bhttp::response_parser<bhttp::buffer_body, header_allocator>;
+
+/**
+ * The memory one request's headers (its own and its response's) are allocated from: a fixed
+ * block that covers ordinary headers, then the heap. Nothing is freed before the arena goes, with
+ * the request.
+ */
+class header_arena {
+public:
+    header_arena() noexcept
+        : resource_(block_.data(), block_.size()) {}
+
+    header_arena(const header_arena&) = delete;
+    header_arena& operator=(const header_arena&) = delete;
+
+    header_allocator allocator() noexcept { return &resource_; }
+
+private:
+    alignas(std::max_align_t) std::array<std::byte, 2048> block_;
+    std::pmr::monotonic_buffer_resource resource_;
+};
+
+/// A parser whose fields come from `allocator`.
+template <typename Parser>
+void make_parser(std::optional<Parser>& parser, header_allocator allocator) {
+    parser.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(allocator));
+}
 
 /// A rejected request's unread body is read and dropped (keeping the connection) up to this
 /// size; a larger or unknown one closes the connection instead.
@@ -45,6 +79,44 @@ awaitable<error_code> read_header(timed_stream& stream,
                                   beast::flat_buffer& buffer,
                                   request_parser& parser,
                                   std::uint64_t limit);
+
+/**
+ * `read_header` for a header already in `buffer` (the usual case: it came in one read), without
+ * reading: nullopt when it is not all there, and `read_header` must read on. Spares a coroutine
+ * frame per request.
+ */
+std::optional<error_code>
+take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t limit);
+
+/**
+ * Beast's http::async_read_some (`header_only` false) and http::async_read_header (true) on a
+ * timed_stream, without their composed operations: parses what `buffer` holds first, and reads
+ * only when the parser needs more; a parse of buffered bytes completes here, with no read and
+ * no trip through the scheduler. Errors as Beast's (need_buffer when a buffer_body is full;
+ * end_of_stream when the stream ends before a message starts). The caller sets the deadline.
+ */
+template <bool isRequest>
+awaitable<error_code> read_message(timed_stream& stream,
+                                   beast::flat_buffer& buffer,
+                                   bhttp::basic_parser<isRequest>& parser,
+                                   bool header_only);
+
+// read_message's steps, for a caller that runs the loop itself (and so spares the frame):
+//   for (;;) { if (parse_buffered) done; read into read_room; on error, read_failed }
+
+/// One parse of what `buffer` holds; nullopt: the parser needs more bytes.
+template <bool isRequest>
+std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
+                                         bhttp::basic_parser<isRequest>& parser,
+                                         bool header_only);
+
+/// Where the next read goes.
+net::mutable_buffer read_room(beast::flat_buffer& buffer);
+
+/// What a failed read means for the message: the end of one that lasts until the connection
+/// closes, a truncated one, or (end_of_stream) the stream ended before a message began.
+template <bool isRequest>
+error_code read_failed(const error_code& ec, bhttp::basic_parser<isRequest>& parser);
 
 /// The answer to a request whose header could not be read or parsed; nullopt: close without
 /// one (the client left, or was idle). `got_some`: part of a header had arrived.
@@ -127,22 +199,28 @@ public:
      * `extra_lines` (complete "Name: value\r\n" lines, e.g. forwarding or rate-limit fields)
      * after its own fields.
      */
-    message_writer(const bhttp::request_header<>& header,
+    message_writer(const bhttp::header<true, header_fields>& header,
                    body_framing framing,
                    std::string& scratch,
                    std::string_view extra_lines);
-    message_writer(const bhttp::response_header<>& header,
+    message_writer(const bhttp::header<false, header_fields>& header,
                    body_framing framing,
                    std::string& scratch,
                    std::string_view extra_lines);
 
     /**
-     * Writes the header (on the first call only) and `block`; `last`: the body ends with this
-     * block (a chunked body then gets its last chunk). Returns the write's error. The caller
-     * keeps `block` alive and sets the stream's deadline, which only matters when the socket
-     * cannot take everything at once: what it takes is written without suspending.
+     * Writes the header (on the first call only) and `block`, as much as the socket takes at
+     * once; `last`: the body ends with this block (a chunked body then gets its last chunk).
+     * Returns true when done, with the write's error in `ec`; false when the socket was full and
+     * the rest needs `finish`. Two steps rather than one coroutine because the first almost
+     * always does it all, and a coroutine would cost a frame even then.
+     *
+     * The caller keeps `block` alive until done, and sets the stream's deadline for `finish`.
      */
-    awaitable<error_code> write(timed_stream& stream, std::string_view block, bool last);
+    bool write_now(timed_stream& stream, std::string_view block, bool last, error_code& ec);
+
+    /// Writes what `write_now` left; returns the write's error.
+    awaitable<error_code> finish(timed_stream& stream);
 
 private:
     std::string& header_;
@@ -150,6 +228,10 @@ private:
     bool header_sent_ = false;
     /// The current chunk's size line: hexadecimal digits and CRLF.
     std::array<char, 24> chunk_size_{};
+    /// What the current write still has to send: pending_[first_, count_).
+    std::array<net::const_buffer, 5> pending_;
+    std::size_t first_ = 0;
+    std::size_t count_ = 0;
 };
 
 /// Strings a connection builds message headers in, kept so that their capacity is reused.
@@ -173,6 +255,8 @@ struct forward_args {
     timed_stream& client;
     beast::flat_buffer& client_buffer;
     request_parser& parser;
+    /// The request's header arena, for the response's fields.
+    header_arena& arena;
     upstream::pool& pool;
     const config::config& config;
     std::string_view peer;

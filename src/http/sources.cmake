@@ -1,11 +1,14 @@
 list(APPEND SLUICE_NET_SOURCES
   src/http/access_log.cpp
+  src/http/decision.cpp
   src/http/forward_headers.cpp
   src/http/forwarder.cpp
   src/http/listener.cpp
   src/http/local_reply.cpp
+  src/http/message_reader.cpp
   src/http/message_writer.cpp
   src/http/rate_limit_headers.cpp
   src/http/request_checks.cpp
+  src/http/response_relay.cpp
   src/http/session.cpp
   src/http/verdict.cpp)

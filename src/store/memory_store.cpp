@@ -19,13 +19,26 @@ struct entry {
     double idle_at_ms = 0;
 };
 
-// Transparent hashing lets a lookup by std::string_view skip building a std::string.
+/// A key with its hash, computed once per request: it picks the shard and then the bucket.
+struct hashed_key {
+    std::string_view key;
+    std::size_t hash;
+
+    friend bool operator==(const hashed_key& a, const std::string& b) noexcept {
+        return a.key == b;
+    }
+};
+
+// Transparent hashing lets a lookup by std::string_view or hashed_key skip building a
+// std::string (and a hashed_key, hashing again).
 struct key_hash {
     using is_transparent = void;
 
     std::size_t operator()(std::string_view key) const noexcept {
         return std::hash<std::string_view>{}(key);
     }
+
+    std::size_t operator()(const hashed_key& key) const noexcept { return key.hash; }
 };
 
 struct shard {
@@ -47,8 +60,8 @@ struct memory_store::impl {
         : clock(c)
         , shards(std::max<std::size_t>(1, shard_count)) {}
 
-    std::size_t shard_index(std::string_view key) const noexcept {
-        return key_hash{}(key) % shards.size();
+    std::size_t shard_index(const hashed_key& key) const noexcept {
+        return key.hash % shards.size();
     }
 
     const sluice::clock& clock;
@@ -69,10 +82,14 @@ std::optional<outcome> memory_store::try_acquire_now(const checks& request_check
 }
 
 outcome memory_store::acquire_now(const checks& request_checks) {
+    boost::container::small_vector<hashed_key, 2> keys;
+    for (const auto& c : request_checks) {
+        keys.push_back({c.key, key_hash{}(std::string_view{c.key})});
+    }
     // Lock every shard the request touches, in index order so two requests never deadlock.
     boost::container::small_vector<std::size_t, 2> order;
-    for (const auto& c : request_checks) {
-        order.push_back(impl_->shard_index(c.key));
+    for (const auto& k : keys) {
+        order.push_back(impl_->shard_index(k));
     }
     std::sort(order.begin(), order.end());
     order.erase(std::unique(order.begin(), order.end()), order.end());
@@ -87,11 +104,12 @@ outcome memory_store::acquire_now(const checks& request_checks) {
     outcome result;
     boost::container::small_vector<pending, 2> writes;
     bool admitted = true;
-    for (const auto& c : request_checks) {
-        auto& owner = impl_->shards[impl_->shard_index(c.key)];
+    for (std::size_t i = 0; i < request_checks.size(); ++i) {
+        const auto& c = request_checks[i];
+        auto& owner = impl_->shards[impl_->shard_index(keys[i])];
         pending p;
         p.owner = &owner;
-        auto found = owner.entries.find(std::string_view{c.key});
+        auto found = owner.entries.find(keys[i]);
         const bool exists = found != owner.entries.end();
         if (exists) {
             p.existing = &found->second;

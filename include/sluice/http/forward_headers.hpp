@@ -2,9 +2,14 @@
 #pragma once
 
 // Header rewriting for messages that sluice forwards, in either direction.
+//
+// The templates take the fields of any message sluice handles: Beast's default `fields`, and the
+// arena-allocated ones of sluice's parsers (std::pmr::polymorphic_allocator); both are
+// instantiated in forward_headers.cpp.
 
 #include <boost/beast/http/fields.hpp>
 
+#include <memory_resource>
 #include <string>
 #include <string_view>
 
@@ -20,7 +25,8 @@ namespace sluice::http {
  * change how the next hop splits the byte stream into messages (request smuggling).
  * Proxy-Authorization is kept, as nginx does.
  */
-void strip_hop_by_hop(boost::beast::http::fields& fields);
+template <typename Allocator>
+void strip_hop_by_hop(boost::beast::http::basic_fields<Allocator>& fields);
 
 /**
  * Adds the forwarding fields of a request sent upstream: `peer` (the TCP peer's address) is
@@ -35,8 +41,19 @@ void add_forwarding_headers(boost::beast::http::fields& fields, std::string_view
  * as header lines ("X-Forwarded-For: <chain>\r\nX-Forwarded-Proto: http\r\n"), to be written
  * after the fields. Saves two field allocations and set lookups per request.
  */
-void append_forwarding_lines(boost::beast::http::fields& fields,
+template <typename Allocator>
+void append_forwarding_lines(boost::beast::http::basic_fields<Allocator>& fields,
                              std::string_view peer,
                              std::string& lines);
+
+extern template void strip_hop_by_hop(boost::beast::http::fields&);
+extern template void
+strip_hop_by_hop(boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>&);
+extern template void
+append_forwarding_lines(boost::beast::http::fields&, std::string_view, std::string&);
+extern template void
+append_forwarding_lines(boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>&,
+                        std::string_view,
+                        std::string&);
 
 } // namespace sluice::http

@@ -102,5 +102,36 @@ TEST(AddForwardingHeaders, ReplacesTheClientsProto) {
     EXPECT_EQ(value(f, "X-Forwarded-Proto"), "http");
 }
 
+TEST(AppendForwardingLines, JoinsTheChainIntoLinesAndTakesTheClientsFieldsOut) {
+    bhttp::fields f;
+    f.insert("Host", "h");
+    f.insert("X-Forwarded-For", "203.0.113.7");
+    f.insert("x-forwarded-for", " ");
+    f.insert("X-Forwarded-For", "198.51.100.1");
+    f.insert("X-Forwarded-Proto", "https");
+    std::string lines;
+    append_forwarding_lines(f, "10.0.0.2", lines);
+    EXPECT_EQ(lines,
+              "X-Forwarded-For: 203.0.113.7, 198.51.100.1, 10.0.0.2\r\n"
+              "X-Forwarded-Proto: http\r\n");
+    EXPECT_EQ(names(f), (std::vector<std::string>{"Host"}));
+}
+
+TEST(AppendForwardingLines, StartsTheChainWithThePeer) {
+    bhttp::fields f;
+    std::string lines;
+    append_forwarding_lines(f, "::1", lines);
+    EXPECT_EQ(lines, "X-Forwarded-For: ::1\r\nX-Forwarded-Proto: http\r\n");
+}
+
+TEST(StripHopByHop, AConnectionOfKeepAliveOnlyRemovesItAndKeepAlive) {
+    bhttp::fields f;
+    f.insert("Connection", "Keep-Alive");
+    f.insert("Keep-Alive", "timeout=5");
+    f.insert("Server", "x");
+    strip_hop_by_hop(f);
+    EXPECT_EQ(names(f), (std::vector<std::string>{"Server"}));
+}
+
 } // namespace
 } // namespace sluice::http

@@ -105,6 +105,41 @@ TEST(SetRateLimitHeaders, ReplacesWhatTheUpstreamSent) {
     EXPECT_EQ(field(f, "X-RateLimit-Limit"), "5");
 }
 
+TEST(AppendRateLimitLines, WritesTheSameFieldsAsLinesAndDropsTheUpstreams) {
+    boost::beast::http::fields f;
+    f.insert("Content-Type", "text/plain");
+    f.insert("RateLimit", R"("upstream";r=1;t=1)");
+    f.insert("ratelimit-policy", R"("upstream";q=9)");
+    f.insert("X-RateLimit-Limit", "999");
+    std::string lines = "Existing: 1\r\n";
+    append_rate_limit_lines(
+        f, lines, "api", make_decision(10, milliseconds(2'000), 3, milliseconds(1'500)), true);
+    EXPECT_EQ(lines,
+              "Existing: 1\r\n"
+              "RateLimit-Policy: \"api\";q=10;w=2\r\n"
+              "RateLimit: \"api\";r=3;t=2\r\n"
+              "X-RateLimit-Limit: 10\r\n"
+              "X-RateLimit-Remaining: 3\r\n"
+              "X-RateLimit-Reset: 2\r\n");
+    EXPECT_EQ(field(f, "RateLimit"), "<absent>");
+    EXPECT_EQ(field(f, "RateLimit-Policy"), "<absent>");
+    EXPECT_EQ(field(f, "X-RateLimit-Limit"), "<absent>");
+    EXPECT_EQ(field(f, "Content-Type"), "text/plain");
+}
+
+TEST(AppendRateLimitLines, LeavesXRateLimitAloneUnlessAskedAndEscapesLongNames) {
+    boost::beast::http::fields f;
+    f.insert("X-RateLimit-Limit", "999");
+    // Longer than the stack buffer, with characters to escape: the slow path, same result.
+    const std::string name = std::string(400, 'n') + "\"";
+    std::string lines;
+    append_rate_limit_lines(
+        f, lines, name, make_decision(1, milliseconds(0), 0, milliseconds(1)), false);
+    const std::string sf = "\"" + std::string(400, 'n') + "\\\"\"";
+    EXPECT_EQ(lines, "RateLimit-Policy: " + sf + ";q=1\r\nRateLimit: " + sf + ";r=0;t=1\r\n");
+    EXPECT_EQ(field(f, "X-RateLimit-Limit"), "999");
+}
+
 TEST(RejectionBody, IsTheDocumentedJson) {
     EXPECT_EQ(rejection_body("completions", 1, 3),
               R"({"error":"rate_limited","limit":"completions","limit_index":1,"retry_after":3})");

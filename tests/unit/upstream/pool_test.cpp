@@ -113,6 +113,26 @@ TEST_F(PoolTest, DropsAConnectionTheUpstreamClosed) {
     ASSERT_TRUE(wait_accepted(2));
 }
 
+TEST_F(PoolTest, HandsOutARecentlyUsedConnectionUncheckedWhenTheCallerCanRetry) {
+    auto first = acquire();
+    ASSERT_TRUE(wait_accepted(1));
+    const auto port = local_port(first);
+    pool_.release(std::move(first), settings_);
+    upstream_.close_all();
+
+    // Idle for less than recheck_after: no liveness syscall; the caller's retry covers a
+    // connection the upstream closed meanwhile.
+    auto again = pool_.try_take(settings_, true);
+    ASSERT_TRUE(again);
+    EXPECT_TRUE(again->reused);
+    EXPECT_EQ(local_port(again), port);
+}
+
+TEST_F(PoolTest, TryTakeIsEmptyWithoutAnIdleConnection) {
+    EXPECT_FALSE(pool_.try_take(settings_, true));
+    EXPECT_FALSE(pool_.try_take(settings_, false));
+}
+
 TEST_F(PoolTest, DropsAConnectionWithUnreadBytes) {
     auto first = acquire();
     first->buffer.commit(net::buffer_copy(first->buffer.prepare(3), net::buffer("abc", 3)));

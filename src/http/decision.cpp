@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// The limiter's side of a request: its rule and keys, the store's decision, the verdict.
+#include "http/session_state_detail.hpp"
+#include "sluice/http/rate_limit_headers.hpp"
+#include "sluice/key/client_address.hpp"
+#include "sluice/key/rate_limit_key.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <span>
+
+namespace sluice::http::detail {
+namespace {
+
+constexpr std::string_view key_prefix = "rate-limit:";
+
+// The page's own key, rate-limit:<ip>:<endpoint>, unique per rule by its endpoint part.
+bool is_page_key(const config::limit& limit) noexcept {
+    using kind = config::key_part::kind;
+    return limit.key.size() == 2 && limit.key[0].what == kind::ip &&
+           limit.key[1].what == kind::endpoint;
+}
+
+// Fills `r.limits` and the store checks for this request; returns the rule's name.
+std::string_view
+derive_checks(connection_state& c, request_state& r, std::string_view path, store::checks& checks) {
+    const auto& cfg = *r.cfg;
+    const auto& req = r.parser.get();
+    const auto* rule = key::match_rule(cfg.rate_limit.rules, req.method_string(), path);
+    r.limits = rule ? std::span<const config::limit>(rule->limits)
+                    : std::span<const config::limit>(&cfg.rate_limit.fallback, 1);
+    if (r.limits.empty()) {
+        return rule->name;
+    }
+
+    // X-Forwarded-For matters only behind a trusted proxy; join its lines as RFC 9110 says.
+    std::string joined;
+    std::string_view xff;
+    if (!cfg.server.trusted_proxies.empty()) {
+        for (const auto& f : req) {
+            if (!beast::iequals(f.name_string(), "x-forwarded-for")) {
+                continue;
+            }
+            if (!xff.empty()) {
+                joined = std::string(xff) + ", " + std::string(f.value());
+                xff = joined;
+            } else {
+                xff = f.value();
+            }
+        }
+    }
+    const auto client = key::client_address(c.peer, xff, cfg.server.trusted_proxies);
+    if (cfg.logging.access_log) {
+        r.record.client = client.to_string();
+    }
+    const auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix);
+    const bool pattern_key = rule && rule->kind != config::rule::match_kind::exact;
+    const std::string_view endpoint = pattern_key ? std::string_view(rule->path) : path;
+    auto lookup = [&req](std::string_view name) -> std::optional<std::string_view> {
+        const auto it = req.find(name);
+        return it == req.end() ? std::nullopt : std::optional<std::string_view>(it->value());
+    };
+    const std::string_view rule_name = rule ? std::string_view(rule->name) : "fallback";
+    bool page_key_taken = false;
+    // A method-filtered rule shares its path with the fallback (or another rule) serving the
+    // other methods: only the fallback and rules for every method may own the page's key.
+    const bool page_key_allowed = rule == nullptr || rule->methods.empty();
+    for (std::size_t i = 0; i < r.limits.size(); ++i) {
+        const auto& limit = r.limits[i];
+        auto k = key::limit_key(limit, client_part, endpoint, lookup);
+        // The first [ip, endpoint] limit of a rule owns the page's key. Any other key would
+        // collide across rules or with a sibling limit (e.g. [ip], [global], or a second
+        // [ip, endpoint] limit): scope it by rule and limit index, "rate-limit:api#1:...".
+        if (!page_key_taken && page_key_allowed && is_page_key(limit)) {
+            page_key_taken = true;
+        } else {
+            k.insert(key_prefix.size(), fmt::format("{}#{}:", rule_name, i));
+        }
+        checks.push_back({std::move(k), &limit});
+    }
+    return rule_name;
+}
+
+metrics::decision_kind to_metric(verdict::kind what) noexcept {
+    switch (what) {
+    case verdict::kind::allowed:
+        return metrics::decision_kind::allowed;
+    case verdict::kind::delayed:
+        return metrics::decision_kind::delayed;
+    case verdict::kind::rejected:
+        return metrics::decision_kind::rejected;
+    case verdict::kind::failed_open:
+        return metrics::decision_kind::failed_open;
+    case verdict::kind::failed_closed:
+        return metrics::decision_kind::failed_closed;
+    }
+    return metrics::decision_kind::allowed;
+}
+
+bool any_dry_run_rejected(std::span<const config::limit> limits, const store::outcome& outcome) {
+    if (outcome.ec || outcome.decisions.size() != limits.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (limits[i].dry_run && !outcome.decisions[i].allowed) {
+            return true;
+        }
+    }
+    return false;
+}
+
+} // namespace
+
+void apply_outcome(request_state& r) {
+    const auto& cfg = *r.cfg;
+    r.v = decide(r.limits, r.outcome, cfg.rate_limit.redis.on_failure);
+    r.record.decision = to_string(r.v.what);
+    r.counted_as = to_metric(r.v.what);
+    r.dry_run_rejected = any_dry_run_rejected(r.limits, r.outcome);
+    if (r.v.headers_from >= 0) {
+        r.reply.limits = {r.rule_name,
+                          &r.outcome.decisions[static_cast<std::size_t>(r.v.headers_from)],
+                          cfg.rate_limit.x_ratelimit_headers};
+    }
+}
+
+store::checks decide_now(connection_state& c, request_state& r) {
+    store::checks checks;
+    r.rule_name = derive_checks(c, r, r.record.path, checks);
+    if (checks.empty()) {
+        r.record.decision = "unlimited";
+        return checks;
+    }
+    if (r.cfg->logging.access_log) {
+        r.record.key = checks.front().key;
+    }
+    auto now = c.w.store->try_acquire_now(checks);
+    if (!now) {
+        return checks;
+    }
+    r.outcome = std::move(*now);
+    apply_outcome(r);
+    return {};
+}
+
+local_reply refusal(const request_state& r) {
+    if (r.v.what == verdict::kind::rejected) {
+        return {bhttp::status::too_many_requests,
+                rejection_body(r.rule_name, std::max(r.v.refused_by, 0), r.v.retry_after),
+                r.v.retry_after};
+    }
+    return {bhttp::status::service_unavailable, {}, 1};
+}
+
+} // namespace sluice::http::detail

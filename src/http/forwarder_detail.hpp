@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Pieces of the forwarder shared by forwarder.cpp (the request's side) and response_relay.cpp
+// (the response's side).
+
+#include "http/session_detail.hpp"
+
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace sluice::http::detail {
+
+using relay_buffer = std::span<char, relay_buffer_size>;
+
+/// Where an exchange failed, which decides the answer.
+enum class failure {
+    none,
+    stale,            // a reused connection failed before anything happened: retry once
+    upstream,         // connect, write or read failed: 502
+    upstream_timeout, // no response header in time: 504
+    client_gone,      // the client closed or stalled: close without a reply
+    client_bad_body,  // the request body's framing is broken: 400, close
+    client_too_large, // the request body passed max_body_bytes: 413, close
+    interim,          // a 1xx response header came: pass it on, read the next one
+};
+
+/**
+ * Sets up `rp` for the next response header. `first`: the first header of this request; it is
+ * allocated from the request's arena. Any after an interim response come from the heap, so that
+ * an upstream sending 1xx after 1xx cannot grow the arena, which frees only with the request.
+ */
+void start_response(forward_args& a, std::optional<response_parser>& rp, bool first);
+
+/**
+ * What a response header read came to: none (a final response), interim (a 1xx), stale (a
+ * reused connection closed before a byte came, and `retryable`), upstream_timeout or upstream.
+ */
+failure judge_response_header(const error_code& ec,
+                              response_parser& rp,
+                              upstream::connection& conn,
+                              bool retryable);
+
+/// Passes a 1xx interim response (other than 100, which we answer ourselves) to the client.
+/// Returns false if the client is gone.
+awaitable<bool> relay_interim(forward_args& a, const bhttp::header<false, header_fields>& interim);
+
+/**
+ * Rewrites the upstream's response header for the client: hop-by-hop fields out, rate-limit
+ * headers in, framing fitted to the client's HTTP version. Returns the client keep-alive.
+ */
+bool prepare_response(forward_args& a, response_parser& rp);
+
+/**
+ * Sends a prepared response to the client: the header with the body that came in with it in one
+ * write, then the rest of the body, block by block, as it arrives.
+ */
+class response_relay {
+public:
+    response_relay(forward_args& a,
+                   upstream::connection& conn,
+                   response_parser& rp,
+                   const relay_buffer& buf);
+
+    /**
+     * The first write, without waiting: a small response goes out whole here, with no coroutine
+     * frame for the relay. nullopt: more to do, co_await `run`.
+     */
+    std::optional<failure> start();
+
+    /// Finishes the first write and streams the rest of the body.
+    awaitable<failure> run();
+
+private:
+    // What follows the first write, once it is all out.
+    std::optional<failure> after_first_write() const;
+
+    forward_args& a_;
+    upstream::connection& conn_;
+    response_parser& rp_;
+    const relay_buffer& buf_;
+    message_writer writer_;
+    bool has_body_;
+    /// The buffered part of the body was broken: the header goes, then the connection closes.
+    bool broken_ = false;
+    /// The first write did not go out at once.
+    bool pending_ = false;
+};
+
+} // namespace sluice::http::detail

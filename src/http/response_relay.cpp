@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+// The forwarder's response side: the response header from the upstream, fitted for the client,
+// and the body streamed after it.
+#include "http/forwarder_detail.hpp"
+#include "sluice/http/forward_headers.hpp"
+#include "sluice/http/rate_limit_headers.hpp"
+
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace sluice::http::detail {
+namespace {
+
+/// An upstream response header may be larger than a request's (cookies): allow this much.
+constexpr std::uint32_t response_header_limit = 64 * 1024;
+
+bool carries_body(const forward_args& a, const response_parser& rp) {
+    const auto status = rp.get().result_int();
+    return !a.reply.head && status != 204 && status != 304;
+}
+
+body_framing response_framing(const forward_args& a, const response_parser& rp) {
+    if (!carries_body(a, rp)) {
+        return body_framing::none;
+    }
+    return rp.get().chunked() ? body_framing::chunked : body_framing::raw;
+}
+
+// Parses into `buf` the part of the body that came in with the header, without reading, so
+// that the header and the first block of the body go out to the client in one write.
+error_code
+parse_buffered_body(upstream::connection& conn, response_parser& rp, const relay_buffer& buf) {
+    auto& body = rp.get().body();
+    body.data = buf.data();
+    body.size = buf.size();
+    error_code ec;
+    while (conn.buffer.size() != 0 && !rp.is_done()) {
+        // Without the eager option one call parses one piece (a chunk header, say): loop.
+        const auto used = rp.put(conn.buffer.data(), ec);
+        conn.buffer.consume(used);
+        if (ec == bhttp::error::need_buffer || ec == bhttp::error::need_more) {
+            ec = {};
+            break;
+        }
+        if (ec || used == 0) {
+            break;
+        }
+    }
+    body.size = buf.size() - body.size;
+    body.data = buf.data();
+    body.more = !rp.is_done();
+    return ec;
+}
+
+} // namespace
+
+void start_response(forward_args& a, std::optional<response_parser>& rp, bool first) {
+    make_parser(rp,
+                first ? a.arena.allocator() : header_allocator(std::pmr::new_delete_resource()));
+    rp->body_limit(boost::none);
+    rp->header_limit(response_header_limit);
+    rp->skip(a.reply.head);
+}
+
+failure judge_response_header(const error_code& ec,
+                              response_parser& rp,
+                              upstream::connection& conn,
+                              bool retryable) {
+    if (ec == beast::error::timeout) {
+        return failure::upstream_timeout;
+    }
+    if (ec) {
+        const bool nothing_came = !rp.got_some() && conn.buffer.size() == 0;
+        return retryable && conn.reused && nothing_came ? failure::stale : failure::upstream;
+    }
+    const auto status = rp.get().result_int();
+    if (status == 101) {
+        return failure::upstream; // we never ask to switch protocols
+    }
+    return status >= 200 ? failure::none : failure::interim;
+}
+
+awaitable<bool> relay_interim(forward_args& a, const bhttp::header<false, header_fields>& interim) {
+    if (a.reply.version < 11 || interim.result_int() == 100) {
+        co_return true; // HTTP/1.0 knows no 1xx
+    }
+    bhttp::response<bhttp::empty_body> res{interim.result(), 11};
+    for (const auto& f : interim) {
+        res.insert(f.name_string(), f.value());
+    }
+    strip_hop_by_hop(res);
+    a.client.expires_after(a.config.server.idle_timeout);
+    auto [ec, n] = co_await bhttp::async_write(a.client, res);
+    co_return !ec;
+}
+
+bool prepare_response(forward_args& a, response_parser& rp) {
+    auto& res = rp.get();
+    strip_hop_by_hop(res);
+    a.scratch.lines.clear();
+    if (a.reply.limits.decision != nullptr) {
+        append_rate_limit_lines(res,
+                                a.scratch.lines,
+                                a.reply.limits.name,
+                                *a.reply.limits.decision,
+                                a.reply.limits.x_ratelimit);
+    }
+    bool keep_alive = a.client_keep_alive && !*a.draining;
+    const bool http11 = a.reply.version >= 11;
+    res.version(http11 ? 11 : 10);
+    if (carries_body(a, rp) && !rp.content_length()) {
+        // Chunked or ended by the upstream's close: chunk it for HTTP/1.1, which keeps the
+        // connection; HTTP/1.0 knows no chunking, so the body ends when we close.
+        if (http11) {
+            res.chunked(true);
+        } else {
+            res.chunked(false);
+            keep_alive = false;
+        }
+    }
+    // strip_hop_by_hop removed every Connection field: say only what differs from the version's
+    // default, as fields::keep_alive would, without it searching and rewriting the fields.
+    if (keep_alive != http11) {
+        a.scratch.lines += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+    }
+    return keep_alive;
+}
+
+response_relay::response_relay(forward_args& a,
+                               upstream::connection& conn,
+                               response_parser& rp,
+                               const relay_buffer& buf)
+    // The rate-limit fields, made by `prepare_response`, are in scratch.lines.
+    : a_(a)
+    , conn_(conn)
+    , rp_(rp)
+    , buf_(buf)
+    , writer_(rp.get(), response_framing(a, rp), a.scratch.header, a.scratch.lines)
+    , has_body_(carries_body(a, rp)) {}
+
+std::optional<failure> response_relay::start() {
+    std::string_view block;
+    if (has_body_) {
+        // A body broken in its buffered part still gets the header first, as a later break
+        // would.
+        broken_ = static_cast<bool>(parse_buffered_body(conn_, rp_, buf_));
+        block = {buf_.data(), broken_ ? 0 : rp_.get().body().size};
+    }
+    a_.client.expires_after(a_.config.server.idle_timeout);
+    error_code ec;
+    if (!writer_.write_now(
+            a_.client, block, !has_body_ || (!broken_ && !rp_.get().body().more), ec)) {
+        pending_ = true;
+        return std::nullopt;
+    }
+    if (ec) {
+        return failure::client_gone;
+    }
+    return after_first_write();
+}
+
+std::optional<failure> response_relay::after_first_write() const {
+    if (!has_body_ || (!broken_ && !rp_.get().body().more)) {
+        return failure::none;
+    }
+    if (broken_) {
+        return failure::upstream; // the response has started: close
+    }
+    return std::nullopt;
+}
+
+awaitable<failure> response_relay::run() {
+    if (pending_) {
+        const auto ec = co_await writer_.finish(a_.client);
+        if (ec) {
+            co_return failure::client_gone;
+        }
+        if (const auto done = after_first_write()) {
+            co_return *done;
+        }
+    }
+    auto& body = rp_.get().body();
+    for (;;) {
+        do {
+            body.data = buf_.data();
+            body.size = buf_.size();
+            conn_.stream.expires_after(a_.config.upstream.timeout);
+            const auto rec = co_await read_message(conn_.stream, conn_.buffer, rp_, false);
+            body.size = buf_.size() - body.size;
+            body.data = buf_.data();
+            body.more = !rp_.is_done();
+            if (rec && rec != bhttp::error::need_buffer) {
+                co_return failure::upstream; // mid-body: the response has started, close
+            }
+        } while (body.size == 0 && body.more);
+        a_.client.expires_after(a_.config.server.idle_timeout);
+        error_code ec;
+        if (!writer_.write_now(a_.client, {buf_.data(), body.size}, !body.more, ec)) {
+            ec = co_await writer_.finish(a_.client);
+        }
+        if (ec) {
+            co_return failure::client_gone;
+        }
+        if (!body.more) {
+            co_return failure::none;
+        }
+    }
+}
+
+} // namespace sluice::http::detail

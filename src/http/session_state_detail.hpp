@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The state of a connection and of one request on it, shared by session.cpp (reading, answering,
+// forwarding) and decision.cpp (the limiter's side).
+
+#include "http/session_detail.hpp"
+#include "sluice/http/access_log.hpp"
+#include "sluice/http/verdict.hpp"
+#include "sluice/http/worker_context.hpp"
+#include "sluice/key/cidr.hpp"
+#include "sluice/metrics/metrics.hpp"
+#include "sluice/store/store.hpp"
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+namespace sluice::http::detail {
+
+/// What the connection does after a request.
+enum class ending {
+    keep,   // read the next request
+    close,  // the client is gone or broke the protocol mid-body: close now
+    linger, // a final response went out with Connection: close: close gracefully
+};
+
+/// State of one connection.
+struct connection_state {
+    worker_context& w;
+    timed_stream& stream;
+    beast::flat_buffer& buffer;
+    session_entry& entry;
+    key::ip_address peer;
+    std::string peer_text;
+    /// Reused by every message header written on this connection.
+    header_scratch scratch;
+};
+
+/// State of one request.
+struct request_state {
+    explicit request_state(std::shared_ptr<const config::config> snapshot)
+        : cfg(std::move(snapshot))
+        , parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(arena.allocator())) {}
+
+    std::shared_ptr<const config::config> cfg;
+    /// Before the parser, which allocates from it.
+    header_arena arena;
+    request_parser parser;
+    access_record record;
+    reply_context reply;
+    /// The rule's name ("fallback" when none matched), for the per-rule counters.
+    std::string_view rule_name;
+    /// Set once the request went to the limiter; what it decided, for the counters.
+    std::optional<metrics::decision_kind> counted_as;
+    bool dry_run_rejected = false;
+    std::span<const config::limit> limits;
+    store::outcome outcome;
+    verdict v;
+    bool keep_alive = false;
+    bool expect_continue = false;
+};
+
+/**
+ * Derives the request's rule and store checks, and has the store decide them if it can without
+ * waiting. Returns the checks it could not decide at once: co_await `store::acquire` with them,
+ * then call `apply_outcome`. Empty when decided, or when there was nothing to decide.
+ */
+store::checks decide_now(connection_state& c, request_state& r);
+
+/// Turns the store's outcome (in `r.outcome`) into the verdict, and what the reply and the
+/// counters need of it.
+void apply_outcome(request_state& r);
+
+/// The answer to a refused request: 429 naming the refusing limit, or 503 when the store failed
+/// closed.
+local_reply refusal(const request_state& r);
+
+} // namespace sluice::http::detail

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/core/timed_stream.hpp"
+#include "support/run_coro.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <optional>
+#include <string_view>
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+/// A timed_stream connected over loopback to a plain socket (the peer).
+class TimedStreamTest : public ::testing::Test {
+protected:
+    TimedStreamTest() {
+        tcp::acceptor acceptor(ioc_, tcp::endpoint(net::ip::address_v4::loopback(), 0));
+        stream_.socket().connect(acceptor.local_endpoint());
+        acceptor.accept(peer_);
+    }
+
+    /// Starts a read on the stream; `result` is set when it completes.
+    void start_read() {
+        stream_.async_read_some(net::buffer(in_), [this](error_code ec, std::size_t n) {
+            result_ = ec;
+            read_ = n;
+        });
+    }
+
+    /// Runs the io_context until the read completes; returns how long that took.
+    steady::duration wait_for_read(steady::time_point since) {
+        EXPECT_TRUE(test::run_until(
+            ioc_, [this] { return result_.has_value(); }, 10s));
+        return steady::now() - since;
+    }
+
+    /// Sends `text` from the peer after `delay`.
+    void peer_sends_after(steady::duration delay, std::string_view text) {
+        peer_timer_.expires_after(delay);
+        peer_timer_.async_wait([this, text](error_code) { net::write(peer_, net::buffer(text)); });
+    }
+
+    net::io_context ioc_;
+    timed_stream stream_{ioc_.get_executor()};
+    tcp::socket peer_{ioc_};
+    net::steady_timer peer_timer_{ioc_};
+    std::array<char, 64> in_{};
+    std::optional<error_code> result_;
+    std::size_t read_ = 0;
+};
+
+TEST_F(TimedStreamTest, ReadFailsWithTimeoutAfterTheDeadline) {
+    const auto start = steady::now();
+    stream_.expires_after(100ms);
+    start_read();
+    const auto took = wait_for_read(start);
+    EXPECT_EQ(*result_, beast::error::timeout);
+    EXPECT_GE(took, 100ms);
+    EXPECT_LT(took, 5s); // the watchdog fires once the deadline has passed, not much later
+}
+
+TEST_F(TimedStreamTest, MovingTheDeadlineLaterKeepsAPendingReadAlive) {
+    const auto start = steady::now();
+    stream_.expires_after(100ms);
+    start_read();
+    // Before the first deadline, push it far out: the watchdog must sleep again, not cancel.
+    net::steady_timer later(ioc_, 20ms);
+    later.async_wait([this](error_code) { stream_.expires_after(10s); });
+    peer_sends_after(300ms, "hello");
+    wait_for_read(start);
+    EXPECT_FALSE(*result_) << result_->message();
+    EXPECT_EQ(std::string_view(in_.data(), read_), "hello");
+}
+
+TEST_F(TimedStreamTest, AnEarlierDeadlineTakesEffect) {
+    const auto start = steady::now();
+    stream_.expires_after(30s);
+    stream_.expires_after(100ms); // the watchdog sleeps until 30 s: it must be woken earlier
+    start_read();
+    const auto took = wait_for_read(start);
+    EXPECT_EQ(*result_, beast::error::timeout);
+    EXPECT_LT(took, 5s);
+}
+
+TEST_F(TimedStreamTest, ExpiresNeverLiftsTheDeadline) {
+    const auto start = steady::now();
+    stream_.expires_after(100ms);
+    stream_.expires_never();
+    start_read();
+    peer_sends_after(300ms, "late");
+    wait_for_read(start);
+    EXPECT_FALSE(*result_) << result_->message();
+    EXPECT_EQ(std::string_view(in_.data(), read_), "late");
+}
+
+TEST_F(TimedStreamTest, ATimeoutDoesNotCarryOverToTheNextRead) {
+    const auto start = steady::now();
+    stream_.expires_after(50ms);
+    start_read();
+    wait_for_read(start);
+    ASSERT_EQ(*result_, beast::error::timeout);
+
+    result_.reset();
+    stream_.expires_after(10s);
+    start_read();
+    peer_sends_after(10ms, "next");
+    wait_for_read(steady::now());
+    EXPECT_FALSE(*result_) << result_->message();
+    EXPECT_EQ(std::string_view(in_.data(), read_), "next");
+}
+
+TEST_F(TimedStreamTest, WriteNowWritesWithoutRunningTheIoContext) {
+    error_code ec;
+    const auto n = stream_.write_now(net::buffer(std::string_view("ping")), ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(n, 4u);
+    std::array<char, 4> got{};
+    net::read(peer_, net::buffer(got));
+    EXPECT_EQ(std::string_view(got.data(), got.size()), "ping");
+}
+
+} // namespace
+} // namespace sluice
