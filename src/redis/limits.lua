@@ -50,6 +50,7 @@
 -- The arithmetic is the C++ one (src/limiter/*.cpp) operation for operation, in doubles, with
 -- the same epsilons, so both stores decide alike to the bit; keep them in step.
 
+local floor, ceil, max = math.floor, math.ceil, math.max
 local LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, SLIDING_WINDOW = 1, 2, 3, 4
 local SHAPE = 0
 local GROUP = 6
@@ -62,7 +63,7 @@ local MS_EPSILON = 1e-6
 local function format_number(x)
   -- %.17g goes through the C library's slow exact printing: whole values (most stored times,
   -- every count) take the short way, which prints the same digits.
-  if x == math.floor(x) and x > -1e15 and x < 1e15 then
+  if x == floor(x) and x > -1e15 and x < 1e15 then
     return string.format('%d', x)
   end
   return string.format('%.17g', x)
@@ -72,7 +73,7 @@ end
 local function ceil_bucket_ms(ms)
   local x = ms - MS_EPSILON
   if x > 0 then
-    return math.ceil(x)
+    return ceil(x)
   end
   return 0
 end
@@ -80,7 +81,7 @@ end
 -- The sliding window's ceil_ms: std::ceil(std::max(0.0, ms)).
 local function ceil_ms(ms)
   if ms > 0 then
-    return math.ceil(ms)
+    return ceil(ms)
   end
   return 0
 end
@@ -149,9 +150,17 @@ local function release(key)
 end
 
 ---------------------------------------------------------------------------------------------------
--- The buckets: leak_and_admit of src/limiter/leaky_bucket.cpp. A token bucket is a leaky bucket
--- that never delays, seen from the other side: tokens = capacity - queue_size.
+-- The algorithms. Each has
+--   decide(key, p, now) -> allowed, remaining, reset, retry_after, delay, level, w1, w2
+--     the decision (the reply's six fields) and what `write` needs (w1, w2), without writing;
+--   write(key, p, ttl, now, allowed, reset, level, w1, w2)
+--     which charges the request.
+-- Plain values rather than a table per decision: a table per request was a measurable part of
+-- the script's time.
 
+-- The buckets: leak_and_admit of src/limiter/leaky_bucket.cpp. A token bucket is a leaky bucket
+-- that never delays, seen from the other side: tokens = capacity - queue_size. Returns allowed,
+-- remaining, reset, retry_after, delay, the queue size after the request and last_leak_time.
 local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, now)
   local slot = 1000.0 / flow_rate
   if q == nil then
@@ -161,7 +170,7 @@ local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, 
   -- Leak whole slots; keep the fraction of the slot in progress. A clock behind `last` leaks
   -- nothing and never moves it back.
   if now > last then
-    local leaked = math.floor((now - last) / slot + SLOT_EPSILON)
+    local leaked = floor((now - last) / slot + SLOT_EPSILON)
     if leaked >= q then
       q = 0
       last = now
@@ -191,34 +200,26 @@ local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, 
     else
       until_ms = last + slot - now
     end
-    retry_after = math.max(ceil_bucket_ms(until_ms), 1)
+    retry_after = max(ceil_bucket_ms(until_ms), 1)
   end
-  -- One constructor: a table filled field by field would grow (rehash) several times.
-  return {
-    allowed = allowed,
-    remaining = capacity - q,
-    reset = ceil_bucket_ms(last + q * slot - now),
-    retry_after = retry_after,
-    delay = delay,
-    level = q,
-    last = last,
-  }
+  return allowed, capacity - q, ceil_bucket_ms(last + q * slot - now), retry_after, delay, q, last
 end
 
-local leaky_bucket = {}
+-- Both buckets keep {count, time} in their hash state, for the ttl.
+local function write_bucket(_, _, ttl, _, _, _, level, state, last)
+  store_state(state, level, last, ttl)
+end
+
+local leaky_bucket = { write = write_bucket }
 
 function leaky_bucket.decide(key, p, now)
   local c = hash_state(key, LEAKY_BUCKET, 'queue_size', 'last_leak_time')
-  local r = leak_and_admit(c.a, c.b, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now)
-  r.state = c
-  return r
+  local allowed, remaining, reset, retry_after, delay, q, last =
+    leak_and_admit(c.a, c.b, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now)
+  return allowed, remaining, reset, retry_after, delay, q, c, last
 end
 
-function leaky_bucket.write(r, ttl)
-  store_state(r.state, r.level, r.last, ttl)
-end
-
-local token_bucket = {}
+local token_bucket = { write = write_bucket }
 
 function token_bucket.decide(key, p, now)
   local c = hash_state(key, TOKEN_BUCKET, 'tokens', 'last_refill_time')
@@ -226,14 +227,9 @@ function token_bucket.decide(key, p, now)
   if c.a ~= nil then
     q = p.p1 - c.a
   end
-  local r = leak_and_admit(q, c.b, p.p1, p.p2, false, -1, now)
-  r.level = p.p1 - r.level
-  r.state = c
-  return r
-end
-
-function token_bucket.write(r, ttl)
-  store_state(r.state, r.level, r.last, ttl)
+  local allowed, remaining, reset, retry_after, delay, level, last =
+    leak_and_admit(q, c.b, p.p1, p.p2, false, -1, now)
+  return allowed, remaining, reset, retry_after, delay, p.p1 - level, c, last
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -245,29 +241,28 @@ local fixed_window = {}
 
 function fixed_window.decide(key, p, now)
   local limit, window = p.p1, p.p2
-  local start = math.floor(now / window) * window
+  local start = floor(now / window) * window
   local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
   local count = c.a
   if count == nil or c.b ~= start then
     count = 0
   end
-  local until_end = math.ceil(start + window - now)
+  local until_end = ceil(start + window - now)
   local allowed, retry_after = 0, 0
   if count + 1 <= limit then
     count = count + 1
     allowed = 1
   else
-    retry_after = math.max(until_end, 1)
+    retry_after = max(until_end, 1)
   end
-  return { allowed = allowed, remaining = limit - count, reset = until_end,
-           retry_after = retry_after, delay = 0, level = count, start = start, state = c }
+  return allowed, limit - count, until_end, retry_after, 0, count, c, start
 end
 
-function fixed_window.write(r, _)
+function fixed_window.write(_, _, _, _, allowed, reset, level, state, start)
   -- A rejection leaves the current window's count as it was (a fresh count cannot reject).
   -- The key expires at the window's end.
-  if r.allowed == 1 then
-    store_state(r.state, r.level, r.start, r.reset)
+  if allowed == 1 then
+    store_state(state, level, start, reset)
   end
 end
 
@@ -284,9 +279,8 @@ function sliding_window.decide(key, p, now)
   local limit, window = p.p1, p.p2
   local after = '(' .. format_number(now - window)
   local count = redis.pcall('ZCOUNT', key, after, '+inf')
-  local r = { allowed = 0, retry_after = 0, delay = 0, fresh = false, now = now }
-  if type(count) ~= 'number' then
-    r.fresh = true
+  local fresh = type(count) ~= 'number'
+  if fresh then
     count = 0
   end
   local newest = nil
@@ -294,10 +288,11 @@ function sliding_window.decide(key, p, now)
     -- Everything left is inside the window, or newer than now (a clock that stepped back).
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
+  local allowed, retry_after, member = 0, 0, nil
   if count < limit then
-    r.allowed = 1
-    r.member = format_number(now) .. '#' ..
-               (r.fresh and 0 or redis.call('ZCOUNT', key, format_number(now), format_number(now)))
+    allowed = 1
+    member = format_number(now) .. '#' ..
+             (fresh and 0 or redis.call('ZCOUNT', key, format_number(now), format_number(now)))
     count = count + 1
     if newest == nil or now > newest then
       newest = now
@@ -305,28 +300,25 @@ function sliding_window.decide(key, p, now)
   else
     -- A slot frees when the oldest admission leaves the window.
     local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    r.retry_after = math.max(ceil_ms(tonumber(oldest[2]) + window - now), 1)
+    retry_after = max(ceil_ms(tonumber(oldest[2]) + window - now), 1)
   end
-  r.remaining = limit - count
-  r.reset = 0
+  local reset = 0
   if newest ~= nil then
-    r.reset = ceil_ms(newest + window - now)
+    reset = ceil_ms(newest + window - now)
   end
-  r.level = count
-  r.window = window
-  return r
+  return allowed, limit - count, reset, retry_after, 0, count, member, fresh
 end
 
-function sliding_window.write(r, _, key)
-  if r.fresh then
+function sliding_window.write(key, p, _, now, allowed, reset, _, member, fresh)
+  if fresh then
     redis.call('DEL', key)
   end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', format_number(r.now - r.window))
-  if r.allowed == 1 then
-    redis.call('ZADD', key, format_number(r.now), r.member)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', format_number(now - p.p2))
+  if allowed == 1 then
+    redis.call('ZADD', key, format_number(now), member)
   end
-  if r.reset > 0 then
-    redis.call('PEXPIRE', key, r.reset)
+  if reset > 0 then
+    redis.call('PEXPIRE', key, reset)
   end
 end
 
@@ -339,12 +331,8 @@ local algorithms = {
   [SLIDING_WINDOW] = sliding_window,
 }
 
--- Appends a decision's six reply fields.
-local function emit(out, r)
-  local o = #out
-  out[o + 1], out[o + 2], out[o + 3] = r.allowed, r.remaining, r.reset
-  out[o + 4], out[o + 5], out[o + 6] = r.retry_after, r.delay, r.level
-end
+-- The reply: six integers per key.
+local out, out_n = {}, 0
 
 local function fail(message)
   return redis.error_reply('ERR sluice: ' .. message)
@@ -378,13 +366,12 @@ end
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 else
-  now = math.floor(tonumber(ARGV[1]))
+  now = floor(tonumber(ARGV[1]))
 end
 local ttl = tonumber(ARGV[2])
 
-local out = {}
 local next_key = 1
 local a = 4 + GROUP * count
 local argc = #ARGV
@@ -400,13 +387,18 @@ while a <= argc do
       return fail('bad limit definition number at argument ' .. (a + 1))
     end
     local key = KEYS[next_key]
-    local r = p.algorithm.decide(key, p, now)
-    if r.allowed == 1 or p.dry_run then
-      p.algorithm.write(r, ttl, key)
+    local algorithm = p.algorithm
+    local allowed, remaining, reset, retry_after, delay, level, w1, w2 =
+      algorithm.decide(key, p, now)
+    if allowed == 1 or p.dry_run then
+      algorithm.write(key, p, ttl, now, allowed, reset, level, w1, w2)
     end
-    emit(out, r)
+    out[out_n + 1], out[out_n + 2], out[out_n + 3] = allowed, remaining, reset
+    out[out_n + 4], out[out_n + 5], out[out_n + 6] = retry_after, delay, level
+    out_n = out_n + 6
   else
-    -- Phase 1: decide every key of the request, write nothing.
+    -- Phase 1: decide every key of the request, write nothing. decided[i] holds the eight
+    -- values of `decide`.
     local decided, last_of, limits = {}, {}, {}
     local admit = true
     for i = 1, n do
@@ -415,10 +407,10 @@ while a <= argc do
         return fail('bad limit definition number at argument ' .. (a + i))
       end
       local key = KEYS[next_key + i - 1]
-      local r = p.algorithm.decide(key, p, now)
+      local r = { p.algorithm.decide(key, p, now) }
       decided[i], limits[i] = r, p
       last_of[key] = i
-      if r.allowed == 0 and not p.dry_run then
+      if r[1] == 0 and not p.dry_run then
         admit = false
       end
     end
@@ -427,12 +419,17 @@ while a <= argc do
       for i = 1, n do
         local key = KEYS[next_key + i - 1]
         if last_of[key] == i then
-          limits[i].algorithm.write(decided[i], ttl, key)
+          local r = decided[i]
+          limits[i].algorithm.write(key, limits[i], ttl, now, r[1], r[3], r[6], r[7], r[8])
         end
       end
     end
     for i = 1, n do
-      emit(out, decided[i])
+      local r = decided[i]
+      for f = 1, 6 do
+        out[out_n + f] = r[f]
+      end
+      out_n = out_n + 6
     end
   end
   next_key = next_key + n
