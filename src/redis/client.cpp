@@ -126,6 +126,14 @@ struct client::state : std::enable_shared_from_this<client::state> {
             return;
         }
         send(args, std::move(h));
+        if (phase_ == phase::connected && ac_ != nullptr) {
+            // Write now, not when the reactor next reports the socket writable: on a busy worker
+            // that is one more pass through every ready handler, added to each command's round
+            // trip. Safe here: this is a user's call, never inside a hiredis callback. A write
+            // error disconnects (the pending commands complete as unavailable); what does not
+            // fit in the socket waits for writability as before.
+            redisAsyncHandleWrite(ac_);
+        }
     }
 
     void send(std::span<const std::string> args, handler_type h) {
