@@ -37,7 +37,7 @@ namespace sluice::store {
  * applies the mode); `local` decides on `local_fallback` instead and clears `ec`.
  *
  * `acquire` must be awaited on the client's executor (the worker's thread). It never completes
- * inline except for an empty `checks`; it never throws.
+ * inline (an empty `checks` completes at once, posted); it never throws.
  */
 class redis_store final : public store {
 public:
