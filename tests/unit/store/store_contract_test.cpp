@@ -87,9 +87,7 @@ public:
 
     // Script calls Redis has run so far (EVALSHA and EVAL), from INFO commandstats.
     std::int64_t script_calls() {
-        auto [ec, r] =
-            test::run_coro(ioc_, store_->client().async_command({"INFO", "commandstats"}));
-        EXPECT_FALSE(ec) << ec.message();
+        const auto r = command({"INFO", "commandstats"});
         std::int64_t calls = 0;
         for (const std::string name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
             const auto at = r.str.find(name);
@@ -98,6 +96,13 @@ public:
             }
         }
         return calls;
+    }
+
+    // Runs a command on the store's own connection.
+    redis::reply command(std::vector<std::string> args) {
+        auto [ec, r] = test::run_coro(ioc_, store_->client().async_command(std::move(args)));
+        EXPECT_FALSE(ec) << ec.message() << ": " << r.describe();
+        return r;
     }
 
 private:
@@ -523,6 +528,21 @@ TEST_F(StoreBatchAgreement, BatchesStopAtTheirLimit) {
     const auto before = redis_->script_calls();
     agree_together(many, 1'700'000'000'000.0);
     EXPECT_EQ(redis_->script_calls() - before, 3);
+}
+
+TEST_F(StoreBatchAgreement, AFlushedScriptCacheCostsABatchOneRetry) {
+    config::limit l;
+    l.capacity = 3;
+    l.flow_rate = 1;
+    std::vector<checks> requests;
+    for (int i = 0; i < 10; ++i) {
+        requests.push_back(checks{check{"rate-limit:flushed:" + std::to_string(i % 2), &l}});
+    }
+    redis_->command({"SCRIPT", "FLUSH"});
+    const auto before = redis_->script_calls();
+    // Every request decided, none failed: the batch went again, once, with EVAL.
+    EXPECT_EQ(agree_together(requests, 1'700'000'000'000.0), 6);
+    EXPECT_EQ(redis_->script_calls() - before, 2);
 }
 
 TEST_F(StoreBatchAgreement, RandomizedBatchesDecideAsOneAfterTheOther) {
