@@ -558,6 +558,9 @@ TEST_F(StoreBatchAgreement, RandomizedBatchesDecideAsOneAfterTheOther) {
     shadow.dry_run = true;
     const std::vector<const config::limit*> limits{
         &shaped, &policed, &tokens, &fixed, &sliding, &shadow};
+    // Limits of one request on one key: the last one's state is what is kept.
+    const auto burst = make(algorithm::fixed_window, 3, 0, 1000ms);
+    const auto sustained = make(algorithm::fixed_window, 6, 0, 5000ms);
 
     random_clock clock(20261130, 300);
     int admitted = 0;
@@ -566,15 +569,22 @@ TEST_F(StoreBatchAgreement, RandomizedBatchesDecideAsOneAfterTheOther) {
         std::vector<checks> requests(static_cast<std::size_t>(clock.pick(1, 40)));
         for (auto& c : requests) {
             // Few keys, so that requests of one batch share them; now and then a key changes
-            // algorithm within a batch (a reload), or a request has several limits.
+            // algorithm within a batch (a reload), or a request has several limits, on several
+            // keys or on one.
             const auto key = [&] {
                 return "batch:" + std::to_string(clock.pick(0, 4));
             };
             const bool mixed = clock.pick(0, 19) == 0;
             const auto* first = mixed ? limits[static_cast<std::size_t>(clock.pick(0, 5))]
                                       : limits[static_cast<std::size_t>(batch) % limits.size()];
+            const int shape = clock.pick(0, 9);
+            if (shape == 0) {
+                const auto shared = key() + ":shared";
+                c = {check{shared, &burst}, check{shared, &sustained}, check{shared, &tokens}};
+                continue;
+            }
             c.push_back(check{key(), first});
-            if (clock.pick(0, 4) == 0) {
+            if (shape <= 2) {
                 c.push_back(check{"batch:global", &tokens});
                 c.push_back(check{key() + ":shadow", &shadow});
             }
