@@ -28,13 +28,18 @@
 -- double exactly and prints whole numbers without a fraction):
 --   LEAKY_BUCKET    hash {queue_size, last_leak_time (ms, may be fractional)}, PEXPIRE ttl
 --   TOKEN_BUCKET    hash {tokens, last_refill_time (ms, may be fractional)}, PEXPIRE ttl
---   FIXED_WINDOW    hash {count, window_start (ms, a multiple of the window)}, expiring at the
---                   window's end (PEXPIRE of the time left in it, relative to the script's now so
---                   that an explicit test time works too; with TIME it is the same instant)
+--   FIXED_WINDOW    hash {count, window_start (ms, a multiple of the window)}, expiring one
+--                   window after the window's end (PEXPIRE of the time left in it plus the
+--                   window, relative to the script's now; see WINDOW_GRACE)
 --   SLIDING_WINDOW  sorted set of the admissions in the window, scored by time (ms), members
 --                   "<time>#<n>" (the n-th admission at that time: unique, since a time's
 --                   members only ever leave together), never more than `limit` of them;
---                   PEXPIRE until the newest leaves the window (the window, normally)
+--                   PEXPIRE until one window after the newest leaves the window
+-- The windows' keys outlive their window by one window length (WINDOW_GRACE): a state past
+-- its window counts as none, so the longer life changes no decision, and it keeps the state
+-- when the script's clock is not Redis's (an explicit test time stands still while Redis expires
+-- keys in real time: a key set to expire 1 ms after a frozen now would vanish between two
+-- requests of one test instant).
 -- A key holding another algorithm's state (the limit changed on reload) counts as no state, as
 -- in the C++ (src/limiter/algorithm.cpp); writing the new state deletes the old one first.
 --
@@ -54,6 +59,8 @@ local floor, ceil, max = math.floor, math.ceil, math.max
 local LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, SLIDING_WINDOW = 1, 2, 3, 4
 local SHAPE = 0
 local GROUP = 6
+-- How many window lengths a window's key outlives its window (see the data layout above).
+local WINDOW_GRACE = 1
 
 -- src/limiter/leaky_bucket.cpp: sums of slots that are not whole ms land a hair off whole
 -- values; both roundings of the buckets tolerate that much.
@@ -258,11 +265,10 @@ function fixed_window.decide(key, p, now)
   return allowed, limit - count, until_end, retry_after, 0, count, c, start
 end
 
-function fixed_window.write(_, _, _, _, allowed, reset, level, state, start)
+function fixed_window.write(_, p, _, _, allowed, reset, level, state, start)
   -- A rejection leaves the current window's count as it was (a fresh count cannot reject).
-  -- The key expires at the window's end.
   if allowed == 1 then
-    store_state(state, level, start, reset)
+    store_state(state, level, start, reset + WINDOW_GRACE * p.p2)
   end
 end
 
@@ -318,7 +324,7 @@ function sliding_window.write(key, p, _, now, allowed, reset, _, member, fresh)
     redis.call('ZADD', key, format_number(now), member)
   end
   if reset > 0 then
-    redis.call('PEXPIRE', key, reset)
+    redis.call('PEXPIRE', key, reset + WINDOW_GRACE * p.p2)
   end
 end
 
