@@ -240,8 +240,7 @@ void redis_store::flush() {
     if (!open_) {
         return;
     }
-    const auto b = std::move(open_);
-    open_.reset();
+    const auto b = std::move(open_); // leaves open_ empty: the next request opens a new batch
 
     // The distinct limits of the batch, numbered from 1 in the script.
     boost::container::small_vector<const config::limit*, 8> definitions;

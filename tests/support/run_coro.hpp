@@ -16,6 +16,7 @@
 #include <optional>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 namespace sluice::test {
 
@@ -98,6 +99,44 @@ void run_coro(boost::asio::io_context& ioc,
     if (s->error) {
         std::rethrow_exception(s->error);
     }
+}
+
+/**
+ * Starts every task, in order, before any of them runs, so that they all reach their first
+ * suspension in one turn of the io_context (requests arriving together); then runs `ioc` until
+ * all are done. Returns their results in order; rethrows what one of them throws. Throws
+ * std::runtime_error if they do not all complete within `limit`.
+ */
+template <typename T, typename Executor>
+std::vector<T> run_together(boost::asio::io_context& ioc,
+                            std::vector<boost::asio::awaitable<T, Executor>> tasks,
+                            std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+    struct state {
+        std::vector<T> results;
+        std::exception_ptr error;
+        std::size_t finished = 0;
+    };
+
+    auto s = std::make_shared<state>();
+    s->results.resize(tasks.size());
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+        boost::asio::co_spawn(ioc, std::move(tasks[i]), [s, i](std::exception_ptr e, T value) {
+            if (e) {
+                s->error = e;
+            } else {
+                s->results[i] = std::move(value);
+            }
+            ++s->finished;
+        });
+    }
+    if (!run_until(
+            ioc, [&] { return s->finished == s->results.size(); }, limit)) {
+        throw std::runtime_error("run_together: the coroutines did not complete in time");
+    }
+    if (s->error) {
+        std::rethrow_exception(s->error);
+    }
+    return std::move(s->results);
 }
 
 } // namespace sluice::test

@@ -6,8 +6,6 @@
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
@@ -269,18 +267,12 @@ TEST_F(RedisStore, ABatchThatFailsFallsBackRequestByRequestOnItsOwnKeys) {
 
     // Twelve requests in one turn (one batch) on four keys, three each, capacity two.
     const auto l = leaky(2, 1);
-    std::vector<outcome> results(12);
-    std::size_t finished = 0;
-    for (std::size_t i = 0; i < results.size(); ++i) {
-        net::co_spawn(
-            ioc_,
-            [&, i]() -> awaitable<void> {
-                results[i] = co_await with_fallback.acquire(one("k" + std::to_string(i % 4), l));
-                ++finished;
-            },
-            net::detached);
+    std::vector<awaitable<outcome>> tasks;
+    for (int i = 0; i < 12; ++i) {
+        tasks.push_back(with_fallback.acquire(one("k" + std::to_string(i % 4), l)));
     }
-    ASSERT_TRUE(test::run_until(ioc_, [&] { return finished == results.size(); }));
+    const auto results = test::run_together(ioc_, std::move(tasks));
+    ASSERT_EQ(results.size(), 12u);
     for (std::size_t i = 0; i < results.size(); ++i) {
         EXPECT_FALSE(results[i].ec) << i;
         ASSERT_EQ(results[i].decisions.size(), 1u) << i;

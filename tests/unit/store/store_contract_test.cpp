@@ -9,8 +9,6 @@
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
@@ -70,19 +68,11 @@ public:
     // event loop and share script calls; returns their outcomes in order.
     std::vector<outcome> decide_together(const std::vector<checks>& requests, double now_ms) {
         store_->set_time_override_for_test(now_ms);
-        std::vector<outcome> results(requests.size());
-        std::size_t finished = 0;
-        for (std::size_t i = 0; i < requests.size(); ++i) {
-            net::co_spawn(
-                ioc_,
-                [&, i]() -> awaitable<void> {
-                    results[i] = co_await store_->acquire(requests[i]);
-                    ++finished;
-                },
-                net::detached);
+        std::vector<awaitable<outcome>> tasks;
+        for (const auto& c : requests) {
+            tasks.push_back(store_->acquire(c));
         }
-        EXPECT_TRUE(test::run_until(ioc_, [&] { return finished == requests.size(); }));
-        return results;
+        return test::run_together(ioc_, std::move(tasks));
     }
 
     // Script calls Redis has run so far (EVALSHA and EVAL), from INFO commandstats.
