@@ -42,7 +42,9 @@ constexpr std::chrono::seconds sweep_interval{10};
 struct worker {
     explicit worker(std::size_t index) { context.index = index; }
 
-    net::io_context ioc{1}; // one thread: Asio may skip its internal locking
+    // One thread, and every socket of the worker is used on it alone (other threads post to it):
+    // Asio may skip the locking of each socket's reactor state on every operation.
+    net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
     http::worker_context context;
     std::unique_ptr<upstream::pool> pool;
     std::shared_ptr<store::store> store;

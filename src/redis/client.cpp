@@ -119,13 +119,15 @@ struct client::state : std::enable_shared_from_this<client::state> {
     //--------------------------------------------------------------------------
     // Commands
 
-    void submit(std::span<const std::string> args, handler_type h) {
+    // `command` is an argument list or a RESP string (a formatted command).
+    template <typename Command>
+    void submit(const Command& command, handler_type h) {
         if (ac_ == nullptr || (phase_ != phase::connecting && phase_ != phase::connected) ||
             pending_.size() >= opts_.max_pending) {
             complete(std::move(h), errc::redis_unavailable);
             return;
         }
-        send(args, std::move(h));
+        send(command, std::move(h));
         if (phase_ == phase::connected && ac_ != nullptr) {
             // Write now, not when the reactor next reports the socket writable: on a busy worker
             // that is one more pass through every ready handler, added to each command's round
@@ -154,6 +156,22 @@ struct client::state : std::enable_shared_from_this<client::state> {
                                              static_cast<int>(argv.size()),
                                              argv.data(),
                                              lengths.data());
+        track(rc, id, std::move(h));
+    }
+
+    void send(std::string_view resp, handler_type h) {
+        if (resp.empty()) {
+            complete(std::move(h), net::error::invalid_argument);
+            return;
+        }
+        const std::uint64_t id = next_id_++;
+        const int rc = redisAsyncFormattedCommand(
+            ac_, &state::on_reply, id_to_privdata(id), resp.data(), resp.size());
+        track(rc, id, std::move(h));
+    }
+
+    // Remembers a command hiredis accepted (rc) until its reply or its deadline.
+    void track(int rc, std::uint64_t id, handler_type h) {
         if (rc != REDIS_OK) { // disconnecting: the callback will not run
             complete(std::move(h), errc::redis_unavailable);
             return;
@@ -517,6 +535,10 @@ void client::stop() {
 
 void client::submit(std::span<const std::string> args, handler_type handler) {
     state_->submit(args, std::move(handler));
+}
+
+void client::submit_formatted(std::string_view command, handler_type handler) {
+    state_->submit(command, std::move(handler));
 }
 
 void client::add_connect_command(std::vector<std::string> args) {

@@ -7,7 +7,7 @@
 -- so a busy worker pays the script's fixed costs (the call itself, TIME, argument parsing) once
 -- per batch instead of once per request: never more than one round trip per request.
 --
--- KEYS      every request's keys, request after request, e.g. rate-limit:<ip>:<endpoint>
+-- KEYS      the batch's distinct keys, e.g. rate-limit:<ip>:<endpoint>
 -- ARGV[1]   now in unix ms, or "" to read Redis TIME (an explicit time exists for tests; it is
 --           floored to whole ms, as TIME is and as the memory store floors its clock)
 -- ARGV[2]   ttl in ms (rate-limit.redis.ttl): the buckets' PEXPIRE on every write
@@ -18,11 +18,17 @@
 --   mode       0 shape, 1 police (LEAKY_BUCKET only)
 --   max_delay  ms, or -1 for none (LEAKY_BUCKET only)
 --   dry_run    1: decided and reported, but never blocks the request
--- then, per request: n, its number of keys, and n definition numbers (1..L), one per key.
+-- then one argument, the requests, packed: per request n, its number of keys, then per key its
+-- number in KEYS and its limit's definition number (1..L), every number a 32-bit little-endian
+-- unsigned integer. (Packed rather than one argument per number, and with each key once: a
+-- batch is mostly one client's burst on one key, and every argument costs Redis an object and a
+-- Lua string, and the client its formatting.)
 --
--- Returns one flat array, six integers per key in KEYS order: allowed (0/1), remaining,
--- reset_ms, retry_after_ms, delay_ms, level, where level is the state's count after this request
--- (queue_size, tokens, the window's count or the log's size) as it is stored if committed.
+-- Returns one string: per key of every request, in request order, six signed 64-bit
+-- little-endian integers: allowed (0/1), remaining, reset_ms, retry_after_ms, delay_ms, level,
+-- where level is the state's count after this request (queue_size, tokens, the window's count
+-- or the log's size) as it is stored if committed. (One string rather than an array of
+-- integers: an array costs the client an object per integer.)
 --
 -- Data layout, one Redis key per limit key (numbers are stored with %.17g, which round-trips a
 -- double exactly and prints whole numbers without a fraction):
@@ -337,7 +343,9 @@ local algorithms = {
   [SLIDING_WINDOW] = sliding_window,
 }
 
--- The reply: six integers per key.
+-- The reply: six packed integers per key (see the top), a string per key, joined at the end.
+local pack, byte = struct.pack, string.byte
+local REPLY_FORMAT = '<i8i8i8i8i8i8'
 local out, out_n = {}, 0
 
 local function fail(message)
@@ -378,52 +386,69 @@ else
 end
 local ttl = tonumber(ARGV[2])
 
-local next_key = 1
-local a = 4 + GROUP * count
-local argc = #ARGV
-while a <= argc do
-  local n = tonumber(ARGV[a])
-  if n == nil or n < 1 or next_key + n - 1 > #KEYS or a + n > argc then
-    return fail('bad request group at argument ' .. a)
+-- The packed requests.
+local requests = ARGV[4 + GROUP * count]
+if requests == nil or #ARGV ~= 4 + GROUP * count or #requests == 0 or #requests % 4 ~= 0 then
+  return fail('expected the packed requests after ' .. count .. ' limit definitions')
+end
+local function number_at(p)
+  local b1, b2, b3, b4 = byte(requests, p, p + 3)
+  return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+end
+local key_count = #KEYS
+
+-- The key and the definition of the key at `p` in the packed requests.
+local function key_and_definition(p)
+  local key = KEYS[number_at(p)]
+  local definition = definitions[number_at(p + 4)]
+  if key == nil or definition == nil then
+    return nil
   end
+  return key, definition
+end
+
+local p, size = 1, #requests
+while p <= size do
+  local n = number_at(p)
+  if n < 1 or p + 4 + 8 * n - 1 > size then
+    return fail('bad request group at byte ' .. p)
+  end
+  p = p + 4
   if n == 1 then
     -- The common case, without phase 1's bookkeeping.
-    local p = definitions[tonumber(ARGV[a + 1])]
-    if p == nil then
-      return fail('bad limit definition number at argument ' .. (a + 1))
+    local key, d = key_and_definition(p)
+    if key == nil then
+      return fail('bad key or limit number at byte ' .. p .. ' (' .. key_count .. ' keys)')
     end
-    local key = KEYS[next_key]
-    local algorithm = p.algorithm
+    local algorithm = d.algorithm
     local allowed, remaining, reset, retry_after, delay, level, w1, w2 =
-      algorithm.decide(key, p, now)
-    if allowed == 1 or p.dry_run then
-      algorithm.write(key, p, ttl, now, allowed, reset, level, w1, w2)
+      algorithm.decide(key, d, now)
+    if allowed == 1 or d.dry_run then
+      algorithm.write(key, d, ttl, now, allowed, reset, level, w1, w2)
     end
-    out[out_n + 1], out[out_n + 2], out[out_n + 3] = allowed, remaining, reset
-    out[out_n + 4], out[out_n + 5], out[out_n + 6] = retry_after, delay, level
-    out_n = out_n + 6
+    out_n = out_n + 1
+    out[out_n] = pack(REPLY_FORMAT, allowed, remaining, reset, retry_after, delay, level)
   else
     -- Phase 1: decide every key of the request, write nothing. decided[i] holds the eight
     -- values of `decide`.
-    local decided, last_of, limits = {}, {}, {}
+    local decided, last_of, limits, keys = {}, {}, {}, {}
     local admit = true
     for i = 1, n do
-      local p = definitions[tonumber(ARGV[a + i])]
-      if p == nil then
-        return fail('bad limit definition number at argument ' .. (a + i))
+      local key, d = key_and_definition(p + 8 * (i - 1))
+      if key == nil then
+        return fail('bad key or limit number at byte ' .. (p + 8 * (i - 1)))
       end
-      local key = KEYS[next_key + i - 1]
-      local r = { p.algorithm.decide(key, p, now) }
-      decided[i], limits[i] = r, p
+      local r = { d.algorithm.decide(key, d, now) }
+      decided[i], limits[i], keys[i] = r, d, key
       last_of[key] = i
-      if r[1] == 0 and not p.dry_run then
+      if r[1] == 0 and not d.dry_run then
         admit = false
       end
     end
     -- Phase 2: charge every limit, or none.
     if admit then
       for i = 1, n do
-        local key = KEYS[next_key + i - 1]
+        local key = keys[i]
         if last_of[key] == i then
           local r = decided[i]
           limits[i].algorithm.write(key, limits[i], ttl, now, r[1], r[3], r[6], r[7], r[8])
@@ -432,17 +457,11 @@ while a <= argc do
     end
     for i = 1, n do
       local r = decided[i]
-      for f = 1, 6 do
-        out[out_n + f] = r[f]
-      end
-      out_n = out_n + 6
+      out_n = out_n + 1
+      out[out_n] = pack(REPLY_FORMAT, r[1], r[2], r[3], r[4], r[5], r[6])
     end
   end
-  next_key = next_key + n
-  a = a + n + 1
-end
-if next_key ~= #KEYS + 1 then
-  return fail('expected ' .. (next_key - 1) .. ' keys, got ' .. #KEYS)
+  p = p + 8 * n
 end
 for _, key in ipairs(cached_keys) do
   local c = cached[key]
@@ -450,4 +469,4 @@ for _, key in ipairs(cached_keys) do
     write_out(key, c)
   end
 end
-return out
+return table.concat(out)

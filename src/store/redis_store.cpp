@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/store/redis_store.hpp"
 
+#include "sluice/redis/command_writer.hpp"
 #include "sluice/redis/scripts.hpp"
 
 #include <boost/asio/append.hpp>
@@ -12,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <string_view>
 
 namespace sluice::store {
 namespace {
@@ -21,11 +24,11 @@ using std::chrono::milliseconds;
 // The arguments of one limit definition; see the header of src/redis/limits.lua.
 constexpr std::size_t definition_size = 6;
 
-// Where the keys start in the script command: EVALSHA, sha1, numkeys, keys...
-constexpr std::size_t first_key = 3;
-
-// The script's reply per key: allowed, remaining, reset_ms, retry_after_ms, delay_ms, level.
+// The script's reply per key: allowed, remaining, reset_ms, retry_after_ms, delay_ms, level,
+// each a signed 64-bit little-endian integer.
 constexpr std::size_t reply_fields = 6;
+constexpr std::size_t field_bytes = 8;
+constexpr std::size_t reply_bytes_per_key = reply_fields * field_bytes;
 
 int algorithm_code(config::algorithm a) noexcept {
     switch (a) {
@@ -94,41 +97,55 @@ bool is_noscript(error_code ec, const redis::reply& r) {
     return ec == errc::bad_reply && r.str.starts_with("NOSCRIPT");
 }
 
-// Whether the script's reply is a flat array of `fields` integers.
-bool well_formed(const redis::reply& r, std::size_t fields) {
-    return r.type == redis::reply::kind::array && r.elements.size() == fields &&
-           std::all_of(r.elements.begin(), r.elements.end(), [](const redis::reply& f) {
-               return f.type == redis::reply::kind::integer;
-           });
+// Whether the script's reply is the packed fields of `keys` keys.
+bool well_formed(const redis::reply& r, std::size_t keys) {
+    return r.type == redis::reply::kind::string && r.str.size() == keys * reply_bytes_per_key;
+}
+
+// Field `i` of the packed reply (little-endian, whatever the host's order).
+std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
+    std::uint64_t v = 0;
+    for (std::size_t b = field_bytes; b-- > 0;) {
+        v = (v << 8) | static_cast<unsigned char>(packed[i * field_bytes + b]);
+    }
+    return static_cast<std::int64_t>(v);
 }
 
 // The decisions of one request, from the reply's fields starting at `field`.
-outcome decisions_at(const redis::reply& r, std::size_t field, const checks& request_checks) {
+outcome decisions_at(std::string_view packed, std::size_t field, const checks& request_checks) {
     outcome out;
     for (const auto& c : request_checks) {
-        const auto* f = &r.elements[field];
         limiter::decision d;
         describe_policy(*c.limit, d);
-        d.allowed = f[0].integer == 1;
-        d.remaining = f[1].integer;
-        d.reset_after = milliseconds{f[2].integer};
-        d.retry_after = milliseconds{f[3].integer};
-        d.delay = milliseconds{f[4].integer};
+        d.allowed = field_at(packed, field) == 1;
+        d.remaining = field_at(packed, field + 1);
+        d.reset_after = milliseconds{field_at(packed, field + 2)};
+        d.retry_after = milliseconds{field_at(packed, field + 3)};
+        d.delay = milliseconds{field_at(packed, field + 4)};
         out.decisions.push_back(d);
         field += reply_fields;
     }
     return out;
 }
 
-// Appends a limit's definition: algorithm, p1, p2, mode, max_delay, dry_run.
-void append_definition(std::vector<std::string>& args, const config::limit& l) {
-    auto [p1, p2] = parameters(l);
-    args.push_back(std::to_string(algorithm_code(l.algo)));
-    args.push_back(std::move(p1));
-    args.push_back(std::move(p2));
-    args.emplace_back(l.mode == config::shaping_mode::shape ? "0" : "1");
-    args.push_back(l.max_delay ? std::to_string(l.max_delay->count()) : "-1");
-    args.emplace_back(l.dry_run ? "1" : "0");
+// Writes a limit's definition: algorithm, p1, p2, mode, max_delay, dry_run.
+void write_definition(redis::command_writer& w, const config::limit& l) {
+    const auto [p1, p2] = parameters(l);
+    w.arg(algorithm_code(l.algo));
+    w.arg(p1);
+    w.arg(p2);
+    w.arg(l.mode == config::shaping_mode::shape ? "0" : "1");
+    w.arg(l.max_delay ? l.max_delay->count() : std::int64_t{-1});
+    w.arg(l.dry_run ? "1" : "0");
+}
+
+// Appends `v` as the script's packed request numbers are: 32 bits, little-endian.
+void append_u32(redis::command_writer& w, std::size_t v) {
+    const char bytes[4] = {static_cast<char>(v & 0xff),
+                           static_cast<char>((v >> 8) & 0xff),
+                           static_cast<char>((v >> 16) & 0xff),
+                           static_cast<char>((v >> 24) & 0xff)};
+    w.append(std::string_view(bytes, sizeof bytes));
 }
 
 } // namespace
@@ -141,21 +158,75 @@ struct redis_store::batch {
     };
 
     std::vector<waiter> waiters;
-    /// EVALSHA sha1 numkeys keys... now ttl L definitions... (n index...)... The keys are moved
-    /// out of the waiters' checks, and moved back should the local fallback need them.
-    std::vector<std::string> args;
     std::size_t key_count = 0;
+    /// The script call in RESP (see `format`).
+    std::string command;
     std::chrono::steady_clock::time_point sent;
     bool retried = false;
 
-    // Gives the keys back to the checks they came from.
-    void restore_keys() {
-        std::size_t k = first_key;
-        for (auto& w : waiters) {
-            for (auto& c : w.request_checks) {
-                c.key = std::move(args[k++]);
+    /**
+     * The script call deciding this batch, with `verb` and `script` EVALSHA and the sha1, or EVAL
+     * and the source (see the header of src/redis/limits.lua): the batch's distinct keys, its
+     * distinct limits, then its requests packed into one argument, each as its number of keys
+     * and, per key, the key's and the limit's numbers.
+     */
+    void format(std::string_view verb,
+                std::string_view script,
+                std::optional<double> now,
+                milliseconds ttl) {
+        // A burst from one client repeats one key: each distinct key and limit goes once.
+        boost::container::small_vector<const config::limit*, 8> definitions;
+        boost::container::small_vector<std::string_view, 16> keys;
+        boost::container::small_vector<std::size_t, 16> key_hashes;
+        boost::container::small_vector<std::pair<std::uint32_t, std::uint32_t>, 64> numbers;
+        key_count = 0;
+        for (const auto& w : waiters) {
+            for (const auto& c : w.request_checks) {
+                auto d = std::find(definitions.begin(), definitions.end(), c.limit);
+                if (d == definitions.end()) {
+                    d = definitions.insert(d, c.limit);
+                }
+                const std::string_view key = c.key;
+                const std::size_t hash = std::hash<std::string_view>{}(key);
+                std::size_t k = 0;
+                while (k < keys.size() && (key_hashes[k] != hash || keys[k] != key)) {
+                    ++k;
+                }
+                if (k == keys.size()) {
+                    keys.push_back(key);
+                    key_hashes.push_back(hash);
+                }
+                numbers.emplace_back(static_cast<std::uint32_t>(k + 1),
+                                     static_cast<std::uint32_t>(d - definitions.begin() + 1));
+                ++key_count;
             }
         }
+
+        command.clear();
+        redis::command_writer w(command,
+                                3 + keys.size() + 3 + definitions.size() * definition_size + 1);
+        w.arg(verb);
+        w.arg(script);
+        w.arg(static_cast<std::int64_t>(keys.size()));
+        for (const auto key : keys) {
+            w.arg(key);
+        }
+        w.arg(now ? format_double(*now) : std::string_view());
+        w.arg(ttl.count());
+        w.arg(static_cast<std::int64_t>(definitions.size()));
+        for (const auto* l : definitions) {
+            write_definition(w, *l);
+        }
+        w.begin_arg(4 * (waiters.size() + 2 * key_count));
+        std::size_t next = 0;
+        for (const auto& wt : waiters) {
+            append_u32(w, wt.request_checks.size());
+            for (std::size_t i = 0; i < wt.request_checks.size(); ++i, ++next) {
+                append_u32(w, numbers[next].first);
+                append_u32(w, numbers[next].second);
+            }
+        }
+        w.end_arg();
     }
 };
 
@@ -241,51 +312,14 @@ void redis_store::flush() {
         return;
     }
     const auto b = std::move(open_); // leaves open_ empty: the next request opens a new batch
-
-    // The distinct limits of the batch, numbered from 1 in the script.
-    boost::container::small_vector<const config::limit*, 8> definitions;
-    std::size_t indices = 0;
-    for (const auto& w : b->waiters) {
-        for (const auto& c : w.request_checks) {
-            if (std::find(definitions.begin(), definitions.end(), c.limit) == definitions.end()) {
-                definitions.push_back(c.limit);
-            }
-            ++b->key_count;
-        }
-        indices += 1 + w.request_checks.size();
-    }
-
-    auto& args = b->args;
-    args.reserve(first_key + b->key_count + 3 + definitions.size() * definition_size + indices);
-    args.emplace_back("EVALSHA");
-    args.emplace_back(redis::limits_script.sha1);
-    args.push_back(std::to_string(b->key_count));
-    for (auto& w : b->waiters) {
-        for (auto& c : w.request_checks) {
-            args.push_back(std::move(c.key));
-        }
-    }
-    args.push_back(now_override_ ? format_double(*now_override_) : std::string());
-    args.push_back(std::to_string(ttl_.count()));
-    args.push_back(std::to_string(definitions.size()));
-    for (const auto* l : definitions) {
-        append_definition(args, *l);
-    }
-    for (const auto& w : b->waiters) {
-        args.push_back(std::to_string(w.request_checks.size()));
-        for (const auto& c : w.request_checks) {
-            const auto at = std::find(definitions.begin(), definitions.end(), c.limit);
-            args.push_back(std::to_string(at - definitions.begin() + 1));
-        }
-    }
+    b->format("EVALSHA", redis::limits_script.sha1, now_override_, ttl_);
     send(b);
 }
 
 void redis_store::send(batch_ptr b) {
     b->sent = std::chrono::steady_clock::now();
-    const std::span<const std::string> args(b->args);
-    client_.async_command_view(
-        args, [alive = std::weak_ptr(self_), b](error_code ec, redis::reply r) mutable {
+    client_.async_formatted(
+        b->command, [alive = std::weak_ptr(self_), b](error_code ec, redis::reply r) mutable {
             const auto self = alive.lock();
             if (!self) {
                 for (auto& w : b->waiters) {
@@ -303,8 +337,7 @@ void redis_store::send(batch_ptr b) {
                 // The script cache was emptied since this connection loaded it: EVAL loads it
                 // again.
                 b->retried = true;
-                b->args[0] = "EVAL";
-                b->args[1] = std::string(redis::limits_script.text);
+                b->format("EVAL", redis::limits_script.text, owner.now_override_, owner.ttl_);
                 owner.send(std::move(b));
                 return;
             }
@@ -313,7 +346,7 @@ void redis_store::send(batch_ptr b) {
 }
 
 void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
-    if (!ec && !well_formed(r, b.key_count * reply_fields)) {
+    if (!ec && !well_formed(r, b.key_count)) {
         ec = errc::bad_reply;
     }
     if (ec) {
@@ -331,7 +364,6 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
                              r.describe());
             }
         }
-        b.restore_keys();
         for (auto& w : b.waiters) {
             resume(w.handler, fail(w.request_checks, ec));
         }
@@ -339,7 +371,7 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
     }
     std::size_t field = 0;
     for (auto& w : b.waiters) {
-        auto out = decisions_at(r, field, w.request_checks);
+        auto out = decisions_at(r.str, field, w.request_checks);
         field += w.request_checks.size() * reply_fields;
         resume(w.handler, std::move(out));
     }

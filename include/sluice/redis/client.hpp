@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sluice::redis {
@@ -133,18 +134,18 @@ public:
     }
 
     /**
-     * The same, without taking the arguments: they are formatted into the connection's output
-     * buffer when the operation starts (at once with a callback; when the awaiting coroutine
-     * suspends with `use_awaitable`), so they need only live until then.
+     * The same for a command already in RESP (see `command_writer`), copied into the
+     * connection's output buffer when the operation starts (at once with a callback; when the
+     * awaiting coroutine suspends with `use_awaitable`), so it need only live until then.
      */
     template <typename CompletionToken = net::default_completion_token_t<executor>>
-    auto async_command_view(std::span<const std::string> args, CompletionToken&& token = {}) {
+    auto async_formatted(std::string_view command, CompletionToken&& token = {}) {
         return net::async_initiate<CompletionToken, completion_signature>(
-            [this](auto handler, std::span<const std::string> command) {
-                submit(command, handler_type(std::move(handler)));
+            [this](auto handler, std::string_view resp) {
+                submit_formatted(resp, handler_type(std::move(handler)));
             },
             token,
-            args);
+            command);
     }
 
     /**
@@ -164,6 +165,7 @@ public:
 
 private:
     void submit(std::span<const std::string> args, handler_type handler);
+    void submit_formatted(std::string_view command, handler_type handler);
 
     struct state;
     executor ex_;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/redis/client.hpp"
+#include "sluice/redis/command_writer.hpp"
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
 
@@ -108,6 +109,46 @@ TEST_F(RedisClient, PingSetGetAndErrorReplies) {
 
     EXPECT_TRUE(c->connected());
     EXPECT_EQ(c->connection_count(), 1u);
+}
+
+TEST(CommandWriter, WritesRespBulkStrings) {
+    std::string out;
+    command_writer w(out, 4);
+    w.arg("SET");
+    w.arg(std::string_view("k\0\r\n", 4));
+    w.arg(std::int64_t{-42});
+    w.begin_arg(5);
+    w.append("ab");
+    w.append("cde");
+    w.end_arg();
+    EXPECT_EQ(out,
+              std::string("*4\r\n$3\r\nSET\r\n$4\r\nk\0\r\n\r\n$3\r\n-42\r\n$5\r\nabcde\r\n", 43));
+}
+
+TEST_F(RedisClient, FormattedCommandsAreSentAsIs) {
+    start_server();
+    auto c = make_client(options());
+
+    const std::string binary("v\0w\r\n", 5);
+    std::string set;
+    command_writer w(set, 3);
+    w.arg("SET");
+    w.arg("formatted");
+    w.arg(binary);
+    auto [set_ec, ok] = test::run_coro(ioc_, c->async_formatted(set));
+    ASSERT_FALSE(set_ec) << ok.describe();
+    EXPECT_EQ(ok.str, "OK");
+
+    auto [get_ec, value] = run(*c, {"GET", "formatted"});
+    ASSERT_FALSE(get_ec);
+    EXPECT_EQ(value.str, binary);
+
+    // Whatever is formatted reaches Redis unchanged: a wrong command is Redis's error.
+    std::string wrong;
+    command_writer(wrong, 1).arg("NO-SUCH-COMMAND");
+    auto [wrong_ec, error] = test::run_coro(ioc_, c->async_formatted(wrong));
+    EXPECT_EQ(wrong_ec, errc::bad_reply);
+    EXPECT_TRUE(error.str.starts_with("ERR")) << error.str;
 }
 
 TEST_F(RedisClient, PipelinedCommandsCompleteInOrder) {

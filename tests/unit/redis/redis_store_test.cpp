@@ -323,6 +323,49 @@ TEST_F(RedisStore, AnUnknownAlgorithmFailsWithBadReply) {
     EXPECT_EQ(command({"EXISTS", "unknown"}).integer, 0);
 }
 
+// The script's packed request numbers: 32-bit little-endian (see src/redis/limits.lua).
+std::string packed(std::initializer_list<std::uint32_t> numbers) {
+    std::string out;
+    for (const auto n : numbers) {
+        for (int b = 0; b < 4; ++b) {
+            out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
+        }
+    }
+    return out;
+}
+
+TEST_F(RedisStore, TheScriptRefusesMalformedPackedRequests) {
+    // EVAL with one key, now and ttl, and one definition (LEAKY_BUCKET 10, 1/s, police).
+    const auto call = [&](std::string requests) {
+        std::vector<std::string> args{"EVAL", std::string(redis::limits_script.text)};
+        for (const char* a :
+             {"1", "packed", "1000", "60000", "1", "1", "10", "1", "1", "-1", "0"}) {
+            args.emplace_back(a);
+        }
+        args.push_back(std::move(requests));
+        return test::run_coro(ioc_, client_->async_command(std::move(args)));
+    };
+    // Well formed: one request, key 1, definition 1, admitted; six 8-byte fields.
+    auto [ok_ec, ok] = call(packed({1, 1, 1}));
+    ASSERT_FALSE(ok_ec) << ok.describe();
+    ASSERT_EQ(ok.type, redis::reply::kind::string);
+    ASSERT_EQ(ok.str.size(), 48u);
+    EXPECT_EQ(ok.str[0], 1); // allowed
+
+    for (const auto& bad : {packed({1, 2, 1}),        // no key 2
+                            packed({1, 1, 2}),        // no definition 2
+                            packed({2, 1, 1}),        // two keys announced, one given
+                            packed({0}),              // a request without keys
+                            std::string("\1\0\0", 3), // not whole numbers
+                            std::string()}) {
+        auto [ec, r] = call(bad);
+        EXPECT_EQ(ec, errc::bad_reply) << r.describe();
+        EXPECT_TRUE(r.str.starts_with("ERR sluice:")) << r.describe();
+    }
+    // Nothing but the well-formed request was charged.
+    EXPECT_EQ(hash("packed")["queue_size"], "1");
+}
+
 //------------------------------------------------------------------------------
 // The other algorithms' Redis layout (their decisions are the store contract's business:
 // tests/unit/store/store_contract_test.cpp)
