@@ -5,7 +5,6 @@
 #include "sluice/redis/scripts.hpp"
 
 #include <boost/asio/append.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/container/small_vector.hpp>
 #include <spdlog/spdlog.h>
@@ -232,9 +231,11 @@ struct redis_store::batch {
 
 namespace {
 
-// Resumes a waiting request with its outcome, on its own executor (inline: the same thread).
-void resume(net::any_completion_handler<void(outcome)>& handler, outcome out) {
-    net::dispatch(net::append(std::move(handler), std::move(out)));
+// Resumes a waiting request with its outcome. Called directly, not dispatched: the store runs on
+// the thread of the requests it serves (see the header), where dispatch would run it inline
+// anyway, after moving the outcome twice more.
+void resume(net::any_completion_handler<void(outcome)>& handler, outcome&& out) {
+    std::move(handler)(std::move(out));
 }
 
 } // namespace
@@ -279,7 +280,7 @@ awaitable<outcome> redis_store::acquire(checks request_checks) {
     // Not a coroutine: the request's own coroutine waits for the batch's reply directly.
     net::use_awaitable_t<io_executor> token;
     return net::async_initiate<net::use_awaitable_t<io_executor>, void(outcome)>(
-        [this](auto handler, checks c) {
+        [this](auto handler, checks&& c) {
             if (c.empty()) {
                 net::post(client_.get_executor(), net::append(std::move(handler), outcome{}));
                 return;
@@ -290,7 +291,7 @@ awaitable<outcome> redis_store::acquire(checks request_checks) {
         std::move(request_checks));
 }
 
-void redis_store::enqueue(checks request_checks,
+void redis_store::enqueue(checks&& request_checks,
                           net::any_completion_handler<void(outcome)> handler) {
     if (!open_) {
         // The flush runs after the handlers that are ready now: the requests they read join.
@@ -301,7 +302,7 @@ void redis_store::enqueue(checks request_checks,
             }
         });
     }
-    open_->waiters.push_back({std::move(request_checks), std::move(handler)});
+    open_->waiters.emplace_back(std::move(request_checks), std::move(handler));
     if (open_->waiters.size() >= max_batch) {
         flush();
     }

@@ -75,7 +75,7 @@ private:
     struct batch;
     using batch_ptr = std::shared_ptr<batch>;
 
-    void enqueue(checks request_checks, net::any_completion_handler<void(outcome)> handler);
+    void enqueue(checks&& request_checks, net::any_completion_handler<void(outcome)> handler);
     void flush();
     void send(batch_ptr b);
     void complete(batch& b, error_code ec, const redis::reply& r);
