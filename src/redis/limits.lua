@@ -395,7 +395,6 @@ local function number_at(p)
   local b1, b2, b3, b4 = byte(requests, p, p + 3)
   return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
 end
-local key_count = #KEYS
 
 -- The key and the definition of the key at `p` in the packed requests.
 local function key_and_definition(p)
@@ -418,7 +417,7 @@ while p <= size do
     -- The common case, without phase 1's bookkeeping.
     local key, d = key_and_definition(p)
     if key == nil then
-      return fail('bad key or limit number at byte ' .. p .. ' (' .. key_count .. ' keys)')
+      return fail('bad key or limit number at byte ' .. p)
     end
     local algorithm = d.algorithm
     local allowed, remaining, reset, retry_after, delay, level, w1, w2 =

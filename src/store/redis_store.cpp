@@ -157,7 +157,8 @@ struct redis_store::batch {
     };
 
     std::vector<waiter> waiters;
-    std::size_t key_count = 0;
+    /// The checks of all waiters: the reply's entries, one per check (KEYS holds each key once).
+    std::size_t check_count = 0;
     /// The script call in RESP (see `format`).
     std::string command;
     std::chrono::steady_clock::time_point sent;
@@ -178,12 +179,13 @@ struct redis_store::batch {
         boost::container::small_vector<std::string_view, 16> keys;
         boost::container::small_vector<std::size_t, 16> key_hashes;
         boost::container::small_vector<std::pair<std::uint32_t, std::uint32_t>, 64> numbers;
-        key_count = 0;
+        check_count = 0;
         for (const auto& w : waiters) {
             for (const auto& c : w.request_checks) {
                 auto d = std::find(definitions.begin(), definitions.end(), c.limit);
                 if (d == definitions.end()) {
-                    d = definitions.insert(d, c.limit);
+                    definitions.push_back(c.limit);
+                    d = definitions.end() - 1;
                 }
                 const std::string_view key = c.key;
                 const std::size_t hash = std::hash<std::string_view>{}(key);
@@ -197,7 +199,7 @@ struct redis_store::batch {
                 }
                 numbers.emplace_back(static_cast<std::uint32_t>(k + 1),
                                      static_cast<std::uint32_t>(d - definitions.begin() + 1));
-                ++key_count;
+                ++check_count;
             }
         }
 
@@ -216,7 +218,7 @@ struct redis_store::batch {
         for (const auto* l : definitions) {
             write_definition(w, *l);
         }
-        w.begin_arg(4 * (waiters.size() + 2 * key_count));
+        w.begin_arg(4 * (waiters.size() + 2 * check_count));
         std::size_t next = 0;
         for (const auto& wt : waiters) {
             append_u32(w, wt.request_checks.size());
@@ -347,7 +349,7 @@ void redis_store::send(batch_ptr b) {
 }
 
 void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
-    if (!ec && !well_formed(r, b.key_count)) {
+    if (!ec && !well_formed(r, b.check_count)) {
         ec = errc::bad_reply;
     }
     if (ec) {
