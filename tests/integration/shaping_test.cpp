@@ -314,7 +314,10 @@ TEST_P(ShapingTest, AbandonedHeldRequestIsNeverForwarded) {
 }
 
 // rate-limit.max-held: 3. Of 7 concurrent requests one goes at once, 6 need holds: 3 are held,
-// the other 3 get 503 with Retry-After, counted as overflow.
+// the other 3 get 503 with Retry-After, counted as overflow. A request counts among the held
+// from just before the store decides it (so that the cap is checked before anything is charged):
+// the head, which goes at once, may still count while others are decided (on Redis, or on
+// another worker), so one more may overflow.
 TEST_P(ShapingTest, HeldCapAnswers503WithRetryAfter) {
     auto c = config(10, 2); // one slot every 500 ms
     c.max_held = 3;
@@ -331,7 +334,7 @@ TEST_P(ShapingTest, HeldCapAnswers503WithRetryAfter) {
     // when the burst was decided within one slot, exactly 3 overflow; each slot that passed
     // first may have let one more be held.
     const auto refused = count_status(results, 503);
-    EXPECT_LE(refused, 3);
+    EXPECT_LE(refused, 4);
     EXPECT_GE(refused, 3 - slots_in(all_decided - t0, slot));
     EXPECT_EQ(count_status(results, 200) + refused, 7);
     for (const auto& e : results) {
