@@ -145,6 +145,18 @@ protected:
         return sluice;
     }
 
+    /// Sends a request that goes at once, then one that is held (with a slot far longer than the
+    /// test, it stays held), and waits until it is; returns the held one's connection.
+    std::unique_ptr<http_connection> head_then_held(std::uint16_t port, const std::string& path) {
+        http_connection head(port);
+        head.send("GET", path + "?who=head");
+        EXPECT_EQ(head.read_response().status, 200u);
+        auto held = std::make_unique<http_connection>(port);
+        held->send("GET", path + "?who=held");
+        EXPECT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s));
+        return held;
+    }
+
     std::unique_ptr<redis_server> redis_;
     recording_upstream upstream_;
     std::uint16_t admin_ = 0;
@@ -418,12 +430,8 @@ TEST_P(ShapingTest, HeldCapRefusalChargesNothing) {
     c.max_held = 1;
     const auto sluice = start(c);
 
-    http_connection head(sluice->port());
-    head.send("GET", "/uncharged?who=head");
-    EXPECT_EQ(head.read_response().status, 200u);
-    auto held = std::make_unique<http_connection>(sluice->port());
-    held->send("GET", "/uncharged?who=held");
-    ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s));
+    auto held = head_then_held(sluice->port(), "/uncharged");
+    ASSERT_FALSE(HasFailure());
 
     http_connection refused(sluice->port());
     for (int i = 0; i < 5; ++i) {
@@ -450,12 +458,8 @@ TEST_P(ShapingTest, HeldCapWarningIsThrottled) {
     c.max_held = 1;
     const auto sluice = start(c);
 
-    http_connection head(sluice->port());
-    head.send("GET", "/quiet?who=head");
-    EXPECT_EQ(head.read_response().status, 200u);
-    http_connection held(sluice->port());
-    held.send("GET", "/quiet?who=held");
-    ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s));
+    const auto held = head_then_held(sluice->port(), "/quiet");
+    ASSERT_FALSE(HasFailure());
 
     const auto begin = clock_type::now();
     http_connection refused(sluice->port());
