@@ -66,6 +66,7 @@ void read_server(mapping& root, server_settings& out) {
     m.read_size("max-body-size", out.max_body_bytes, 0, max_size);
     m.read_duration("idle-timeout", out.idle_timeout, false);
     m.read_duration("header-timeout", out.header_timeout, false);
+    m.read_duration("body-timeout", out.body_timeout, false);
     m.read_duration("drain-timeout", out.drain_timeout, true);
     m.finish();
 }
@@ -88,6 +89,7 @@ void read_upstream(mapping& root, upstream_settings& out) {
     m.read_duration("connect-timeout", out.connect_timeout, false);
     m.read_duration("timeout", out.timeout, false);
     m.read_int("max-idle-connections", out.max_idle, 0, 1'000'000);
+    m.read_int("max-connections", out.max_connections, 1, 1'000'000);
     m.read_duration("idle-timeout", out.idle_timeout, false);
     m.finish();
 }

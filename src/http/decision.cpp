@@ -112,13 +112,52 @@ bool any_dry_run_rejected(std::span<const config::limit> limits, const store::ou
     return false;
 }
 
+// An enforced limit that may hold a request: a leaky bucket in shape mode.
+bool may_hold(const config::limit& limit) noexcept {
+    return !limit.dry_run && limit.algo == config::algorithm::leaky_bucket &&
+           limit.mode == config::shaping_mode::shape;
+}
+
+// Takes the request's place among the held requests before the store decides it, when one of
+// its limits may hold it. At the cap (rate-limit.max-held), the store decides with waiting
+// forbidden instead: a request that would have to wait is then refused, uncharged, rather than
+// admitted, charged and refused (503) after the fact. Reserving before deciding keeps the cap
+// exact across workers and a store that decides asynchronously.
+void reserve_hold(connection_state& c, request_state& r, store::checks& checks) {
+    if (std::none_of(r.limits.begin(), r.limits.end(), may_hold)) {
+        return;
+    }
+    r.held.emplace(*c.w.held);
+    if (r.held->before() < r.cfg->rate_limit.max_held) {
+        return;
+    }
+    r.held.reset();
+    r.held_cap_reached = true;
+    // The checks point into this vector: no reallocation after the first push.
+    r.no_wait_limits.reserve(checks.size());
+    for (auto& check : checks) {
+        if (may_hold(*check.limit)) {
+            auto& copy = r.no_wait_limits.emplace_back(*check.limit);
+            copy.max_delay = milliseconds{0};
+            check.limit = &copy;
+        }
+    }
+}
+
 } // namespace
 
 void apply_outcome(request_state& r) {
     const auto& cfg = *r.cfg;
     r.v = decide(r.limits, r.outcome, cfg.rate_limit.redis.on_failure);
-    r.record.decision = to_string(r.v.what);
-    r.counted_as = to_metric(r.v.what);
+    if (r.v.what != verdict::kind::delayed) {
+        r.held.reset();
+    }
+    r.overloaded = r.held_cap_reached && r.v.what == verdict::kind::rejected &&
+                   refused_only_for_waiting(r.limits, r.outcome);
+    r.record.decision = r.overloaded ? "overloaded" : to_string(r.v.what);
+    // As before the cap was checked first: the limiter would have delayed it (then
+    // sluice_held_overflow_total counts the refusal).
+    r.counted_as = to_metric(r.overloaded ? verdict::kind::delayed : r.v.what);
     r.dry_run_rejected = any_dry_run_rejected(r.limits, r.outcome);
     if (r.v.headers_from >= 0) {
         r.reply.limits = {r.rule_name,
@@ -137,6 +176,7 @@ store::checks decide_now(connection_state& c, request_state& r) {
     if (r.cfg->logging.access_log) {
         r.record.key = checks.front().key;
     }
+    reserve_hold(c, r, checks);
     auto now = c.w.store->try_acquire_now(checks);
     if (!now) {
         return checks;
@@ -147,6 +187,10 @@ store::checks decide_now(connection_state& c, request_state& r) {
 }
 
 local_reply refusal(const request_state& r) {
+    if (r.overloaded) {
+        // Retry-After: the wait the request would have had.
+        return {bhttp::status::service_unavailable, {}, r.v.retry_after};
+    }
     if (r.v.what == verdict::kind::rejected) {
         return {bhttp::status::too_many_requests,
                 rejection_body(r.rule_name, std::max(r.v.refused_by, 0), r.v.retry_after),

@@ -12,11 +12,13 @@
 // a new connection. Nothing else is retried: once a body has been streamed it cannot be sent
 // again.
 #include "http/forwarder_detail.hpp"
+#include "sluice/core/errc.hpp"
 #include "sluice/http/forward_headers.hpp"
 
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <algorithm>
 #include <optional>
 
 namespace sluice::http::detail {
@@ -44,6 +46,19 @@ void close_connection(upstream::connection_ptr& conn) noexcept {
     }
 }
 
+// The deadline of the client's next body read: server.idle-timeout, but never past the whole
+// body's server.body-timeout, counted from its first read. (A deadline per read alone lets a
+// client that sends a byte now and then keep an upstream connection forever.)
+milliseconds body_read_timeout(forward_args& a) {
+    const auto now = clock_type::now();
+    if (!a.body_started) {
+        a.body_started = now;
+    }
+    const auto elapsed = std::chrono::duration_cast<milliseconds>(now - *a.body_started);
+    const auto left = std::max(a.config.server.body_timeout - elapsed, milliseconds{0});
+    return std::min(a.config.server.idle_timeout, left);
+}
+
 // Reads the client's body until one block of it is in `buf` (or the body is all in). Done
 // before the upstream is even contacted, so that a body that is broken from its first chunk
 // (a bad chunk size, say) is refused with nothing sent upstream. Later damage can only be
@@ -53,8 +68,11 @@ awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
     do {
         body.data = buf.data();
         body.size = buf.size();
-        a.client.expires_after(a.config.server.idle_timeout);
+        a.client.expires_after(body_read_timeout(a));
         const auto ec = co_await read_message(a.client, a.client_buffer, a.parser, false);
+        if (ec == beast::error::timeout) {
+            co_return failure::client_timeout;
+        }
         if (ec && ec != bhttp::error::need_buffer) {
             co_return classify_client_read(ec);
         }
@@ -134,7 +152,7 @@ awaitable<failure> exchange(forward_args& a,
     if (!conn) {
         auto [ec, c] = co_await a.pool.connect(up);
         if (ec) {
-            co_return failure::upstream;
+            co_return ec == errc::upstream_exhausted ? failure::upstream_busy : failure::upstream;
         }
         conn = std::move(c);
     }
@@ -196,6 +214,13 @@ awaitable<forward_result> answer_failure(forward_args& a, failure f) {
         break;
     case failure::client_too_large:
         reply.status = bhttp::status::payload_too_large;
+        break;
+    case failure::upstream_busy:
+        reply.status = bhttp::status::service_unavailable;
+        reply.retry_after = 1;
+        break;
+    case failure::client_timeout:
+        reply.status = bhttp::status::request_timeout;
         break;
     case failure::client_gone:
         co_return result;

@@ -20,9 +20,11 @@ enum class failure {
     stale,            // a reused connection failed before anything happened: retry once
     upstream,         // connect, write or read failed: 502
     upstream_timeout, // no response header in time: 504
+    upstream_busy,    // upstream.max-connections in use for upstream.timeout: 503
     client_gone,      // the client closed or stalled: close without a reply
     client_bad_body,  // the request body's framing is broken: 400, close
     client_too_large, // the request body passed max_body_bytes: 413, close
+    client_timeout,   // the request body took longer than idle-timeout or body-timeout: 408, close
     interim,          // a 1xx response header came: pass it on, read the next one
 };
 

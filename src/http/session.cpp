@@ -2,6 +2,7 @@
 #include "sluice/http/session.hpp"
 
 #include "http/session_state_detail.hpp"
+#include "sluice/core/log_throttle.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
 #include "sluice/key/path.hpp"
 
@@ -65,8 +66,10 @@ awaitable<void> wait_timer(steady_timer& timer) {
     (void)ec;
 }
 
-// Reads ahead from a held client to notice it leaving. True: it closed (or failed); false: it
-// is still there but sent `hold_read_ahead` bytes, so watching would mean buffering a body.
+// Reads ahead from a held client to notice it leaving. True: it closed, failed, or the watch
+// was cancelled (which `hold` does only once the hold is over, and then ignores the answer: any
+// other cancellation must not pass for "still there"); false: it is still there but sent
+// `hold_read_ahead` bytes, so watching would mean buffering a body.
 awaitable<bool> watch_client(connection_state& c) {
     for (;;) {
         if (c.buffer.size() >= hold_read_ahead) {
@@ -75,9 +78,6 @@ awaitable<bool> watch_client(connection_state& c) {
         const auto room = std::min<std::size_t>(hold_read_ahead - c.buffer.size(), 16 * 1024);
         auto [ec, n] = co_await c.stream.socket().async_read_some(c.buffer.prepare(room));
         c.buffer.commit(n);
-        if (ec == net::error::operation_aborted) {
-            co_return false;
-        }
         if (ec) {
             co_return true;
         }
@@ -87,6 +87,10 @@ awaitable<bool> watch_client(connection_state& c) {
 // Holds a request for its shaping delay. Returns false if the client left meanwhile.
 awaitable<bool> hold(connection_state& c, milliseconds delay) {
     using namespace net::experimental::awaitable_operators;
+    // The deadline set for the header would cancel the watch once the hold outlasts
+    // header-timeout; a held client is watched for as long as it is held. Every later read and
+    // write sets its own deadline.
+    c.stream.expires_never();
     steady_timer timer(c.stream.get_executor(), delay);
     auto first = co_await (wait_timer(timer) || watch_client(c));
     if (first.index() == 0) {
@@ -127,50 +131,17 @@ ending forwarded(request_state& r, const forward_result& result) {
     return result.keep_alive ? ending::keep : ending::linger;
 }
 
-/// Counts a request in the global number of held requests for as long as it lives.
-class held_count {
-public:
-    explicit held_count(std::atomic<std::int64_t>& counter) noexcept
-        : counter_(&counter)
-        , before_(counter.fetch_add(1, std::memory_order_relaxed)) {}
-
-    held_count(const held_count&) = delete;
-    held_count& operator=(const held_count&) = delete;
-
-    ~held_count() { release(); }
-
-    /// How many were held before this one.
-    std::int64_t before() const noexcept { return before_; }
-
-    void release() noexcept {
-        if (counter_ != nullptr) {
-            counter_->fetch_sub(1, std::memory_order_relaxed);
-            counter_ = nullptr;
-        }
-    }
-
-private:
-    std::atomic<std::int64_t>* counter_;
-    std::int64_t before_;
-};
-
-// Shaping: holds the request until its slot, then forwards it, unless too many are held
-// already (503) or the client leaves meanwhile (never forwarded).
+// Shaping: holds the request until its slot, then forwards it, unless the client leaves
+// meanwhile (never forwarded). Its place among the held (`r.held`) was taken before the store
+// decided it (see decide_now).
 awaitable<ending> hold_then_forward(connection_state& c, request_state& r) {
-    held_count held(*c.w.held);
-    if (held.before() >= r.cfg->rate_limit.max_held) {
-        held.release();
-        r.record.decision = "overloaded";
-        metrics::bump(c.w.metrics->held_overflow_total);
-        spdlog::warn("rate-limit.max-held ({}) reached: answering 503", r.cfg->rate_limit.max_held);
-        local_reply reply{bhttp::status::service_unavailable, {}, retry_after_seconds(r.v.delay)};
-        auto e = co_await answer(c, r, reply, false);
-        co_return e;
+    if (!r.held) {
+        r.held.emplace(*c.w.held);
     }
     r.record.delay = r.v.delay;
     metrics::bump(c.w.metrics->held_total);
     const bool present = co_await hold(c, r.v.delay);
-    held.release();
+    r.held.reset();
     if (!present) {
         metrics::bump(c.w.metrics->held_abandoned_total);
         r.record.status = 499; // nginx's "client closed request"
@@ -252,6 +223,15 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
     if (auto pending = decide_now(c, r); !pending.empty()) {
         r.outcome = co_await c.w.store->acquire(std::move(pending));
         apply_outcome(r);
+    }
+    if (r.overloaded) {
+        // A peer can trigger this at will: one line per second at most.
+        static log_throttle throttle;
+        metrics::bump(c.w.metrics->held_overflow_total);
+        log_throttled(throttle,
+                      spdlog::level::warn,
+                      "rate-limit.max-held ({}) reached: answering 503",
+                      r.cfg->rate_limit.max_held);
     }
     if (r.v.what == verdict::kind::rejected || r.v.what == verdict::kind::failed_closed) {
         const auto reply = refusal(r);

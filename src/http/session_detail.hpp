@@ -270,6 +270,8 @@ struct forward_args {
     header_scratch& scratch;
     /// The worker's body buffers: a forward borrows one for as long as it runs.
     buffer_pool& relay_buffers;
+    /// When the request body's first read began (server.body-timeout counts from there).
+    std::optional<std::chrono::steady_clock::time_point> body_started{};
 };
 
 /**

@@ -12,6 +12,8 @@
 #include "sluice/metrics/metrics.hpp"
 #include "sluice/store/store.hpp"
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -19,6 +21,7 @@
 #include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace sluice::http::detail {
 
@@ -41,6 +44,33 @@ struct connection_state {
     header_scratch scratch;
 };
 
+/// Counts a request in the global number of held requests for as long as it lives.
+class held_count {
+public:
+    explicit held_count(std::atomic<std::int64_t>& counter) noexcept
+        : counter_(&counter)
+        , before_(counter.fetch_add(1, std::memory_order_relaxed)) {}
+
+    held_count(const held_count&) = delete;
+    held_count& operator=(const held_count&) = delete;
+
+    ~held_count() { release(); }
+
+    /// How many were held before this one.
+    std::int64_t before() const noexcept { return before_; }
+
+    void release() noexcept {
+        if (counter_ != nullptr) {
+            counter_->fetch_sub(1, std::memory_order_relaxed);
+            counter_ = nullptr;
+        }
+    }
+
+private:
+    std::atomic<std::int64_t>* counter_;
+    std::int64_t before_;
+};
+
 /// State of one request.
 struct request_state {
     explicit request_state(std::shared_ptr<const config::config> snapshot)
@@ -61,6 +91,17 @@ struct request_state {
     std::span<const config::limit> limits;
     store::outcome outcome;
     verdict v;
+    /// Its place among the held requests (`rate-limit.max-held`), taken before the store decides
+    /// a request that may have to be held, so that the cap is checked before anything is charged;
+    /// kept only while it is held.
+    std::optional<held_count> held;
+    /// The cap was reached: the store decided with waiting forbidden (`no_wait_limits`), and
+    /// `overloaded` says whether it refused only because the request would have had to wait.
+    bool held_cap_reached = false;
+    bool overloaded = false;
+    /// The enforced shaping limits with `max-delay: 0`, which the checks point to when the cap
+    /// was reached.
+    std::vector<config::limit> no_wait_limits;
     bool keep_alive = false;
     bool expect_continue = false;
 };
@@ -73,7 +114,7 @@ struct request_state {
 store::checks decide_now(connection_state& c, request_state& r);
 
 /// Turns the store's outcome (in `r.outcome`) into the verdict, and what the reply and the
-/// counters need of it.
+/// counters need of it; gives up the held place (`r.held`) unless the request is to be held.
 void apply_outcome(request_state& r);
 
 /// The answer to a refused request: 429 naming the refusing limit, or 503 when the store failed

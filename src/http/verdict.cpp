@@ -76,6 +76,31 @@ verdict decide(std::span<const config::limit> limits,
     return v;
 }
 
+bool refused_only_for_waiting(std::span<const config::limit> limits,
+                              const store::outcome& outcome) noexcept {
+    if (outcome.ec || outcome.decisions.size() != limits.size()) {
+        return false;
+    }
+    bool refused = false;
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        const auto& limit = limits[i];
+        const auto& d = outcome.decisions[i];
+        if (limit.dry_run || d.allowed) {
+            continue;
+        }
+        refused = true;
+        const bool shapes = limit.algo == config::algorithm::leaky_bucket &&
+                            limit.mode == config::shaping_mode::shape;
+        // Without max-delay, a refusal with room can only be the forbidden wait. With it, the
+        // wait is ceil(wait - epsilon) ms, so it fits exactly when the configured check would
+        // have let it (see leak_and_admit).
+        if (!shapes || d.remaining < 1 || (limit.max_delay && d.retry_after > *limit.max_delay)) {
+            return false;
+        }
+    }
+    return refused;
+}
+
 std::string_view to_string(verdict::kind what) noexcept {
     switch (what) {
     case verdict::kind::allowed:

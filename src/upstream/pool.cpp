@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/upstream/pool.hpp"
 
+#include "sluice/core/errc.hpp"
+
 #include <boost/asio/ip/address.hpp>
 
 #include <cerrno>
@@ -31,10 +33,56 @@ void close_quietly(connection& conn) noexcept {
     conn.stream.socket().close(ignored);
 }
 
+/// A place in the queue of `connection_slots`, left when the waiting coroutine ends however it
+/// ends (its frame may be destroyed mid-wait, at shutdown).
+class queued {
+public:
+    queued(detail::connection_slots& slots, detail::connection_slots::waiter& w)
+        : slots_(slots)
+        , w_(w)
+        , at_(slots.waiters.insert(slots.waiters.end(), &w)) {}
+
+    queued(const queued&) = delete;
+    queued& operator=(const queued&) = delete;
+
+    ~queued() {
+        if (w_.queued) {
+            slots_.waiters.erase(at_);
+        } else if (w_.granted) {
+            slots_.give_back(); // granted but never used
+        }
+    }
+
+    /// The granted place now belongs to the caller.
+    void take_grant() noexcept { w_.granted = false; }
+
+private:
+    detail::connection_slots& slots_;
+    detail::connection_slots::waiter& w_;
+    std::list<detail::connection_slots::waiter*>::iterator at_;
+};
+
 } // namespace
 
+namespace detail {
+
+void connection_slots::give_back() noexcept {
+    if (!waiters.empty() && open <= max) {
+        auto* w = waiters.front();
+        waiters.pop_front();
+        w->queued = false;
+        w->granted = true; // `open` stays: the place changes hands
+        w->timer->cancel();
+        return;
+    }
+    --open;
+}
+
+} // namespace detail
+
 pool::pool(executor ex)
-    : ex_(std::move(ex)) {}
+    : ex_(std::move(ex))
+    , slots_(std::make_shared<detail::connection_slots>()) {}
 
 pool::~pool() {
     close_idle();
@@ -85,7 +133,32 @@ pool::acquire(const config::upstream_settings& settings, bool can_retry) {
 
 awaitable<std::tuple<error_code, connection_ptr>>
 pool::connect(const config::upstream_settings& settings) {
+    auto& slots = *slots_;
+    slots.max = settings.max_connections;
+    if (slots.open >= slots.max && !idle_.empty()) {
+        // An idle connection makes room for the new one (the retry of a stale one, say).
+        close_quietly(*idle_.front());
+        idle_.pop_front();
+    }
     auto conn = std::make_unique<connection>(ex_);
+    if (slots.open < slots.max) {
+        ++slots.open;
+    } else {
+        steady_timer timer(ex_, settings.timeout);
+        detail::connection_slots::waiter w;
+        w.timer = &timer;
+        queued in_line(slots, w);
+        auto [ec] = co_await timer.async_wait(); // cancelled when a place or a connection came
+        (void)ec;
+        if (w.handed) {
+            co_return std::tuple{error_code{}, std::move(w.handed)};
+        }
+        if (!w.granted) {
+            co_return std::tuple{error_code(errc::upstream_exhausted), connection_ptr{}};
+        }
+        in_line.take_grant();
+    }
+    conn->lease = detail::slot_lease(slots_);
     conn->stream.expires_after(settings.connect_timeout);
 
     // An address needs no resolver round trip (the common case: 127.0.0.1, a pod IP).
@@ -116,8 +189,23 @@ pool::connect(const config::upstream_settings& settings) {
 void pool::release(connection_ptr conn, const config::upstream_settings& settings) {
     const auto now = std::chrono::steady_clock::now();
     evict_expired(settings, now);
-    if (settings.host != host_ || settings.port != port_ || settings.max_idle == 0 ||
-        conn->buffer.size() != 0) {
+    if (settings.host != host_ || settings.port != port_ || conn->buffer.size() != 0) {
+        close_quietly(*conn);
+        return;
+    }
+    auto& slots = *slots_;
+    if (!slots.waiters.empty() && slots.open <= settings.max_connections) {
+        // Someone waits for a place: hand this connection over rather than idle it.
+        auto* w = slots.waiters.front();
+        slots.waiters.pop_front();
+        w->queued = false;
+        conn->reused = true;
+        conn->stream.expires_never();
+        w->handed = std::move(conn);
+        w->timer->cancel();
+        return;
+    }
+    if (settings.max_idle == 0) {
         close_quietly(*conn);
         return;
     }

@@ -24,15 +24,18 @@ void record(exchange& e, const http_response& response) {
 } // namespace
 
 std::string limited_config::yaml() const {
-    std::string text = fmt::format("# written by limited_config\n"
-                                   "server:\n"
-                                   "  listen: \"127.0.0.1:0\"\n"
-                                   "upstream:\n"
-                                   "  url: \"{}\"\n"
-                                   "rate-limit:\n"
-                                   "  store: {}\n",
-                                   upstream_url,
-                                   store);
+    std::string text = "# written by limited_config\n"
+                       "server:\n"
+                       "  listen: \"127.0.0.1:0\"\n";
+    if (!header_timeout.empty()) {
+        text += fmt::format("  header-timeout: {}\n", header_timeout);
+    }
+    text += fmt::format("upstream:\n"
+                        "  url: \"{}\"\n"
+                        "rate-limit:\n"
+                        "  store: {}\n",
+                        upstream_url,
+                        store);
     if (max_held) {
         text += fmt::format("  max-held: {}\n", *max_held);
     }

@@ -49,6 +49,8 @@ struct limited_config {
     /// e.g. "1s"; empty: no max-delay.
     std::string max_delay;
     std::optional<std::int64_t> max_held;
+    /// server.header-timeout, e.g. "1s"; empty: the default.
+    std::string header_timeout;
     bool admin = true;
     bool access_log = false;
     std::string log_level = "info";

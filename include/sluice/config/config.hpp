@@ -132,6 +132,8 @@ struct server_settings {
     milliseconds idle_timeout{60'000};
     /// A request's header must arrive within this (slow-loris protection).
     milliseconds header_timeout{10'000};
+    /// A request body must arrive whole within this, counted from its first read: else 408.
+    milliseconds body_timeout{60'000};
     /// How long SIGTERM waits for in-flight and held requests.
     milliseconds drain_timeout{30'000};
 };
@@ -145,6 +147,9 @@ struct upstream_settings {
     milliseconds timeout{30'000};
     /// Idle keep-alive connections kept per worker.
     std::size_t max_idle = 64;
+    /// Connections open to the upstream per worker, in use or idle; beyond it requests wait up
+    /// to `timeout` for one, then get 503.
+    std::size_t max_connections = 256;
     milliseconds idle_timeout{60'000};
 };
 

@@ -15,7 +15,8 @@ enum class errc {
     redis_timeout,
     /// Redis answered with an error or a reply of an unexpected shape.
     bad_reply,
-    /// No upstream connection could be had (connect failed or refused).
+    /// No upstream connection could be had: every one a worker may open
+    /// (`upstream.max-connections`) stayed in use for `upstream.timeout`.
     upstream_exhausted,
     /// The request exceeds a configured size limit.
     request_too_large,

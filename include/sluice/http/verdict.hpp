@@ -51,6 +51,17 @@ verdict decide(std::span<const config::limit> limits,
                const store::outcome& outcome,
                config::failure_mode on_failure) noexcept;
 
+/**
+ * For an outcome the store decided with waiting forbidden (every enforced shaping limit given
+ * `max-delay: 0`, because `rate-limit.max-held` was reached): whether each enforced limit that
+ * refused would have admitted the request with a wait, i.e. is a shaping LEAKY_BUCKET that had
+ * room (remaining >= 1) and whose wait (the refusal's `retry_after`) fits the `max-delay` of
+ * `limits`, the limits as configured. Such a request is refused for the cap (503), not for its
+ * limits (429). False when there is no such refusal.
+ */
+bool refused_only_for_waiting(std::span<const config::limit> limits,
+                              const store::outcome& outcome) noexcept;
+
 /// The access-log word for a verdict: allowed, delayed, rejected, failed-open, failed-closed.
 std::string_view to_string(verdict::kind what) noexcept;
 

@@ -11,25 +11,93 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <tuple>
 
 namespace sluice::upstream {
 
+struct connection;
+using connection_ptr = std::unique_ptr<connection>;
+
+namespace detail {
+
+/**
+ * The places of one pool's connections (`upstream.max-connections`): how many are open, in use
+ * or idle, and the requests waiting for one. Shared by the pool and each connection it made, so
+ * that a connection gives its place back when it is destroyed, whoever owns it then and whether
+ * or not the pool is still there.
+ */
+struct connection_slots {
+    /// Someone waiting in `pool::connect` for a place. Lives in the waiting coroutine's frame.
+    struct waiter {
+        steady_timer* timer = nullptr;
+        /// Still in `waiters`; whoever takes it out clears this.
+        bool queued = true;
+        /// A place was handed over (counted in `open` already): connect a new connection.
+        bool granted = false;
+        /// Or a connection was (see `pool::release`).
+        connection_ptr handed;
+    };
+
+    std::size_t open = 0;
+    /// The cap as the latest caller's settings say (a reload may change it).
+    std::size_t max = 0;
+    /// In arrival order; a waiter removes itself when it stops waiting.
+    std::list<waiter*> waiters;
+
+    /// A connection went: its place goes to the first waiter, if the cap still allows it.
+    void give_back() noexcept;
+};
+
+/// A connection's place among `connection_slots::open`, given back on destruction.
+class slot_lease {
+public:
+    slot_lease() = default;
+
+    explicit slot_lease(std::shared_ptr<connection_slots> slots) noexcept
+        : slots_(std::move(slots)) {}
+
+    slot_lease(slot_lease&&) noexcept = default;
+
+    slot_lease& operator=(slot_lease&& other) noexcept {
+        if (this != &other) {
+            reset();
+            slots_ = std::move(other.slots_);
+        }
+        return *this;
+    }
+
+    ~slot_lease() { reset(); }
+
+    void reset() noexcept {
+        if (slots_) {
+            slots_->give_back();
+            slots_.reset();
+        }
+    }
+
+private:
+    std::shared_ptr<connection_slots> slots_;
+};
+
+} // namespace detail
+
 /// One connection to the upstream and the bytes read from it past the last message.
 struct connection {
     explicit connection(const executor& ex)
         : stream(ex) {}
 
+    /// Its place in the pool's cap; declared first so that it is given back after the socket
+    /// closed.
+    detail::slot_lease lease;
     timed_stream stream;
     beast::flat_buffer buffer;
     /// It came from the idle list: it has carried a request before and may have gone stale.
     bool reused = false;
     std::chrono::steady_clock::time_point idle_since{};
 };
-
-using connection_ptr = std::unique_ptr<connection>;
 
 /**
  * The keep-alive connections of one worker to the upstream (`upstream.url`). Not thread-safe:
@@ -43,6 +111,10 @@ using connection_ptr = std::unique_ptr<connection>;
  *
  * When a reload changes the upstream's host or port, the idle connections to the old one are
  * closed at the next acquire.
+ *
+ * At most `upstream.max_connections` connections are open at once, in use or idle (a slow
+ * client must not be able to pin an unbounded number of them): beyond it, `connect` waits for
+ * one to be released or closed, first come first served, for at most `upstream.timeout`.
  */
 class pool {
 public:
@@ -72,7 +144,10 @@ public:
 
     /**
      * A new connection: resolves the host (unless it is an address), connects within
-     * `connect_timeout` (beast::error::timeout otherwise) and sets TCP_NODELAY.
+     * `connect_timeout` (beast::error::timeout otherwise) and sets TCP_NODELAY. When
+     * `max_connections` are open, closes an idle one to make room, or else waits for one in use
+     * to be released (which hands it over: `reused` set) or closed, for at most `timeout`
+     * (sluice::errc::upstream_exhausted after that).
      */
     awaitable<std::tuple<error_code, connection_ptr>>
     connect(const config::upstream_settings& settings);
@@ -85,6 +160,12 @@ public:
 
     std::size_t idle_count() const noexcept { return idle_.size(); }
 
+    /// Connections open, in use or idle.
+    std::size_t open_count() const noexcept { return slots_->open; }
+
+    /// Callers of `connect` waiting for a place.
+    std::size_t waiting_count() const noexcept { return slots_->waiters.size(); }
+
 private:
     void retarget(const config::upstream_settings& settings);
     void evict_expired(const config::upstream_settings& settings,
@@ -95,6 +176,7 @@ private:
     std::uint16_t port_ = 0;
     /// Oldest at the front, most recently released at the back.
     std::deque<connection_ptr> idle_;
+    std::shared_ptr<detail::connection_slots> slots_;
 };
 
 } // namespace sluice::upstream

@@ -336,6 +336,17 @@ TEST(ConfigErrors, OutOfRangeValues) {
     EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.host", "must be a non-empty string"));
 }
 
+TEST(ConfigErrors, BodyTimeoutAndMaxConnectionsMustBePositive) {
+    const auto p = problems_of(R"(upstream:
+  url: http://127.0.0.1:9000
+  max-connections: 0
+server:
+  body-timeout: 0
+)");
+    EXPECT_TRUE(has_problem(p, 3, "upstream.max-connections", "got '0'"));
+    EXPECT_TRUE(has_problem(p, 5, "server.body-timeout", "got '0'"));
+}
+
 TEST(ConfigErrors, SecondDocumentIsRejected) {
     const auto p = problems_of(base + "---\nupstream:\n  url: http://127.0.0.1:9001\n");
     ASSERT_EQ(p.size(), 1u);

@@ -26,6 +26,7 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.server.max_body_bytes, 0u);
     EXPECT_EQ(cfg.server.idle_timeout, 60s);
     EXPECT_EQ(cfg.server.header_timeout, 10s);
+    EXPECT_EQ(cfg.server.body_timeout, 60s);
     EXPECT_EQ(cfg.server.drain_timeout, 30s);
 
     EXPECT_EQ(cfg.upstream.url, "http://127.0.0.1:9000");
@@ -34,6 +35,7 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.upstream.connect_timeout, 2s);
     EXPECT_EQ(cfg.upstream.timeout, 30s);
     EXPECT_EQ(cfg.upstream.max_idle, 64u);
+    EXPECT_EQ(cfg.upstream.max_connections, 256u);
     EXPECT_EQ(cfg.upstream.idle_timeout, 60s);
 
     const auto& rl = cfg.rate_limit;
@@ -147,12 +149,14 @@ TEST(ConfigLoader, ReadsEveryKey) {
   max-body-size: 2G
   idle-timeout: 1.5
   header-timeout: 500ms
+  body-timeout: 2m
   drain-timeout: 0
 upstream:
   url: http://backend.internal/
   connect-timeout: 5m
   timeout: 1h
   max-idle-connections: 0
+  max-connections: 9
   idle-timeout: 30s
 rate-limit:
   store: redis
@@ -189,12 +193,14 @@ admin:
     EXPECT_EQ(cfg.server.max_body_bytes, 2ull << 30);
     EXPECT_EQ(cfg.server.idle_timeout, 1500ms);
     EXPECT_EQ(cfg.server.header_timeout, 500ms);
+    EXPECT_EQ(cfg.server.body_timeout, 2min);
     EXPECT_EQ(cfg.server.drain_timeout, 0ms);
     EXPECT_EQ(cfg.upstream.host, "backend.internal");
     EXPECT_EQ(cfg.upstream.port, 80);
     EXPECT_EQ(cfg.upstream.connect_timeout, 5min);
     EXPECT_EQ(cfg.upstream.timeout, 1h);
     EXPECT_EQ(cfg.upstream.max_idle, 0u);
+    EXPECT_EQ(cfg.upstream.max_connections, 9u);
     EXPECT_EQ(cfg.upstream.idle_timeout, 30s);
     const auto& rl = cfg.rate_limit;
     EXPECT_EQ(rl.store, store_kind::redis);
@@ -205,7 +211,7 @@ admin:
     EXPECT_EQ(rl.fallback.limit_count, 10);
     EXPECT_EQ(rl.fallback.window, 30s);
     EXPECT_TRUE(rl.fallback.dry_run);
-    EXPECT_EQ(rl.fallback.line, 22);
+    EXPECT_EQ(rl.fallback.line, 24);
     ASSERT_EQ(rl.fallback.key.size(), 1u);
     EXPECT_EQ(rl.fallback.key[0].what, key_part::kind::global);
     EXPECT_EQ(rl.redis.host, "/run/redis.sock");

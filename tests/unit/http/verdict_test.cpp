@@ -133,5 +133,51 @@ TEST(VerdictKind, HasAccessLogWords) {
     EXPECT_EQ(to_string(kind::failed_closed), "failed-closed");
 }
 
+// With waiting forbidden (rate-limit.max-held reached), a shaping limit that refused with room
+// would have held the request: the cap refuses it (503), not its limits (429).
+TEST(RefusedOnlyForWaiting, AShapingLimitWithRoomWouldHaveHeld) {
+    const std::vector limits{enforced()}; // LEAKY_BUCKET, mode shape by default
+    auto waited = refuse(milliseconds(400));
+    waited.remaining = 3;
+    EXPECT_TRUE(refused_only_for_waiting(limits, outcome_of({waited})));
+}
+
+TEST(RefusedOnlyForWaiting, AFullBucketOrAnotherLimitRefusesAnyway) {
+    const std::vector limits{enforced()};
+    EXPECT_FALSE(refused_only_for_waiting(limits, outcome_of({refuse(milliseconds(400))})));
+
+    auto police = enforced();
+    police.mode = config::shaping_mode::police;
+    auto waited = refuse(milliseconds(400));
+    waited.remaining = 3;
+    EXPECT_FALSE(refused_only_for_waiting(std::vector{police}, outcome_of({waited})));
+
+    // Two limits: one would have held, the other is full.
+    EXPECT_FALSE(refused_only_for_waiting(std::vector{enforced(), enforced()},
+                                          outcome_of({waited, refuse(milliseconds(200))})));
+    EXPECT_TRUE(refused_only_for_waiting(std::vector{enforced(), enforced()},
+                                         outcome_of({waited, admit(5)})));
+    EXPECT_FALSE(refused_only_for_waiting(std::vector{enforced()}, outcome_of({admit(5)})));
+}
+
+TEST(RefusedOnlyForWaiting, AWaitBeyondMaxDelayIsRefusedAnyway) {
+    auto limit = enforced();
+    limit.max_delay = milliseconds(400);
+    auto waited = refuse(milliseconds(400));
+    waited.remaining = 3;
+    EXPECT_TRUE(refused_only_for_waiting(std::vector{limit}, outcome_of({waited})));
+    waited.retry_after = milliseconds(401);
+    EXPECT_FALSE(refused_only_for_waiting(std::vector{limit}, outcome_of({waited})));
+}
+
+TEST(RefusedOnlyForWaiting, IgnoresDryRunLimitsAndStoreErrors) {
+    auto waited = refuse(milliseconds(400));
+    waited.remaining = 3;
+    EXPECT_FALSE(refused_only_for_waiting(std::vector{dry_run()}, outcome_of({waited})));
+    auto failed = outcome_of({waited});
+    failed.ec = make_error_code(errc::redis_timeout);
+    EXPECT_FALSE(refused_only_for_waiting(std::vector{enforced()}, failed));
+}
+
 } // namespace
 } // namespace sluice::http

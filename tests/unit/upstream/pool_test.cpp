@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "sluice/core/errc.hpp"
 #include "sluice/upstream/pool.hpp"
 #include "support/run_coro.hpp"
 
@@ -7,6 +8,8 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <tuple>
 #include <vector>
 
 namespace sluice::upstream {
@@ -188,6 +191,96 @@ TEST_F(PoolTest, ResolvesAHostName) {
     // localhost may resolve to ::1 first; the pool tries every address in turn.
     ASSERT_FALSE(ec) << ec.message();
     EXPECT_EQ(conn->stream.socket().remote_endpoint().port(), upstream_.port());
+}
+
+// upstream.max-connections (issue 11, item 18): a third connect with two open and a cap of 2
+// waits, and gets a place when one closes.
+TEST_F(PoolTest, WaitsForAPlaceAtMaxConnections) {
+    settings_.max_connections = 2;
+    auto first = acquire();
+    auto second = acquire();
+    ASSERT_TRUE(wait_accepted(2));
+    EXPECT_EQ(pool_.open_count(), 2u);
+
+    std::optional<std::tuple<error_code, connection_ptr>> third;
+    net::co_spawn(
+        ioc_,
+        [&]() -> awaitable<void> { third = co_await pool_.connect(settings_); },
+        net::detached);
+    EXPECT_FALSE(test::run_until(
+        ioc_, [&] { return third.has_value(); }, milliseconds(200)));
+    EXPECT_EQ(pool_.waiting_count(), 1u);
+    EXPECT_EQ(upstream_.accepted(), 2u);
+
+    first.reset(); // closing one gives its place to the waiter
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return third.has_value(); }));
+    ASSERT_FALSE(std::get<0>(*third)) << std::get<0>(*third).message();
+    EXPECT_FALSE(std::get<1>(*third)->reused);
+    ASSERT_TRUE(wait_accepted(3));
+    EXPECT_EQ(pool_.open_count(), 2u);
+    EXPECT_EQ(pool_.waiting_count(), 0u);
+}
+
+// A connection released while someone waits goes to the waiter instead of the idle list.
+TEST_F(PoolTest, HandsAReleasedConnectionToAWaiter) {
+    settings_.max_connections = 1;
+    auto first = acquire();
+    const auto port = local_port(first);
+
+    std::optional<std::tuple<error_code, connection_ptr>> second;
+    net::co_spawn(
+        ioc_,
+        [&]() -> awaitable<void> { second = co_await pool_.connect(settings_); },
+        net::detached);
+    EXPECT_FALSE(test::run_until(
+        ioc_, [&] { return second.has_value(); }, milliseconds(100)));
+
+    pool_.release(std::move(first), settings_);
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return second.has_value(); }));
+    const auto& conn = std::get<1>(*second);
+    ASSERT_TRUE(conn);
+    EXPECT_TRUE(conn->reused);
+    EXPECT_EQ(local_port(conn), port);
+    EXPECT_EQ(pool_.idle_count(), 0u);
+    EXPECT_EQ(upstream_.accepted(), 1u);
+}
+
+// A waiter that gets no place within upstream.timeout gives up with upstream_exhausted.
+TEST_F(PoolTest, GivesUpAfterTheTimeoutAtMaxConnections) {
+    settings_.max_connections = 1;
+    settings_.timeout = milliseconds(100);
+    auto first = acquire();
+
+    const auto start = std::chrono::steady_clock::now();
+    auto [ec, conn] = test::run_coro(ioc_, pool_.connect(settings_));
+    EXPECT_EQ(ec, errc::upstream_exhausted);
+    EXPECT_FALSE(conn);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(100));
+    EXPECT_EQ(pool_.waiting_count(), 0u);
+    EXPECT_EQ(pool_.open_count(), 1u);
+}
+
+// An idle connection counts against the cap, and makes room for a new one at once.
+TEST_F(PoolTest, ClosesAnIdleConnectionToMakeRoom) {
+    settings_.max_connections = 1;
+    pool_.release(acquire(), settings_);
+    ASSERT_EQ(pool_.idle_count(), 1u);
+    EXPECT_EQ(pool_.open_count(), 1u);
+
+    auto [ec, conn] = test::run_coro(ioc_, pool_.connect(settings_), milliseconds(2'000));
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_FALSE(conn->reused);
+    EXPECT_EQ(pool_.idle_count(), 0u);
+    EXPECT_EQ(pool_.open_count(), 1u);
+}
+
+// A failed connect gives its place back.
+TEST_F(PoolTest, AFailedConnectGivesItsPlaceBack) {
+    settings_.max_connections = 1;
+    upstream_.stop();
+    auto [ec, conn] = test::run_coro(ioc_, pool_.connect(settings_));
+    EXPECT_TRUE(ec);
+    EXPECT_EQ(pool_.open_count(), 0u);
 }
 
 } // namespace

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// Slow request bodies (issue 11, item 18): a body must arrive within server.body-timeout as a
+// whole, not merely a byte per idle-timeout, and one worker never has more than
+// upstream.max-connections connections to the upstream, however many clients trickle bodies.
+
+#include "integration_util.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <sys/socket.h>
+#include <thread>
+#include <vector>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+/// One worker, so that the per-worker cap is the process's; the given body-timeout,
+/// max-connections and upstream timeout; no limiting.
+std::string slow_config(const recording_upstream& upstream,
+                        std::string_view body_timeout,
+                        int max_connections,
+                        std::string_view upstream_timeout) {
+    return fmt::format("server:\n"
+                       "  listen: \"127.0.0.1:0\"\n"
+                       "  workers: 1\n"
+                       "  body-timeout: {}\n"
+                       "upstream:\n"
+                       "  url: \"{}\"\n"
+                       "  timeout: {}\n"
+                       "  max-connections: {}\n"
+                       "rate-limit:\n"
+                       "  fallback:\n"
+                       "    algorithm: LEAKY_BUCKET\n"
+                       "    capacity: 1000000\n"
+                       "    flowRate: 100000\n"
+                       "    mode: police\n"
+                       "admin:\n"
+                       "  enabled: false\n",
+                       body_timeout,
+                       upstream.url(),
+                       upstream_timeout,
+                       max_connections);
+}
+
+/// Sends one byte of body on each connection every `period` until stopped (errors ignored: a
+/// connection sluice closed just stops taking them), from its own thread, so that the test can
+/// block reading the answers meanwhile.
+class trickler {
+public:
+    trickler(std::vector<http_connection*> connections, std::chrono::milliseconds period)
+        : thread_([this, connections = std::move(connections), period] {
+            while (!stop_.load()) {
+                for (auto* c : connections) {
+                    (void)::send(c->stream().native_handle(), "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+                }
+                std::this_thread::sleep_for(period);
+            }
+        }) {}
+
+    ~trickler() {
+        stop_.store(true);
+        thread_.join();
+    }
+
+    trickler(const trickler&) = delete;
+    trickler& operator=(const trickler&) = delete;
+
+private:
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+/// Expects `response` to be the 408 of a body-timeout of 1 s counted from `sent` (the body's
+/// first read comes right after the header): not before, and within 2 s of scheduling slack.
+void expect_408_at_body_timeout(const std::optional<http_response>& response,
+                                const error_code& ec,
+                                clock_type::time_point sent) {
+    ASSERT_TRUE(response) << ec.message();
+    EXPECT_EQ(response->status, 408u);
+    EXPECT_GE(response->received - sent, 1s);
+    EXPECT_LT(response->received - sent, 3s);
+}
+
+constexpr std::string_view slow_header = "POST /slow HTTP/1.1\r\n"
+                                         "Host: test\r\n"
+                                         "Content-Length: 1000\r\n"
+                                         "\r\n";
+
+// A body that never starts is answered 408 once body-timeout (1 s) passed, with nothing sent
+// upstream; it used to wait for idle-timeout (60 s).
+TEST(SlowBody, SilentBodyGets408WithNothingUpstream) {
+    recording_upstream upstream;
+    sluice_process sluice(slow_config(upstream, "1s", 8, "30s"));
+
+    http_connection client(sluice.port(), 10s);
+    const auto sent = clock_type::now();
+    client.send_raw(slow_header);
+    error_code ec;
+    const auto response = client.try_read_response(ec);
+    expect_408_at_body_timeout(response, ec, sent);
+    EXPECT_TRUE(client.wait_closed(5s));
+    EXPECT_EQ(upstream.stats().connections, 0u);
+}
+
+// A body trickled a byte every 100 ms (each read well inside idle-timeout) is cut off when
+// body-timeout (1 s) has passed since it began: 408, and the upstream request is aborted.
+TEST(SlowBody, TrickledBodyIsCutOffAtBodyTimeout) {
+    recording_upstream upstream;
+    sluice_process sluice(slow_config(upstream, "1s", 8, "30s"));
+
+    http_connection client(sluice.port(), 10s);
+    const auto sent = clock_type::now();
+    client.send_raw(slow_header);
+    error_code ec;
+    std::optional<http_response> response;
+    {
+        trickler bytes({&client}, 100ms);
+        response = client.try_read_response(ec);
+    }
+    expect_408_at_body_timeout(response, ec, sent);
+    ASSERT_TRUE(upstream.wait_for_stats([](const upstream_stats& s) { return s.broken == 1; }, 5s))
+        << "the upstream request was not aborted";
+    EXPECT_EQ(upstream.requests().size(), 0u);
+}
+
+// Ten clients trickle bodies into one worker capped at 3 upstream connections: 3 get one (and
+// 408 at body-timeout, 3 s), the other 7 wait for one for upstream.timeout (1 s) and get 503.
+// The upstream never sees more than 3 connections (it used to see one per client).
+TEST(SlowBody, SlowBodiesCannotHoldMoreThanMaxConnections) {
+    constexpr std::size_t clients = 10;
+    constexpr std::size_t cap = 3;
+    recording_upstream upstream;
+    sluice_process sluice(slow_config(upstream, "3s", static_cast<int>(cap), "1s"));
+
+    std::vector<std::unique_ptr<http_connection>> connections;
+    std::vector<http_connection*> raw;
+    for (std::size_t i = 0; i < clients; ++i) {
+        connections.push_back(std::make_unique<http_connection>(sluice.port(), 10s));
+        raw.push_back(connections.back().get());
+        connections.back()->send_raw(slow_header);
+    }
+    std::vector<unsigned> statuses;
+    {
+        trickler bytes(raw, 100ms);
+        for (auto& c : connections) {
+            error_code ec;
+            const auto response = c->try_read_response(ec);
+            statuses.push_back(response ? response->status : 0);
+        }
+    }
+    EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 503u), clients - cap);
+    EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 408u), cap);
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+    EXPECT_EQ(upstream.stats().connections, cap);
+    EXPECT_EQ(upstream.requests().size(), 0u);
+}
+
+} // namespace
+} // namespace sluice::test
