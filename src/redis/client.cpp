@@ -388,7 +388,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
         attempt_ = 0;
         connect_timer_.cancel();
         if (outage_logged_) {
-            spdlog::info("redis: reconnected to {}", where());
+            // A flapping Redis would otherwise write one of these per flap.
+            static log_throttle throttle;
+            log_throttled(throttle, spdlog::level::info, "redis: reconnected to {}", where());
             outage_logged_ = false;
         } else {
             spdlog::debug("redis: connected to {}", where());
