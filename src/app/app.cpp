@@ -20,6 +20,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -37,14 +38,43 @@ using config_ptr = std::shared_ptr<const config::config>;
 /// How often the memory store forgets keys whose state has fully reset.
 constexpr std::chrono::seconds sweep_interval{10};
 
-/// One I/O thread and what it owns. The io_context is declared first so that it is destroyed
-/// last: sockets and timers must go before their io_context.
+/// An io_context whose pending handlers (suspended coroutine frames among them) can be destroyed
+/// before the io_context itself is.
+class worker_io_context : public net::io_context {
+public:
+    using net::io_context::io_context;
+
+    /// Destroys every handler still pending, so that what their frames hold is given back while
+    /// its owners are alive. Call when no thread runs the io_context; the io_context can be
+    /// destroyed afterwards (its own destructor finds nothing more to destroy).
+    void destroy_pending_handlers() { shutdown(); }
+};
+
+/**
+ * One I/O thread and what it owns. The io_context is declared first so that it is destroyed
+ * last: sockets and timers must go before their io_context. But a stop that does not wait for
+ * the drain (its timeout, a second signal) leaves suspended coroutine frames in the io_context,
+ * and those frames hold what the other members own (a buffer of `context.relay_buffers`, an
+ * upstream connection, a place in `context.sessions`): the destructor destroys them first, while
+ * every member is still alive.
+ */
 struct worker {
     explicit worker(std::size_t index) { context.index = index; }
 
+    worker(const worker&) = delete;
+    worker& operator=(const worker&) = delete;
+
+    ~worker() {
+        if (thread.joinable()) {
+            ioc.stop();
+            thread.join();
+        }
+        ioc.destroy_pending_handlers();
+    }
+
     // One thread, and every socket of the worker is used on it alone (other threads post to it):
     // Asio may skip the locking of each socket's reactor state on every operation.
-    net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
+    worker_io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
     http::worker_context context;
     std::unique_ptr<upstream::pool> pool;
     std::shared_ptr<store::store> store;
@@ -101,6 +131,35 @@ tcp::endpoint resolve_listen(const config::endpoint_address& listen) {
     return results.begin()->endpoint();
 }
 
+/**
+ * The `rate-limit.redis` keys that differ between the running configuration and `next` and
+ * need a restart: the running store's connections were made with them. Empty when none does, or
+ * when the running store is not Redis. (`ttl` and `failure-mode` apply on reload.)
+ */
+std::string redis_restart_keys(const config::config& running, const config::config& next) {
+    if (running.rate_limit.store != config::store_kind::redis) {
+        return {};
+    }
+    const auto& a = running.rate_limit.redis;
+    const auto& b = next.rate_limit.redis;
+    std::string keys;
+    const auto check = [&keys](bool differs, const char* key) {
+        if (differs) {
+            keys += keys.empty() ? "" : ", ";
+            keys += "rate-limit.redis.";
+            keys += key;
+        }
+    };
+    check(a.host != b.host, "host");
+    check(a.port != b.port, "port");
+    check(a.username != b.username, "username");
+    check(a.password != b.password, "password");
+    check(a.db != b.db, "db");
+    check(a.timeout != b.timeout, "timeout");
+    check(a.connect_timeout != b.connect_timeout, "connect-timeout");
+    return keys;
+}
+
 class application {
 public:
     application(command_line command, config_ptr cfg)
@@ -138,16 +197,18 @@ private:
     std::unique_ptr<store::memory_store> memory_store_;
     metrics::registry metrics_;
     std::shared_ptr<spdlog::logger> access_log_;
-    std::unique_ptr<metrics::admin_server> admin_;
     std::atomic<bool> listening_{false};
 
     net::io_context control_{1};
+    /// After control_, whose executor its acceptor uses: destroyed before it.
+    std::unique_ptr<metrics::admin_server> admin_;
     signal_set signals_{control_.get_executor(), SIGINT, SIGTERM, SIGHUP};
     steady_timer sweep_timer_{control_.get_executor()};
     steady_timer drain_timer_{control_.get_executor()};
     bool draining_ = false;
     std::atomic<bool> draining_flag_{false}; // draining_, readable from the admin's readiness
     std::size_t running_ = 0;
+    /// Last: destroyed first, while everything its threads and frames use is still alive.
     std::vector<std::unique_ptr<worker>> workers_;
 };
 
@@ -159,10 +220,9 @@ void application::make_worker_store(worker& w) {
         w.store = std::shared_ptr<store::store>(std::shared_ptr<void>{}, memory_store_.get());
         return;
     case config::store_kind::redis: {
-        const auto& redis = config_->rate_limit.redis;
-        auto* local =
-            redis.on_failure == config::failure_mode::local ? memory_store_.get() : nullptr;
-        auto owned = std::make_shared<store::redis_store>(ex, redis, local);
+        // The shared table whatever the failure mode: a reload may switch it to local.
+        auto owned = std::make_shared<store::redis_store>(
+            ex, config_->rate_limit.redis, memory_store_.get());
         owned->set_metrics(&metrics_);
         w.redis = owned.get();
         w.store = std::move(owned);
@@ -278,8 +338,13 @@ void application::publish(const config_ptr& cfg) {
         auto holder = std::make_shared<config_ptr>(cfg);
         config_ptr local(holder, holder->get());
         if (w->thread.joinable()) {
-            net::post(w->ioc, [ctx = &w->context, local = std::move(local)]() mutable {
-                ctx->config = std::move(local);
+            // The store takes the reloadable Redis settings in the same step as the sessions
+            // take the snapshot: the two never disagree on the failure mode.
+            net::post(w->ioc, [raw = w.get(), local = std::move(local)]() mutable {
+                if (raw->redis != nullptr) {
+                    raw->redis->apply_reloadable(local->rate_limit.redis);
+                }
+                raw->context.config = std::move(local);
             });
         } else {
             w->context.config = std::move(local);
@@ -299,6 +364,12 @@ void application::reload() {
         spdlog::warn("{}", warning);
     }
     const auto& old = *config_;
+    if (const auto keys = redis_restart_keys(old, *next); !keys.empty()) {
+        spdlog::error("reload refused, keeping the current configuration: changing {} needs a "
+                      "restart (the Redis connections were made with it)",
+                      keys);
+        return;
+    }
     if (next->server.listen.host != old.server.listen.host ||
         next->server.listen.port != old.server.listen.port ||
         next->server.workers != old.server.workers ||
@@ -393,6 +464,9 @@ int application::run() {
     }
     // The shared table serves the memory store, and Redis's failure-mode local.
     memory_store_ = std::make_unique<store::memory_store>(clock_);
+    // A start-up failure from here on (the admin port in use, say) leaves by an exception with
+    // the worker threads running: each worker's destructor stops and joins its thread, so the
+    // process ends with the error and exit code 1, not with std::terminate.
     start_workers();
     listening_ = true;
     start_admin();

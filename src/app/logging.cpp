@@ -101,7 +101,9 @@ std::shared_ptr<spdlog::logger> setup_logging(const config::logging_settings& se
         access->set_formatter(std::make_unique<spdlog::pattern_formatter>(access_text_pattern));
     }
     main->set_level(level);
-    access->set_level(level);
+    // logging.level is for the diagnostics; logging.access-log alone turns the access log on or
+    // off (`level: warn` must not silence it).
+    access->set_level(settings.access_log ? spdlog::level::info : spdlog::level::off);
     // Errors must reach the log even when a crash follows.
     main->flush_on(spdlog::level::warn);
     return access;

@@ -152,7 +152,8 @@ awaitable<failure> exchange(forward_args& a,
     if (!conn) {
         auto [ec, c] = co_await a.pool.connect(up);
         if (ec) {
-            co_return ec == errc::upstream_exhausted ? failure::upstream_busy : failure::upstream;
+            co_return ec == errc::upstream_exhausted ? failure::upstream_busy
+                                                     : failure::upstream_connect;
         }
         conn = std::move(c);
     }
@@ -208,12 +209,15 @@ awaitable<forward_result> answer_failure(forward_args& a, failure f) {
     switch (f) {
     case failure::upstream_timeout:
         reply.status = bhttp::status::gateway_timeout;
+        result.upstream = upstream_outcome::timed_out;
         break;
     case failure::client_bad_body:
         reply.status = bhttp::status::bad_request;
+        result.upstream = upstream_outcome::client_failed;
         break;
     case failure::client_too_large:
         reply.status = bhttp::status::payload_too_large;
+        result.upstream = upstream_outcome::client_failed;
         break;
     case failure::upstream_busy:
         reply.status = bhttp::status::service_unavailable;
@@ -223,9 +227,15 @@ awaitable<forward_result> answer_failure(forward_args& a, failure f) {
         reply.status = bhttp::status::request_timeout;
         break;
     case failure::client_gone:
+        result.upstream = upstream_outcome::client_failed;
         co_return result;
+    case failure::upstream_connect:
+        reply.status = bhttp::status::bad_gateway;
+        result.upstream = upstream_outcome::connect_failed;
+        break;
     default:
         reply.status = bhttp::status::bad_gateway;
+        result.upstream = upstream_outcome::failed;
         break;
     }
     // The request body may be partly unread: keep the connection only when it is all in.
@@ -293,6 +303,7 @@ awaitable<forward_result> forward(forward_args& a) {
     const bool upstream_keep_alive = rp->keep_alive() && !rp->need_eof();
     forward_result result;
     result.status = rp->get().result_int();
+    result.upstream = upstream_outcome::response;
     result.keep_alive = prepare_response(a, *rp);
     response_relay relay(a, *conn, *rp, buf);
     if (const auto done = relay.start()) {

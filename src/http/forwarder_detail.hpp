@@ -18,7 +18,8 @@ using relay_buffer = std::span<char, relay_buffer_size>;
 enum class failure {
     none,
     stale,            // a reused connection failed before anything happened: retry once
-    upstream,         // connect, write or read failed: 502
+    upstream_connect, // no connection to the upstream: 502
+    upstream,         // write or read failed, or the answer was not HTTP: 502
     upstream_timeout, // no response header in time: 504
     upstream_busy,    // upstream.max-connections in use for upstream.timeout: 503
     client_gone,      // the client closed or stalled: close without a reply

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/listener.hpp"
 
+#include "sluice/core/log_throttle.hpp"
 #include "sluice/http/session.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -17,6 +18,9 @@ namespace {
 
 using reuse_port = net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
 
+/// How long an acceptor waits after a failed accept (out of descriptors, say) before the next.
+constexpr std::chrono::milliseconds accept_pause{50};
+
 void check(const error_code& ec, const char* what, const tcp::endpoint& endpoint) {
     if (ec) {
         throw boost::system::system_error(ec,
@@ -32,8 +36,10 @@ void log_session_exception(std::exception_ptr e) {
     try {
         std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-        // An exception escaping a session is a bug, not control flow: say so loudly.
-        spdlog::error("session ended by an exception: {}", ex.what());
+        // An exception escaping a session is a bug, not control flow: say so loudly, but a
+        // peer that triggers it again and again must not flood the log.
+        static log_throttle throttle;
+        log_throttled(throttle, spdlog::level::err, "session ended by an exception: {}", ex.what());
     }
 }
 
@@ -56,20 +62,21 @@ tcp_acceptor open_acceptor(const executor& ex, const tcp::endpoint& endpoint) {
 }
 
 awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker) {
-    auto last_warning = std::chrono::steady_clock::time_point{};
+    // Shared by the workers: out of descriptors, they all fail at once.
+    static log_throttle throttle;
     for (;;) {
         auto [ec, socket] = co_await acceptor.async_accept();
         if (ec == net::error::operation_aborted || !acceptor.is_open()) {
             co_return;
         }
         if (ec) {
-            const auto now = std::chrono::steady_clock::now();
-            if (now - last_warning > std::chrono::seconds(1)) {
-                last_warning = now;
-                spdlog::warn("worker {}: accept failed: {}", worker.index, ec.message());
-            }
+            log_throttled(throttle,
+                          spdlog::level::warn,
+                          "worker {}: accept failed: {}",
+                          worker.index,
+                          ec.message());
             // Out of descriptors, say: accepting again at once would spin.
-            steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));
+            steady_timer pause(acceptor.get_executor(), accept_pause);
             auto [wait_ec] = co_await pause.async_wait();
             (void)wait_ec;
             continue;

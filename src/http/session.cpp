@@ -125,6 +125,7 @@ forward_args forward_args_for(connection_state& c, request_state& r) {
 ending forwarded(request_state& r, const forward_result& result) {
     r.record.status = result.status;
     r.record.upstream_time = result.upstream_time;
+    r.upstream = result.upstream;
     if (result.status == 0) {
         return ending::close;
     }
@@ -247,7 +248,9 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
     co_return forwarded(r, result);
 }
 
-// Counts the request in the metrics: the limiter's decision per rule, the upstream's answer.
+// Counts the request in the metrics: the limiter's decision per rule, and what the forwarder
+// saw of the upstream (a 502 or 504 sluice wrote is no upstream response; a client's broken
+// body or departure says nothing about the upstream).
 void count_request(connection_state& c, const request_state& r) {
     auto& m = *c.w.metrics;
     if (r.counted_as) {
@@ -257,20 +260,31 @@ void count_request(connection_state& c, const request_state& r) {
             rule.count(metrics::decision_kind::dry_run_rejected);
         }
     }
-    if (r.record.upstream_time.count() < 0) {
-        if (r.record.status == 400 || r.record.status == 413 || r.record.status == 414 ||
-            r.record.status == 431) {
-            metrics::bump(m.bad_requests_total);
-        }
+    const auto upstream = r.upstream.value_or(upstream_outcome::client_failed);
+    switch (upstream) {
+    case upstream_outcome::response: {
+        m.upstream_latency.observe(r.record.upstream_time);
+        const auto status_class = r.record.status / 100;
+        metrics::bump(m.upstream_status[status_class >= 1 && status_class <= 5 ? status_class : 0]);
         return;
     }
-    m.upstream_latency.observe(r.record.upstream_time);
-    const auto status_class = r.record.status / 100;
-    metrics::bump(m.upstream_status[status_class >= 1 && status_class <= 5 ? status_class : 0]);
-    if (r.record.status == 502) {
+    case upstream_outcome::connect_failed:
+        metrics::bump(m.upstream_status[0]);
         metrics::bump(m.upstream_connect_errors_total);
-    } else if (r.record.status == 504) {
+        return;
+    case upstream_outcome::failed:
+        metrics::bump(m.upstream_status[0]);
+        return;
+    case upstream_outcome::timed_out:
+        metrics::bump(m.upstream_status[0]);
         metrics::bump(m.upstream_timeouts_total);
+        return;
+    case upstream_outcome::client_failed:
+        break;
+    }
+    if (r.record.status == 400 || r.record.status == 413 || r.record.status == 414 ||
+        r.record.status == 431) {
+        metrics::bump(m.bad_requests_total);
     }
 }
 

@@ -242,11 +242,24 @@ struct header_scratch {
     std::string lines;
 };
 
+/// What the forwarder saw of the upstream: what the upstream metrics count.
+enum class upstream_outcome {
+    response,       // the upstream answered: its status went to the client (maybe cut short)
+    connect_failed, // no connection could be made: 502
+    failed,         // the connection broke, or the answer was not HTTP: 502
+    timed_out,      // no response header within upstream.timeout: 504
+    client_failed,  // the client failed first (a broken or too large body: 400/413, or it left):
+                    // nothing to say about the upstream
+};
+
 /// What forwarding a request came to.
 struct forward_result {
+    /// The status the client got; 0 when it got none.
     unsigned status = 0;
     /// The client connection may carry another request.
     bool keep_alive = false;
+    upstream_outcome upstream = upstream_outcome::client_failed;
+    /// From the start of forwarding to the end of the response.
     milliseconds upstream_time{-1};
 };
 

@@ -82,6 +82,8 @@ struct request_state {
     header_arena arena;
     request_parser parser;
     access_record record;
+    /// Set when the request went to the forwarder: what it saw of the upstream.
+    std::optional<upstream_outcome> upstream;
     reply_context reply;
     /// The rule's name ("fallback" when none matched), for the per-rule counters.
     std::string_view rule_name;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/metrics/admin_server.hpp"
 
+#include "sluice/core/log_throttle.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -22,6 +24,9 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
 };
 
 namespace {
+
+/// How long the admin listener waits after a failed accept before the next (as the proxy's do).
+constexpr std::chrono::milliseconds accept_pause{100};
 
 http::response<http::string_body> answer(const http::request<http::string_body>& req,
                                          const registry& metrics,
@@ -71,13 +76,21 @@ awaitable<void> serve(tcp_socket socket, std::shared_ptr<admin_server::impl> sel
 }
 
 awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
+    static log_throttle throttle;
     for (;;) {
         auto [ec, socket] = co_await self->acceptor.async_accept();
         if (ec == net::error::operation_aborted || !self->acceptor.is_open()) {
             co_return;
         }
         if (ec) {
-            spdlog::warn("admin: accept failed: {}", ec.message());
+            log_throttled(throttle, spdlog::level::warn, "admin: accept failed: {}", ec.message());
+            // Out of descriptors, say: accepting again at once would spin (and the failed accept
+            // leaves the connection queued, so the next one fails at once too).
+            steady_timer pause(self->acceptor.get_executor(), accept_pause);
+            auto [wait_ec] = co_await pause.async_wait();
+            if (wait_ec) {
+                co_return;
+            }
             continue;
         }
         net::co_spawn(self->acceptor.get_executor(), serve(std::move(socket), self), net::detached);

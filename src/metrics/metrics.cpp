@@ -137,7 +137,7 @@ std::string registry::render() const {
     single(out,
            "sluice_bad_requests_total",
            "counter",
-           "Requests answered 400/413/414/431 by sluice, never forwarded.",
+           "Requests answered 400/413/414/431 by sluice: a broken or too large header or body.",
            static_cast<double>(load(bad_requests_total)));
     single(out,
            "sluice_held_requests",
@@ -165,8 +165,11 @@ std::string registry::render() const {
            "histogram",
            "Upstream time from request sent to response header received.");
     upstream_latency.render(out, "sluice_upstream_latency_seconds", "");
-    header(
-        out, "sluice_upstream_responses_total", "counter", "Upstream responses by status class.");
+    header(out,
+           "sluice_upstream_responses_total",
+           "counter",
+           "Upstream responses by status class; none: no response (the connection failed or broke, "
+           "or timed out).");
     static constexpr const char* classes[] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
     for (std::size_t i = 0; i < upstream_status.size(); ++i) {
         fmt::format_to(std::back_inserter(out),
@@ -177,7 +180,7 @@ std::string registry::render() const {
     single(out,
            "sluice_upstream_connect_errors_total",
            "counter",
-           "Upstream connections that failed (answered 502).",
+           "Upstream connections that could not be made (answered 502).",
            static_cast<double>(load(upstream_connect_errors_total)));
     single(out,
            "sluice_upstream_timeouts_total",

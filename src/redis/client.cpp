@@ -3,6 +3,7 @@
 
 #include "redis/asio_adapter_detail.hpp"
 #include "redis/reply_detail.hpp"
+#include "sluice/core/log_throttle.hpp"
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -261,7 +262,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // TCP alone may take many minutes to give up on a hung peer; meanwhile every command would
     // time out. Drop the connection (its commands complete with NULL replies) and start over.
     void drop_stalled() {
-        spdlog::warn("redis: {} stopped answering; reconnecting", where());
+        static log_throttle throttle;
+        log_throttled(
+            throttle, spdlog::level::warn, "redis: {} stopped answering; reconnecting", where());
         outage_logged_ = true;
         redisAsyncContext* c = ac_;
         ac_ = nullptr;
@@ -292,7 +295,8 @@ struct client::state : std::enable_shared_from_this<client::state> {
     static handler_type checker(std::string what) {
         return [what = std::move(what)](error_code ec, reply r) {
             if (ec == errc::bad_reply) {
-                spdlog::error("redis: {} failed: {}", what, r.str);
+                static log_throttle throttle;
+                log_throttled(throttle, spdlog::level::err, "redis: {} failed: {}", what, r.str);
             }
         };
     }
@@ -384,7 +388,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
         attempt_ = 0;
         connect_timer_.cancel();
         if (outage_logged_) {
-            spdlog::info("redis: reconnected to {}", where());
+            // A flapping Redis would otherwise write one of these per flap.
+            static log_throttle throttle;
+            log_throttled(throttle, spdlog::level::info, "redis: reconnected to {}", where());
             outage_logged_ = false;
         } else {
             spdlog::debug("redis: connected to {}", where());
@@ -404,7 +410,12 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (phase_ != phase::connected) {
             return;
         }
-        spdlog::warn("redis: connection to {} lost: {}", where(), clean ? "closed" : why);
+        static log_throttle throttle;
+        log_throttled(throttle,
+                      spdlog::level::warn,
+                      "redis: connection to {} lost: {}",
+                      where(),
+                      clean ? "closed" : why);
         outage_logged_ = true;
         schedule_reconnect();
     }
@@ -425,7 +436,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
         // One warning per outage; the retries that follow are debug noise.
         if (!outage_logged_) {
-            spdlog::warn("redis: cannot connect to {}: {}", where(), why);
+            static log_throttle throttle;
+            log_throttled(
+                throttle, spdlog::level::warn, "redis: cannot connect to {}: {}", where(), why);
             outage_logged_ = true;
         } else {
             spdlog::debug("redis: cannot connect to {}: {}", where(), why);

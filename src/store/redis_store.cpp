@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/store/redis_store.hpp"
 
+#include "sluice/core/log_throttle.hpp"
 #include "sluice/redis/command_writer.hpp"
 #include "sluice/redis/scripts.hpp"
 
@@ -360,12 +361,11 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
         // Unavailability is the client's to report (once per outage); a bad reply is a bug or
         // a misconfiguration an operator must see, but not once per request.
         if (ec == errc::bad_reply) {
-            const auto now = std::chrono::steady_clock::now();
-            if (now - last_warning_ >= std::chrono::seconds(10)) {
-                last_warning_ = now;
-                spdlog::warn("redis store: unexpected reply to the limits script: {}",
-                             r.describe());
-            }
+            static log_throttle throttle{std::chrono::seconds(10)};
+            log_throttled(throttle,
+                          spdlog::level::warn,
+                          "redis store: unexpected reply to the limits script: {}",
+                          r.describe());
         }
         for (auto& w : b.waiters) {
             resume(w.handler, fail(w.request_checks, ec));
@@ -378,6 +378,11 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
         field += w.request_checks.size() * reply_fields;
         resume(w.handler, std::move(out));
     }
+}
+
+void redis_store::apply_reloadable(const config::redis_settings& settings) noexcept {
+    ttl_ = settings.ttl;
+    on_failure_ = settings.on_failure;
 }
 
 outcome redis_store::fail(checks& request_checks, error_code ec) {

@@ -23,8 +23,9 @@ void init_logging();
  * Sets up logging from `config.logging`: the default logger (diagnostics, on stderr) and the
  * access logger (one line per request, on stdout, as container platforms expect). Text lines look
  * like `[2024-05-01 12:00:00.123] [info] message`; JSON lines are one object each, with "time"
- * (UTC, ISO 8601), "level" and "msg" (or the access fields). Called at start-up, and again on
- * reload to apply a new level or format. Returns the access logger.
+ * (UTC, ISO 8601), "level" and "msg" (or the access fields). `level` applies to the diagnostics
+ * only; `access_log` alone decides whether the access logger writes. Called at start-up, and
+ * again on reload to apply a new level or format. Returns the access logger.
  */
 std::shared_ptr<spdlog::logger> setup_logging(const config::logging_settings& settings);
 

@@ -70,7 +70,7 @@ public:
     // Connections and requests.
     gauge connections_open{0};
     counter connections_total{0};
-    counter bad_requests_total{0}; // 400/413/414/431 answered by sluice itself
+    counter bad_requests_total{0}; // 400/413/414/431 answered by sluice itself (header or body)
 
     // Shaping.
     gauge held_now{0};
@@ -79,7 +79,8 @@ public:
     counter held_abandoned_total{0}; // the client left while held: never forwarded
 
     // Upstream.
-    histogram upstream_latency;               // request sent → response header received
+    // What the forwarder saw of the upstream; a client's failure counts in none of these.
+    histogram upstream_latency;               // responses only: forwarding start → response end
     std::array<counter, 6> upstream_status{}; // index 1..5 = 1xx..5xx, 0 = no response
     counter upstream_connect_errors_total{0};
     counter upstream_timeouts_total{0};

@@ -19,7 +19,8 @@ namespace sluice::store {
  *
  * Memory stays bounded: `sweep()` forgets every key whose state has fully reset (a drained
  * queue, a full token bucket, a past window), since forgetting it changes no future decision.
- * The owner calls it periodically; `acquire_now` also sweeps one shard now and then.
+ * The owner (the application's control thread) calls it periodically; `acquire_now` never
+ * sweeps, so a decision's cost does not depend on the table's size.
  */
 class memory_store final : public store {
 public:

@@ -43,8 +43,8 @@ class redis_store final : public store {
 public:
     /**
      * Uses `client`, which must outlive the store and be started by its owner. Registers the
-     * script's SCRIPT LOAD as a connect command on it. `local_fallback` may be null; when set, it
-     * must outlive the store.
+     * script's SCRIPT LOAD as a connect command on it. `local_fallback` may be null (then
+     * `on_failure: local` acts as `open`); when set, it must outlive the store.
      */
     redis_store(redis::client& client,
                 const config::redis_settings& settings,
@@ -68,6 +68,13 @@ public:
 
     redis::client& client() noexcept { return client_; }
 
+    /**
+     * Applies what a reload may change: `ttl` (for the keys written from now on) and
+     * `on_failure`. The other settings made the client's connection and need a restart. Call on
+     * the client's executor.
+     */
+    void apply_reloadable(const config::redis_settings& settings) noexcept;
+
     /// Counts Redis latency and errors in `registry` (which must outlive the store); optional.
     void set_metrics(metrics::registry* registry) noexcept { metrics_ = registry; }
 
@@ -88,7 +95,6 @@ private:
     memory_store* local_fallback_;
     std::optional<double> now_override_;
     metrics::registry* metrics_ = nullptr;
-    std::chrono::steady_clock::time_point last_warning_{};
     /// The batch taking requests until its flush runs; null when none is open.
     batch_ptr open_;
     /// Lets posted flushes and reply callbacks notice that the store is gone.

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 #include <spdlog/details/log_msg.h>
+#include <spdlog/logger.h>
+#include <spdlog/spdlog.h>
 
 #include <string>
 
@@ -40,6 +42,25 @@ TEST(ParseLevel, KnowsTheConfigNames) {
     EXPECT_EQ(parse_level("critical"), spdlog::level::critical);
     EXPECT_EQ(parse_level("off"), spdlog::level::off);
     EXPECT_EQ(parse_level("nonsense"), spdlog::level::info);
+}
+
+config::logging_settings logging_with(std::string level, bool access_log) {
+    config::logging_settings settings;
+    settings.level = std::move(level);
+    settings.access_log = access_log;
+    return settings;
+}
+
+// logging.level is for the diagnostics; the access log is on or off by logging.access-log alone.
+TEST(SetupLogging, AccessLogFollowsAccessLogNotLevel) {
+    for (const char* level : {"trace", "info", "warn", "error", "off"}) {
+        const auto on = setup_logging(logging_with(level, true));
+        EXPECT_TRUE(on->should_log(spdlog::level::info)) << "level " << level;
+        EXPECT_EQ(spdlog::default_logger()->level(), parse_level(level)) << "level " << level;
+        const auto off = setup_logging(logging_with(level, false));
+        EXPECT_FALSE(off->should_log(spdlog::level::info)) << "level " << level;
+    }
+    setup_logging(logging_with("info", true));
 }
 
 } // namespace
