@@ -54,7 +54,8 @@ awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
         body.data = buf.data();
         body.size = buf.size();
         a.client.expires_after(a.config.server.idle_timeout);
-        const auto ec = co_await read_message(a.client, a.client_buffer, a.parser, false);
+        const auto ec = co_await read_message(
+            a.client, a.client_buffer, a.parser, false, chunk_limits_of(a.config));
         if (ec && ec != bhttp::error::need_buffer) {
             co_return classify_client_read(ec);
         }
@@ -161,7 +162,7 @@ awaitable<failure> exchange(forward_args& a,
         conn->stream.expires_after(up.timeout);
         // read_message's loop, here: one coroutine frame less per request.
         for (;;) {
-            if (auto parsed = parse_buffered(conn->buffer, *rp, true)) {
+            if (auto parsed = parse_buffered(conn->buffer, *rp, true, chunk_limits{})) {
                 ec = *parsed;
                 break;
             }

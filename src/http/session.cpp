@@ -220,6 +220,10 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
     if (const auto status = check_request(r.parser, *r.cfg)) {
         return early_end{local_reply{*status, {}, 0}, true};
     }
+    if (!rewrite_absolute_form(r.parser.get())) {
+        r.record.path = req.target();
+        return early_end{local_reply{bhttp::status::bad_request, {}, 0}, false};
+    }
     auto path = key::normalize_path(req.target());
     if (!path) {
         r.record.path = req.target();
