@@ -209,6 +209,10 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
         if (!status) {
             return early_end{};
         }
+        // A header refused after its request line was parsed (a field too large, say) is
+        // answered, so it gets its access-log line; before that there is no method to log.
+        r.record.method = r.parser.get().method_string();
+        r.record.path = r.parser.get().target();
         return early_end{local_reply{*status, {}, 0}, true};
     }
     const auto& req = r.parser.get();

@@ -235,6 +235,8 @@ TEST(HostileInput, HeaderValueOver64KiBGets431) {
     bool met = false;
     const auto text = wait_connections_closed(admin, met);
     EXPECT_TRUE(met) << text;
+    EXPECT_TRUE(sluice.wait_for_log("path=/big key=- decision=- status=431", 5s))
+        << sluice.log_text();
     EXPECT_EQ(get(sluice.port(), "/after").status, 200u);
 }
 
