@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reading and checking a request header: the defences that run before any rate-limit work.
+// Checking a request header: the defences that run before any rate-limit work. No coroutine here
+// (read_header is in message_reader.cpp), so that the request_head fuzzer can build this file
+// with every sanitizer (clang 14 cannot build a coroutine with UBSan).
+#include "http/header_block_detail.hpp"
 #include "http/session_detail.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -112,9 +115,21 @@ std::optional<error_code> check_request_line(std::string_view data) {
     return std::nullopt;
 }
 
-// What the buffer says about the request header, scanning on from `scanned`: complete (and
-// free of obsolete line folding: else bad_value), over `limit` (header_limit), not a request
-// (check_request_line), or nullopt, not all there yet.
+// Whether `authority` is a host with an optional port, and nothing else: no user info, no
+// characters a Host field could not carry.
+bool is_plain_authority(std::string_view authority) {
+    if (authority.empty() || authority.front() == ':') {
+        return false;
+    }
+    return std::all_of(authority.begin(), authority.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
+               std::string_view("-._~:[]").find(c) != std::string_view::npos;
+    });
+}
+
+} // namespace
+
 std::optional<error_code>
 check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::size_t& scanned) {
     const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
@@ -133,27 +148,10 @@ check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::s
     return std::nullopt;
 }
 
-// Parses a complete header from the buffer; need_more only if our blank-line scan and Beast
-// disagree about where it ends.
 error_code parse_header(beast::flat_buffer& buffer, request_parser& parser) {
     // The chunk limits apply to the body only: any will do for the header.
     return put_buffered(buffer, parser, chunk_limits{});
 }
-
-// Whether `authority` is a host with an optional port, and nothing else: no user info, no
-// characters a Host field could not carry.
-bool is_plain_authority(std::string_view authority) {
-    if (authority.empty() || authority.front() == ':') {
-        return false;
-    }
-    return std::all_of(authority.begin(), authority.end(), [](char c) {
-        const auto u = static_cast<unsigned char>(c);
-        return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-               std::string_view("-._~:[]").find(c) != std::string_view::npos;
-    });
-}
-
-} // namespace
 
 // The answer to a request whose header could not be read; nullopt: close without one.
 std::optional<bhttp::status> header_error_status(const error_code& ec, bool got_some) {
@@ -255,34 +253,6 @@ take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t li
         return std::nullopt;
     }
     return ec;
-}
-
-awaitable<error_code> read_header(timed_stream& stream,
-                                  beast::flat_buffer& buffer,
-                                  request_parser& parser,
-                                  std::uint64_t limit) {
-    std::size_t scanned = 0;
-    std::optional<error_code> ec;
-    while (!(ec = check_header_block(buffer, limit, scanned))) {
-        const auto room = std::clamp<std::uint64_t>(limit + 4 - buffer.size(), 512, 16 * 1024);
-        auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(room));
-        buffer.commit(n);
-        if (read_ec == net::error::eof) {
-            co_return bhttp::error::partial_message;
-        }
-        if (read_ec) {
-            co_return read_ec;
-        }
-    }
-    if (*ec) {
-        co_return *ec;
-    }
-    auto parse_ec = parse_header(buffer, parser);
-    if (parse_ec == bhttp::error::need_more) {
-        // Only if our blank-line scan and Beast disagree; let Beast read and decide.
-        parse_ec = co_await read_message(stream, buffer, parser, true, chunk_limits{});
-    }
-    co_return parse_ec;
 }
 
 } // namespace sluice::http::detail
