@@ -15,6 +15,8 @@ namespace bhttp = boost::beast::http;
 bool is_fixed_hop_by_hop(bhttp::field name) {
     switch (name) {
     case bhttp::field::keep_alive:
+    case bhttp::field::proxy_authenticate:
+    case bhttp::field::proxy_authorization:
     case bhttp::field::proxy_connection:
     case bhttp::field::te:
     case bhttp::field::trailer:

@@ -69,7 +69,8 @@ awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
         body.data = buf.data();
         body.size = buf.size();
         a.client.expires_after(body_read_timeout(a));
-        const auto ec = co_await read_message(a.client, a.client_buffer, a.parser, false);
+        const auto ec = co_await read_message(
+            a.client, a.client_buffer, a.parser, false, chunk_limits_of(a.config));
         if (ec == beast::error::timeout) {
             co_return failure::client_timeout;
         }
@@ -180,7 +181,7 @@ awaitable<failure> exchange(forward_args& a,
         conn->stream.expires_after(up.timeout);
         // read_message's loop, here: one coroutine frame less per request.
         for (;;) {
-            if (auto parsed = parse_buffered(conn->buffer, *rp, true)) {
+            if (auto parsed = parse_buffered(conn->buffer, *rp, true, chunk_limits{})) {
                 ec = *parsed;
                 break;
             }

@@ -91,7 +91,8 @@ awaitable<bool> discard_body(timed_stream& stream,
         parser.get().body().data = scratch.data();
         parser.get().body().size = scratch.size();
         stream.expires_after(timeout);
-        const auto ec = co_await read_message(stream, buffer, parser, false);
+        // A known length (above): no chunk limits to hold to.
+        const auto ec = co_await read_message(stream, buffer, parser, false, chunk_limits{});
         if (ec && ec != bhttp::error::need_buffer) {
             co_return false;
         }

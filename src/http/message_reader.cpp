@@ -1,27 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The message reader: Beast's read algorithms as one loop over the stream's own reads.
+// The message reader: Beast's read algorithms as one loop over the stream's own reads, and the
+// request header's. The coroutines live here, apart from the parsing they call
+// (message_parse.cpp, request_checks.cpp), which a fuzzer builds on its own.
+#include "http/header_block_detail.hpp"
 #include "http/session_detail.hpp"
 
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
 
-namespace sluice::http::detail {
+#include <algorithm>
 
-template <bool isRequest>
-std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
-                                         bhttp::basic_parser<isRequest>& parser,
-                                         bool header_only) {
-    if (buffer.size() == 0) {
-        return std::nullopt;
-    }
-    // Without the eager option, one put parses the header or one piece of the body.
-    error_code ec;
-    const auto used = parser.put(buffer.data(), ec);
-    buffer.consume(used);
-    const bool more =
-        ec == bhttp::error::need_more || (!ec && header_only && !parser.is_header_done());
-    return more ? std::nullopt : std::optional(ec);
-}
+namespace sluice::http::detail {
 
 template <bool isRequest>
 error_code read_failed(const error_code& ec, bhttp::basic_parser<isRequest>& parser) {
@@ -41,9 +30,10 @@ template <bool isRequest>
 awaitable<error_code> read_message(timed_stream& stream,
                                    beast::flat_buffer& buffer,
                                    bhttp::basic_parser<isRequest>& parser,
-                                   bool header_only) {
+                                   bool header_only,
+                                   const chunk_limits& limits) {
     for (;;) {
-        if (auto parsed = parse_buffered(buffer, parser, header_only)) {
+        if (auto parsed = parse_buffered(buffer, parser, header_only, limits)) {
             co_return *parsed;
         }
         auto [ec, n] = co_await stream.async_read_some(read_room(buffer));
@@ -54,19 +44,43 @@ awaitable<error_code> read_message(timed_stream& stream,
     }
 }
 
+awaitable<error_code> read_header(timed_stream& stream,
+                                  beast::flat_buffer& buffer,
+                                  request_parser& parser,
+                                  std::uint64_t limit) {
+    std::size_t scanned = 0;
+    std::optional<error_code> ec;
+    while (!(ec = check_header_block(buffer, limit, scanned))) {
+        const auto room = std::clamp<std::uint64_t>(limit + 4 - buffer.size(), 512, 16 * 1024);
+        auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(room));
+        buffer.commit(n);
+        if (read_ec == net::error::eof) {
+            co_return bhttp::error::partial_message;
+        }
+        if (read_ec) {
+            co_return read_ec;
+        }
+    }
+    if (*ec) {
+        co_return *ec;
+    }
+    auto parse_ec = parse_header(buffer, parser);
+    if (parse_ec == bhttp::error::need_more) {
+        // Only if our blank-line scan and Beast disagree; let Beast read and decide.
+        parse_ec = co_await read_message(stream, buffer, parser, true, chunk_limits{});
+    }
+    co_return parse_ec;
+}
+
 net::mutable_buffer read_room(beast::flat_buffer& buffer) {
     return buffer.prepare(beast::read_size(buffer, 65536));
 }
 
-template std::optional<error_code>
-parse_buffered(beast::flat_buffer&, bhttp::basic_parser<true>&, bool);
-template std::optional<error_code>
-parse_buffered(beast::flat_buffer&, bhttp::basic_parser<false>&, bool);
 template error_code read_failed(const error_code&, bhttp::basic_parser<true>&);
 template error_code read_failed(const error_code&, bhttp::basic_parser<false>&);
-template awaitable<error_code>
-read_message(timed_stream&, beast::flat_buffer&, bhttp::basic_parser<true>&, bool);
-template awaitable<error_code>
-read_message(timed_stream&, beast::flat_buffer&, bhttp::basic_parser<false>&, bool);
+template awaitable<error_code> read_message(
+    timed_stream&, beast::flat_buffer&, bhttp::basic_parser<true>&, bool, const chunk_limits&);
+template awaitable<error_code> read_message(
+    timed_stream&, beast::flat_buffer&, bhttp::basic_parser<false>&, bool, const chunk_limits&);
 
 } // namespace sluice::http::detail

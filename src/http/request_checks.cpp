@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reading and checking a request header: the defences that run before any rate-limit work.
+// Checking a request header: the defences that run before any rate-limit work. No coroutine here
+// (read_header is in message_reader.cpp), so that the request_head fuzzer can build this file
+// with every sanitizer (clang 14 cannot build a coroutine with UBSan).
+#include "http/header_block_detail.hpp"
 #include "http/session_detail.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -70,9 +73,63 @@ bool has_obs_fold(std::string_view header) {
     return false;
 }
 
-// What the buffer says about the request header, scanning on from `scanned`: complete (and
-// free of obsolete line folding: else bad_value), over `limit` (header_limit), or nullopt, not
-// all there yet.
+// RFC 9110 5.6.2: the characters of a token, hence of a method.
+bool is_tchar(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z')) {
+        return true;
+    }
+    return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// What the start of a header in `data` already tells, before its blank line: bytes that cannot
+// begin a request line (a TLS ClientHello starts with 0x16) are bad_method, and a complete first
+// line without an HTTP version (HTTP/0.9's "GET /") is bad_version. Either waits for no blank
+// line, which such a peer never sends: without this it would hold the connection until the
+// header timeout.
+std::optional<error_code> check_request_line(std::string_view data) {
+    std::size_t method_end = 0;
+    while (method_end < data.size() && data[method_end] != ' ') {
+        if (!is_tchar(data[method_end])) {
+            return bhttp::error::bad_method;
+        }
+        ++method_end;
+    }
+    if (method_end == 0 && !data.empty()) {
+        return bhttp::error::bad_method;
+    }
+    const auto line_end = data.find('\n', method_end);
+    if (line_end == std::string_view::npos) {
+        return std::nullopt;
+    }
+    auto line = data.substr(0, line_end);
+    if (!line.empty() && line.back() == '\r') {
+        line.remove_suffix(1);
+    }
+    // request-line = method SP request-target SP HTTP-version (RFC 9112 3)
+    const auto version_start = line.find(' ', method_end + 1);
+    if (version_start == std::string_view::npos ||
+        line.substr(version_start + 1).rfind("HTTP/", 0) != 0) {
+        return bhttp::error::bad_version;
+    }
+    return std::nullopt;
+}
+
+// Whether `authority` is a host with an optional port, and nothing else: no user info, no
+// characters a Host field could not carry.
+bool is_plain_authority(std::string_view authority) {
+    if (authority.empty() || authority.front() == ':') {
+        return false;
+    }
+    return std::all_of(authority.begin(), authority.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
+               std::string_view("-._~:[]").find(c) != std::string_view::npos;
+    });
+}
+
+} // namespace
+
 std::optional<error_code>
 check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::size_t& scanned) {
     const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
@@ -84,20 +141,17 @@ check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::s
     if (data.size() > limit) {
         return bhttp::error::header_limit;
     }
+    if (auto bad = check_request_line(data)) {
+        return bad;
+    }
     scanned = data.size();
     return std::nullopt;
 }
 
-// Parses a complete header from the buffer; need_more only if our blank-line scan and Beast
-// disagree about where it ends.
 error_code parse_header(beast::flat_buffer& buffer, request_parser& parser) {
-    error_code ec;
-    const auto used = parser.put(buffer.data(), ec);
-    buffer.consume(used);
-    return ec;
+    // The chunk limits apply to the body only: any will do for the header.
+    return put_buffered(buffer, parser, chunk_limits{});
 }
-
-} // namespace
 
 // The answer to a request whose header could not be read; nullopt: close without one.
 std::optional<bhttp::status> header_error_status(const error_code& ec, bool got_some) {
@@ -149,6 +203,45 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
     return std::nullopt;
 }
 
+std::optional<absolute_target> split_absolute_form(std::string_view target) {
+    std::size_t scheme = 0;
+    if (target.size() >= 7 && beast::iequals(target.substr(0, 7), "http://")) {
+        scheme = 7;
+    } else if (target.size() >= 8 && beast::iequals(target.substr(0, 8), "https://")) {
+        scheme = 8;
+    } else {
+        return std::nullopt;
+    }
+    auto rest = target.substr(scheme);
+    const auto authority_end = std::min(rest.find_first_of("/?#"), rest.size());
+    absolute_target out;
+    out.authority = rest.substr(0, authority_end);
+    if (!is_plain_authority(out.authority)) {
+        return std::nullopt;
+    }
+    rest.remove_prefix(authority_end);
+    // RFC 9112 3.2.1: an empty path is sent as "/".
+    out.origin_form =
+        rest.empty() || rest.front() != '/' ? "/" + std::string(rest) : std::string(rest);
+    return out;
+}
+
+bool rewrite_absolute_form(bhttp::request_header<header_fields>& req) {
+    const auto target = std::string_view(req.target());
+    if (target.empty() || target.front() == '/' || target == "*") {
+        return true; // origin-form (or asterisk-form, which the path check refuses)
+    }
+    auto split = split_absolute_form(target);
+    if (!split) {
+        return false;
+    }
+    // Copied before the target changes: `authority` points into its storage.
+    const std::string host(split->authority);
+    req.target(split->origin_form);
+    req.set(bhttp::field::host, host);
+    return true;
+}
+
 std::optional<error_code>
 take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t limit) {
     std::size_t scanned = 0;
@@ -160,34 +253,6 @@ take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t li
         return std::nullopt;
     }
     return ec;
-}
-
-awaitable<error_code> read_header(timed_stream& stream,
-                                  beast::flat_buffer& buffer,
-                                  request_parser& parser,
-                                  std::uint64_t limit) {
-    std::size_t scanned = 0;
-    std::optional<error_code> ec;
-    while (!(ec = check_header_block(buffer, limit, scanned))) {
-        const auto room = std::clamp<std::uint64_t>(limit + 4 - buffer.size(), 512, 16 * 1024);
-        auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(room));
-        buffer.commit(n);
-        if (read_ec == net::error::eof) {
-            co_return bhttp::error::partial_message;
-        }
-        if (read_ec) {
-            co_return read_ec;
-        }
-    }
-    if (*ec) {
-        co_return *ec;
-    }
-    auto parse_ec = parse_header(buffer, parser);
-    if (parse_ec == bhttp::error::need_more) {
-        // Only if our blank-line scan and Beast disagree; let Beast read and decide.
-        parse_ec = co_await read_message(stream, buffer, parser, true);
-    }
-    co_return parse_ec;
 }
 
 } // namespace sluice::http::detail

@@ -29,21 +29,24 @@ body_framing response_framing(const forward_args& a, const response_parser& rp) 
 
 // Parses into `buf` the part of the body that came in with the header, without reading, so
 // that the header and the first block of the body go out to the client in one write.
-error_code
-parse_buffered_body(upstream::connection& conn, response_parser& rp, const relay_buffer& buf) {
+error_code parse_buffered_body(const forward_args& a,
+                               upstream::connection& conn,
+                               response_parser& rp,
+                               const relay_buffer& buf) {
     auto& body = rp.get().body();
     body.data = buf.data();
     body.size = buf.size();
     error_code ec;
+    const auto limits = chunk_limits_of(a.config);
     while (conn.buffer.size() != 0 && !rp.is_done()) {
         // Without the eager option one call parses one piece (a chunk header, say): loop.
-        const auto used = rp.put(conn.buffer.data(), ec);
-        conn.buffer.consume(used);
+        const auto before = conn.buffer.size();
+        ec = put_buffered(conn.buffer, rp, limits);
         if (ec == bhttp::error::need_buffer || ec == bhttp::error::need_more) {
             ec = {};
             break;
         }
-        if (ec || used == 0) {
+        if (ec || conn.buffer.size() == before) {
             break;
         }
     }
@@ -85,7 +88,12 @@ awaitable<bool> relay_interim(forward_args& a, const bhttp::header<false, header
     if (a.reply.version < 11 || interim.result_int() == 100) {
         co_return true; // HTTP/1.0 knows no 1xx
     }
-    bhttp::response<bhttp::empty_body> res{interim.result(), 11};
+    // By number and reason: Beast names no status it does not know (103 Early Hints, say), and
+    // result() would make it 000 <unknown-status>.
+    bhttp::response<bhttp::empty_body> res;
+    res.version(11);
+    res.result(interim.result_int());
+    res.reason(interim.reason());
     for (const auto& f : interim) {
         res.insert(f.name_string(), f.value());
     }
@@ -144,7 +152,7 @@ std::optional<failure> response_relay::start() {
     if (has_body_) {
         // A body broken in its buffered part still gets the header first, as a later break
         // would.
-        broken_ = static_cast<bool>(parse_buffered_body(conn_, rp_, buf_));
+        broken_ = static_cast<bool>(parse_buffered_body(a_, conn_, rp_, buf_));
         block = {buf_.data(), broken_ ? 0 : rp_.get().body().size};
     }
     a_.client.expires_after(a_.config.server.idle_timeout);
@@ -186,7 +194,8 @@ awaitable<failure> response_relay::run() {
             body.data = buf_.data();
             body.size = buf_.size();
             conn_.stream.expires_after(a_.config.upstream.timeout);
-            const auto rec = co_await read_message(conn_.stream, conn_.buffer, rp_, false);
+            const auto rec = co_await read_message(
+                conn_.stream, conn_.buffer, rp_, false, chunk_limits_of(a_.config));
             body.size = buf_.size() - body.size;
             body.data = buf_.data();
             body.more = !rp_.is_done();

@@ -181,6 +181,10 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
         if (!status) {
             return early_end{};
         }
+        // A header refused after its request line was parsed (a field too large, say) is
+        // answered, so it gets its access-log line; before that there is no method to log.
+        r.record.method = r.parser.get().method_string();
+        r.record.path = r.parser.get().target();
         return early_end{local_reply{*status, {}, 0}, true};
     }
     const auto& req = r.parser.get();
@@ -191,6 +195,10 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
     r.expect_continue = req.version() >= 11 && req.find(bhttp::field::expect) != req.end();
     if (const auto status = check_request(r.parser, *r.cfg)) {
         return early_end{local_reply{*status, {}, 0}, true};
+    }
+    if (!rewrite_absolute_form(r.parser.get())) {
+        r.record.path = req.target();
+        return early_end{local_reply{bhttp::status::bad_request, {}, 0}, false};
     }
     auto path = key::normalize_path(req.target());
     if (!path) {

@@ -70,6 +70,33 @@ void make_parser(std::optional<Parser>& parser, header_allocator allocator) {
 inline constexpr std::uint64_t max_discard_bytes = 64 * 1024;
 
 /**
+ * Bounds on what a chunked body makes sluice hold before Beast can parse it: Beast 1.81 waits
+ * for a chunk-size line's end, and for the end of the trailer section, with no limit of its own.
+ */
+struct chunk_limits {
+    /// A chunk-size line with its extensions, CRLF excluded.
+    std::uint64_t line = 4 * 1024;
+    /// The trailer section after the last chunk, its blank line excluded. It also bounds the
+    /// number of trailer fields (at least three bytes each), so parsing them takes no time.
+    std::uint64_t trailer = 16 * 1024;
+};
+
+/// The chunk limits of `cfg` (server.max-chunk-header-size, server.max-trailer-size), for
+/// requests and upstream responses alike.
+chunk_limits chunk_limits_of(const config::config& cfg);
+
+/**
+ * One `put` of what `buffer` holds, consuming what it parsed; returns Beast's error (need_more,
+ * need_buffer...). Unlike a bare put it throws nothing (Beast's std::length_error for a field
+ * value over 65,535 bytes becomes header_limit), and in a chunked body it holds to `limits`:
+ * bad_chunk_extension for a longer chunk-size line, header_limit for a larger trailer section.
+ */
+template <bool isRequest>
+error_code put_buffered(beast::flat_buffer& buffer,
+                        bhttp::basic_parser<isRequest>& parser,
+                        const chunk_limits& limits);
+
+/**
  * Reads until `buffer` holds a complete request header (its blank line), within `limit` bytes
  * (bhttp::error::header_limit otherwise), refuses obsolete line folding
  * (bhttp::error::bad_value), then parses the header into `parser` and consumes it from the
@@ -93,13 +120,16 @@ take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t li
  * timed_stream, without their composed operations: parses what `buffer` holds first, and reads
  * only when the parser needs more; a parse of buffered bytes completes here, with no read and
  * no trip through the scheduler. Errors as Beast's (need_buffer when a buffer_body is full;
- * end_of_stream when the stream ends before a message starts). The caller sets the deadline.
+ * end_of_stream when the stream ends before a message starts) and `put_buffered`'s: the buffer
+ * never holds more than a header, a chunk header or a trailer within its limit, plus one read.
+ * The caller sets the deadline.
  */
 template <bool isRequest>
 awaitable<error_code> read_message(timed_stream& stream,
                                    beast::flat_buffer& buffer,
                                    bhttp::basic_parser<isRequest>& parser,
-                                   bool header_only);
+                                   bool header_only,
+                                   const chunk_limits& limits);
 
 // read_message's steps, for a caller that runs the loop itself (and so spares the frame):
 //   for (;;) { if (parse_buffered) done; read into read_room; on error, read_failed }
@@ -108,7 +138,8 @@ awaitable<error_code> read_message(timed_stream& stream,
 template <bool isRequest>
 std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
                                          bhttp::basic_parser<isRequest>& parser,
-                                         bool header_only);
+                                         bool header_only,
+                                         const chunk_limits& limits);
 
 /// Where the next read goes.
 net::mutable_buffer read_room(beast::flat_buffer& buffer);
@@ -128,6 +159,28 @@ std::optional<bhttp::status> header_error_status(const error_code& ec, bool got_
  * HTTP/1.1 chunked (400), Expect only 100-continue (417). nullopt: the request is acceptable.
  */
 std::optional<bhttp::status> check_request(const request_parser& parser, const config::config& cfg);
+
+/// An absolute-form request target (RFC 9112 3.2.2) taken apart.
+struct absolute_target {
+    /// host[:port]; points into the target.
+    std::string_view authority;
+    /// The path and query, "/" when the path is empty.
+    std::string origin_form;
+};
+
+/**
+ * Splits an absolute-form `target` ("http://host[:port]/path?query", or https) into its authority
+ * and origin-form. nullopt when it is not one, or an invalid one: another scheme, no host, user
+ * info, characters no Host field may carry.
+ */
+std::optional<absolute_target> split_absolute_form(std::string_view target);
+
+/**
+ * Rewrites an absolute-form target to origin-form, its authority replacing every Host field, as
+ * nginx does (RFC 9112 3.2.2: the authority wins); an upstream that is no proxy expects
+ * origin-form. Other targets are left alone. False: an invalid absolute-form (a 400).
+ */
+bool rewrite_absolute_form(bhttp::request_header<header_fields>& req);
 
 /// The rate-limit headers a response carries; `decision` null: none.
 struct rate_limit_context {

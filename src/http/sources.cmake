@@ -5,6 +5,7 @@ list(APPEND SLUICE_NET_SOURCES
   src/http/forwarder.cpp
   src/http/listener.cpp
   src/http/local_reply.cpp
+  src/http/message_parse.cpp
   src/http/message_reader.cpp
   src/http/message_writer.cpp
   src/http/rate_limit_headers.cpp

@@ -325,7 +325,12 @@ bool recording_upstream::write_response(fd_stream& stream,
     }
     head += "\r\n";
     error_code ec;
-    stream.write_all(head, ec);
+    if (!plan.interim.empty()) {
+        stream.write_all(plan.interim, ec);
+    }
+    if (!ec) {
+        stream.write_all(head, ec);
+    }
     const bool no_body = request.method == "HEAD" || plan.status == 204 || plan.status == 304;
     std::vector<char> piece;
     for (std::uint64_t offset = 0; !ec && !no_body && offset < size;) {
@@ -350,7 +355,7 @@ bool recording_upstream::write_response(fd_stream& stream,
         offset += n;
     }
     if (!ec && plan.chunked && !no_body) {
-        stream.write_all("0\r\n\r\n", ec);
+        stream.write_all("0\r\n" + plan.trailer + "\r\n", ec);
     }
     if (!ec && !keep_alive) {
         stream.shutdown_send();

@@ -59,6 +59,10 @@ struct response_plan {
     std::chrono::milliseconds delay{0};
     /// Close the connection after this response.
     bool close = false;
+    /// Raw bytes sent before the response, e.g. a complete 1xx interim response.
+    std::string interim;
+    /// Raw trailer lines ("Name: value\r\n" each) after the last chunk of a chunked body.
+    std::string trailer;
 };
 
 /// Counters over the upstream's lifetime.

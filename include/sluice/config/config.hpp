@@ -126,6 +126,10 @@ struct server_settings {
     unsigned workers = 0;
     std::uint64_t max_header_bytes = 16 * 1024;
     std::uint64_t max_uri_bytes = 8 * 1024;
+    /// A chunk-size line with its extensions, in request bodies and upstream responses.
+    std::uint64_t max_chunk_header_bytes = 4 * 1024;
+    /// The trailer section of a chunked request body or upstream response.
+    std::uint64_t max_trailer_bytes = 16 * 1024;
     /// 0 means no limit: bodies are streamed, never buffered whole.
     std::uint64_t max_body_bytes = 0;
     /// A keep-alive connection with no request for this long is closed.

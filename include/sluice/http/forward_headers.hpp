@@ -18,12 +18,13 @@ namespace sluice::http {
 /**
  * Removes the connection-specific ("hop-by-hop") fields of RFC 9110 7.6.1: Connection and every
  * field it names, Keep-Alive, Proxy-Connection, TE, Trailer and Upgrade. They describe one hop
- * and must not travel on.
+ * and must not travel on. Proxy-Authorization and Proxy-Authenticate go too: they are meant for
+ * a proxy (RFC 9110 11.7), and sluice authenticates nothing, so the credentials would only leak
+ * to the upstream.
  *
  * Framing is the caller's business and survives: Content-Length, Transfer-Encoding and Host are
  * never removed, even when Connection names them, because a client that could strip them would
  * change how the next hop splits the byte stream into messages (request smuggling).
- * Proxy-Authorization is kept, as nginx does.
  */
 template <typename Allocator>
 void strip_hop_by_hop(boost::beast::http::basic_fields<Allocator>& fields);

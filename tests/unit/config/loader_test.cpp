@@ -23,6 +23,8 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.server.workers, 0u);
     EXPECT_EQ(cfg.server.max_header_bytes, 16u * 1024);
     EXPECT_EQ(cfg.server.max_uri_bytes, 8u * 1024);
+    EXPECT_EQ(cfg.server.max_chunk_header_bytes, 4u * 1024);
+    EXPECT_EQ(cfg.server.max_trailer_bytes, 16u * 1024);
     EXPECT_EQ(cfg.server.max_body_bytes, 0u);
     EXPECT_EQ(cfg.server.idle_timeout, 60s);
     EXPECT_EQ(cfg.server.header_timeout, 10s);
@@ -146,6 +148,8 @@ TEST(ConfigLoader, ReadsEveryKey) {
   workers: 3
   max-header-size: 32k
   max-uri-length: 1MiB
+  max-chunk-header-size: 100
+  max-trailer-size: 64KiB
   max-body-size: 2G
   idle-timeout: 1.5
   header-timeout: 500ms
@@ -190,6 +194,8 @@ admin:
     EXPECT_EQ(cfg.server.workers, 3u);
     EXPECT_EQ(cfg.server.max_header_bytes, 32u * 1024);
     EXPECT_EQ(cfg.server.max_uri_bytes, 1024u * 1024);
+    EXPECT_EQ(cfg.server.max_chunk_header_bytes, 100u);
+    EXPECT_EQ(cfg.server.max_trailer_bytes, 64u * 1024);
     EXPECT_EQ(cfg.server.max_body_bytes, 2ull << 30);
     EXPECT_EQ(cfg.server.idle_timeout, 1500ms);
     EXPECT_EQ(cfg.server.header_timeout, 500ms);

@@ -37,7 +37,22 @@ TEST(StripHopByHop, RemovesTheFixedListAndWhatConnectionNames) {
     f.insert("Accept", "*/*");
     f.insert("Proxy-Authorization", "Basic eDp5");
     strip_hop_by_hop(f);
-    EXPECT_EQ(names(f), (std::vector<std::string>{"Host", "Accept", "Proxy-Authorization"}));
+    EXPECT_EQ(names(f), (std::vector<std::string>{"Host", "Accept"}));
+}
+
+TEST(StripHopByHop, RemovesProxyCredentialsEvenWithoutConnection) {
+    // The one pass that looks for anything to strip must see them on their own.
+    bhttp::fields request;
+    request.insert("Host", "example.com");
+    request.insert("Proxy-Authorization", "Basic c2VjcmV0OnNlY3JldA==");
+    strip_hop_by_hop(request);
+    EXPECT_EQ(names(request), (std::vector<std::string>{"Host"}));
+
+    bhttp::fields response;
+    response.insert("Proxy-Authenticate", "Basic realm=\"proxy\"");
+    response.insert("Content-Type", "text/plain");
+    strip_hop_by_hop(response);
+    EXPECT_EQ(names(response), (std::vector<std::string>{"Content-Type"}));
 }
 
 TEST(StripHopByHop, HonoursEveryConnectionLineCaseInsensitively) {

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// The request path's parsing on arbitrary bytes: the header checks (take_header, check_request,
+// absolute-form rewriting), then a chunked or sized body through put_buffered into a small
+// buffer_body, the bytes arriving in pieces as a socket would deliver them. Properties, beyond
+// "no crash, no sanitizer report": nothing throws (libFuzzer reports an escaping exception), and
+// the bytes held unparsed never exceed the header limit, or in a body the chunk limits, by more
+// than one piece: what sluice buffers is bounded whatever the peer sends.
+#include "http/session_detail.hpp"
+
+#include <boost/beast/http/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+namespace {
+
+using namespace sluice::http::detail;
+using sluice::error_code;
+namespace beast = boost::beast;
+
+constexpr std::uint64_t header_limit = 1024;
+constexpr chunk_limits limits{64, 256};
+
+void fail(const char* what, std::size_t held) {
+    std::fprintf(stderr, "request_head_fuzz: %s (%zu bytes held)\n", what, held);
+    std::abort();
+}
+
+// Moves up to `step` more input bytes into `buffer`; false when the input is used up.
+bool deliver(beast::flat_buffer& buffer,
+             const std::uint8_t*& data,
+             std::size_t& size,
+             std::size_t step) {
+    if (size == 0) {
+        return false;
+    }
+    const auto n = std::min(size, step);
+    std::memcpy(buffer.prepare(n).data(), data, n);
+    buffer.commit(n);
+    data += n;
+    size -= n;
+    return true;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size == 0) {
+        return 0;
+    }
+    // The first byte chooses the size of the pieces the rest arrives in: 1..256 bytes.
+    const std::size_t step = std::size_t{data[0]} + 1;
+    ++data;
+    --size;
+
+    header_arena arena;
+    std::optional<request_parser> parser;
+    make_parser(parser, arena.allocator());
+    parser->header_limit(static_cast<std::uint32_t>(header_limit));
+    parser->body_limit(64 * 1024);
+    beast::flat_buffer buffer;
+
+    // The header, as handle_request reads it.
+    std::optional<error_code> header_ec;
+    while (!(header_ec = take_header(buffer, *parser, header_limit))) {
+        if (buffer.size() > header_limit + step) {
+            fail("header bytes held beyond the limit", buffer.size());
+        }
+        if (!deliver(buffer, data, size, step)) {
+            return 0;
+        }
+    }
+    if (*header_ec) {
+        (void)header_error_status(*header_ec, true);
+        return 0;
+    }
+    const sluice::config::config cfg;
+    if (check_request(*parser, cfg) || !rewrite_absolute_form(parser->get())) {
+        return 0;
+    }
+
+    // The body, as the forwarder reads it: one put at a time into a small block.
+    std::array<char, 64> block;
+    for (int stalled = 0; !parser->is_done() && stalled < 8;) {
+        if (buffer.size() == 0 && !deliver(buffer, data, size, step)) {
+            return 0;
+        }
+        parser->get().body().data = block.data();
+        parser->get().body().size = block.size();
+        const auto before = buffer.size();
+        const auto ec = put_buffered(buffer, *parser, limits);
+        if (ec == bhttp::error::need_more) {
+            if (buffer.size() > limits.line + limits.trailer + 6 + step) {
+                fail("body bytes held beyond the chunk limits", buffer.size());
+            }
+            if (!deliver(buffer, data, size, step)) {
+                return 0;
+            }
+        } else if (ec && ec != bhttp::error::need_buffer) {
+            return 0;
+        }
+        stalled = buffer.size() == before ? stalled + 1 : 0;
+    }
+    return 0;
+}

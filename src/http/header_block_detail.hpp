@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The request header checks that read_header (message_reader.cpp) shares with take_header
+// (request_checks.cpp).
+
+#include "http/session_detail.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace sluice::http::detail {
+
+/**
+ * What the buffer says about the request header, scanning on from `scanned` (updated): complete
+ * (and free of obsolete line folding: else bad_value), over `limit` (header_limit), not a
+ * request at all (bad_method, bad_version: see request_checks.cpp), or nullopt, not all there
+ * yet.
+ */
+std::optional<error_code>
+check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::size_t& scanned);
+
+/// Parses a complete header from the buffer, consuming it; need_more only if our blank-line
+/// scan and Beast disagree about where it ends.
+error_code parse_header(beast::flat_buffer& buffer, request_parser& parser);
+
+} // namespace sluice::http::detail

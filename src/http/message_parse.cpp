@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// Parsing what a connection's buffer holds, bounded and throwing nothing: every parse of a
+// message sluice reads goes through put_buffered. No coroutine here, so that the request_head
+// fuzzer can build this file with every sanitizer (clang 14 cannot build a coroutine with UBSan).
+#include "http/session_detail.hpp"
+
+#include <boost/beast/http/error.hpp>
+
+#include <stdexcept>
+#include <string_view>
+
+namespace sluice::http::detail {
+namespace {
+
+// The most bytes of a chunked body one put is given: a chunk-size line, the CRLF before and after
+// it, and a trailer section with its blank line. Beast buffers neither the line nor the trailer
+// incrementally; it waits for their ends, so what it is given is what it may have to hold.
+std::size_t chunk_window(const chunk_limits& limits) {
+    return static_cast<std::size_t>(limits.line + limits.trailer + 6);
+}
+
+// The bytes of a chunk header that Beast will parse: without the CRLF that ends the previous
+// chunk's data, which Beast counts as part of the next header.
+std::string_view without_chunk_end(std::string_view data) {
+    return data.rfind("\r\n", 0) == 0 ? data.substr(2) : data;
+}
+
+// What a chunked body that the parser needs more of holds unparsed: a chunk-size line not yet
+// ended (bad_chunk_extension once it is longer than the limit), or the last chunk's line and a
+// trailer section not yet ended (header_limit once that is longer than the limit).
+error_code check_unparsed(std::string_view data, const chunk_limits& limits) {
+    data = without_chunk_end(data);
+    const auto eol = data.find('\n');
+    if (eol == std::string_view::npos) {
+        return data.size() > limits.line + 1 ? error_code(bhttp::error::bad_chunk_extension)
+                                             : error_code{};
+    }
+    if (eol > limits.line + 1) {
+        return bhttp::error::bad_chunk_extension;
+    }
+    // A complete line and still not enough: the last chunk, waiting for its trailer to end.
+    return data.size() - eol - 1 > limits.trailer + 2 ? error_code(bhttp::error::header_limit)
+                                                      : error_code{};
+}
+
+// The same bound on a trailer section that came in whole, in `parsed` (what the put that ended
+// the message consumed: the last chunk's line, the trailer, the blank line).
+error_code check_trailer(std::string_view parsed, const chunk_limits& limits) {
+    parsed = without_chunk_end(parsed);
+    const auto eol = parsed.find('\n');
+    if (eol == std::string_view::npos) {
+        return {};
+    }
+    return parsed.size() - eol - 1 > limits.trailer + 2 ? error_code(bhttp::error::header_limit)
+                                                        : error_code{};
+}
+
+} // namespace
+
+template <bool isRequest>
+error_code put_buffered(beast::flat_buffer& buffer,
+                        bhttp::basic_parser<isRequest>& parser,
+                        const chunk_limits& limits) {
+    std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+    // In a chunked body, Beast is given no more than one chunk header and trailer may take, so
+    // that a trailer of a million tiny fields cannot arrive whole and keep the worker parsing.
+    const bool chunks = parser.is_header_done() && parser.chunked();
+    if (chunks) {
+        data = data.substr(0, chunk_window(limits));
+    }
+    error_code ec;
+    std::size_t used = 0;
+    try {
+        used = parser.put(net::buffer(data.data(), data.size()), ec);
+    } catch (const std::length_error&) {
+        // Beast keeps a field's length in 16 bits and throws beyond 65,535 bytes. Nothing a
+        // peer sends may escape as an exception: it is a field too large, like any other.
+        ec = bhttp::error::header_limit;
+        used = 0;
+    }
+    if (chunks && ec == bhttp::error::need_more) {
+        if (const auto bad = check_unparsed(data, limits)) {
+            ec = bad;
+        }
+    } else if (chunks && !ec && parser.is_done()) {
+        ec = check_trailer(data.substr(0, used), limits);
+    }
+    buffer.consume(used);
+    return ec;
+}
+
+template <bool isRequest>
+std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
+                                         bhttp::basic_parser<isRequest>& parser,
+                                         bool header_only,
+                                         const chunk_limits& limits) {
+    if (buffer.size() == 0) {
+        return std::nullopt;
+    }
+    // Without the eager option, one put parses the header or one piece of the body.
+    const auto ec = put_buffered(buffer, parser, limits);
+    const bool more =
+        ec == bhttp::error::need_more || (!ec && header_only && !parser.is_header_done());
+    return more ? std::nullopt : std::optional(ec);
+}
+
+chunk_limits chunk_limits_of(const config::config& cfg) {
+    return {cfg.server.max_chunk_header_bytes, cfg.server.max_trailer_bytes};
+}
+
+template error_code
+put_buffered(beast::flat_buffer&, bhttp::basic_parser<true>&, const chunk_limits&);
+template error_code
+put_buffered(beast::flat_buffer&, bhttp::basic_parser<false>&, const chunk_limits&);
+template std::optional<error_code>
+parse_buffered(beast::flat_buffer&, bhttp::basic_parser<true>&, bool, const chunk_limits&);
+template std::optional<error_code>
+parse_buffered(beast::flat_buffer&, bhttp::basic_parser<false>&, bool, const chunk_limits&);
+
+} // namespace sluice::http::detail

@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: Apache-2.0
+// Hostile input from clients and upstreams (issue 11): bytes that are not HTTP/1.x, credentials
+// meant for a proxy, unbounded chunk extensions and trailers, field values Beast cannot hold,
+// 1xx responses Beast has no name for, and absolute-form targets. Each is answered at once, in
+// bounded memory, and leaves the connection gauge and the access log true.
+
+#include "integration_util.hpp"
+#include "support/admin_client.hpp"
+#include "support/limit_probe.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// A limit that never refuses anything here.
+constexpr const char* roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
+
+/// Text access log on stdout, so the tests can look for a request's line.
+constexpr const char* access_logging = "  level: info\n  access-log: true\n";
+
+std::string yaml_for(const recording_upstream& upstream, const std::string& server_extra = "") {
+    return compose_yaml(upstream.url(), roomy, server_extra, access_logging);
+}
+
+/// The resident set of process `pid` in KiB (VmRSS in /proc/<pid>/status); 0 if unreadable.
+std::uint64_t rss_kib(pid_t pid) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) {
+            return std::stoull(line.substr(6));
+        }
+    }
+    return 0;
+}
+
+/// Waits until the admin port reports no open client connection; the last scrape.
+std::string wait_connections_closed(std::uint16_t admin, bool& met) {
+    return wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_connections_open") == 0; },
+        10s,
+        met);
+}
+
+// --- 7: not HTTP/1.x ------------------------------------------------------------------------
+
+// The header timeout is 10 s by default; an answer within 3 s can only be an immediate one.
+constexpr auto well_before_header_timeout = 3s;
+
+void expect_immediate_400(const std::string& bytes) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), well_before_header_timeout);
+    connection.send_raw(bytes);
+    error_code ec;
+    const auto response = connection.try_read_response(ec);
+    ASSERT_TRUE(response) << "no answer within 3 s: " << ec.message();
+    EXPECT_EQ(response->status, 400u);
+    EXPECT_TRUE(connection.wait_closed(well_before_header_timeout));
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+    EXPECT_EQ(upstream.stats().headers_received, 0u);
+}
+
+TEST(HostileInput, Http09RequestGets400AtOnce) {
+    expect_immediate_400("GET /\r\n");
+}
+
+TEST(HostileInput, TlsClientHelloGets400AtOnce) {
+    // The start of a TLS 1.2 ClientHello record: handshake (0x16), version 3.1, length, type 1.
+    const std::string hello("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\x5b\x2c", 13);
+    expect_immediate_400(hello);
+}
+
+// --- 8: credentials for a proxy ------------------------------------------------------------
+
+TEST(HostileInput, ProxyAuthorizationNeverReachesUpstream) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    const auto response = get(sluice.port(),
+                              "/private",
+                              {{"Proxy-Authorization", "Basic c2VjcmV0OnNlY3JldA=="},
+                               {"Proxy-Connection", "keep-alive"}});
+    EXPECT_EQ(response.status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(1, 10s));
+    const auto seen = upstream.requests().at(0);
+    EXPECT_FALSE(seen.header("Proxy-Authorization")) << *seen.header("Proxy-Authorization");
+    EXPECT_FALSE(seen.header("Proxy-Connection"));
+}
+
+// --- 10: unbounded chunk extensions and trailers --------------------------------------------
+
+/// What a connection that floods sluice came to.
+struct flood_result {
+    std::optional<http_response> response;
+    error_code ec;
+    std::uint64_t sent = 0;
+    std::uint64_t rss_growth_kib = 0;
+    unsigned other_status = 0;
+};
+
+/**
+ * Sends `head`, then `unit` over and over until `limit` bytes went out or sluice stops taking
+ * them, reading sluice's answer meanwhile; another client asks for /other while it runs.
+ */
+flood_result flood(const sluice_process& sluice,
+                   const std::string& head,
+                   const std::string& unit,
+                   std::uint64_t limit) {
+    flood_result result;
+    const auto before = rss_kib(sluice.pid());
+    http_connection connection(sluice.port(), 10s);
+    connection.send_raw(head);
+    std::atomic<std::uint64_t> sent{0};
+    std::atomic<bool> writing{true};
+    std::thread writer([&] {
+        std::string piece;
+        while (piece.size() < 64 * 1024) {
+            piece += unit;
+        }
+        error_code ec;
+        while (sent.load() < limit) {
+            connection.stream().write_all(piece, ec);
+            if (ec) {
+                break;
+            }
+            sent += piece.size();
+        }
+        writing = false;
+    });
+    // Once the flood is under way, another client must still be served.
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (writing && sent.load() < 1024 * 1024 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    result.other_status = get(sluice.port(), "/other").status;
+    result.response = connection.try_read_response(result.ec);
+    writer.join();
+    result.sent = sent.load();
+    const auto after = rss_kib(sluice.pid());
+    result.rss_growth_kib = after > before ? after - before : 0;
+    return result;
+}
+
+// 64 MiB offered; sluice may keep a few of its own buffers, never the flood.
+constexpr std::uint64_t flood_bytes = 64ull * 1024 * 1024;
+constexpr std::uint64_t rss_bound_kib = 16 * 1024;
+
+TEST(HostileInput, EndlessChunkExtensionGets400InBoundedMemory) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    const auto result =
+        flood(sluice,
+              format_request("POST", "/upload", {{"Transfer-Encoding", "chunked"}}) + "5;a=",
+              "a",
+              flood_bytes);
+    ASSERT_TRUE(result.response) << "no answer after " << result.sent
+                                 << " bytes: " << result.ec.message();
+    EXPECT_EQ(result.response->status, 400u);
+    EXPECT_LT(result.rss_growth_kib, rss_bound_kib) << "after " << result.sent << " bytes";
+    EXPECT_EQ(result.other_status, 200u);
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+    EXPECT_EQ(upstream.stats().headers_received, 1u) << "only /other reaches the upstream";
+}
+
+TEST(HostileInput, EndlessTrailerGets400InBoundedMemory) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    // Millions of trailer fields "a:" with empty values, 4 bytes a line, and no blank line.
+    const auto result =
+        flood(sluice,
+              format_request("POST", "/upload", {{"Transfer-Encoding", "chunked"}}) +
+                  "5\r\nhello\r\n0\r\n",
+              "a:\r\n",
+              flood_bytes);
+    ASSERT_TRUE(result.response) << "no answer after " << result.sent
+                                 << " bytes: " << result.ec.message();
+    EXPECT_EQ(result.response->status, 400u);
+    EXPECT_LT(result.rss_growth_kib, rss_bound_kib) << "after " << result.sent << " bytes";
+    EXPECT_EQ(result.other_status, 200u);
+}
+
+TEST(HostileInput, ManyTinyTrailerFieldsGet400) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    std::string trailer;
+    for (int i = 0; i < 100'000; ++i) {
+        trailer += "a:\r\n";
+    }
+    http_connection connection(sluice.port(), 10s);
+    connection.send_raw(format_request("POST", "/upload", {{"Transfer-Encoding", "chunked"}}) +
+                        "5\r\nhello\r\n0\r\n" + trailer + "\r\n");
+    EXPECT_EQ(connection.read_response().status, 400u);
+}
+
+TEST(HostileInput, SmallTrailerPasses) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), 10s);
+    connection.send_raw(format_request("POST", "/upload", {{"Transfer-Encoding", "chunked"}}) +
+                        "5;ext=1\r\nhello\r\n0\r\nX-Checksum: abc\r\n\r\n");
+    EXPECT_EQ(connection.read_response().status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(1, 10s));
+    EXPECT_EQ(upstream.requests().at(0).body_size, 5u);
+}
+
+// --- 12: field values over 64 KiB -------------------------------------------------------------
+
+// Beast keeps a field value's length in 16 bits and throws beyond it.
+const std::string huge_value(70'000, 'v');
+
+TEST(HostileInput, HeaderValueOver64KiBGets431) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream, "  max-header-size: 256KiB\n"));
+    const auto admin = admin_port(sluice);
+    {
+        http_connection connection(sluice.port(), 10s);
+        connection.send("GET", "/big", {{"X-Big", huge_value}});
+        error_code ec;
+        const auto response = connection.try_read_response(ec);
+        ASSERT_TRUE(response) << ec.message();
+        EXPECT_EQ(response->status, 431u);
+    }
+    bool met = false;
+    const auto text = wait_connections_closed(admin, met);
+    EXPECT_TRUE(met) << text;
+    EXPECT_TRUE(sluice.wait_for_log("path=/big key=- decision=- status=431", 5s))
+        << sluice.log_text();
+    EXPECT_EQ(get(sluice.port(), "/after").status, 200u);
+}
+
+TEST(HostileInput, TrailerValueOver64KiBGets400) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream, "  max-header-size: 256KiB\n"));
+    const auto admin = admin_port(sluice);
+    {
+        http_connection connection(sluice.port(), 10s);
+        connection.send_raw(format_request("POST", "/trailer", {{"Transfer-Encoding", "chunked"}}) +
+                            "5\r\nhello\r\n0\r\nX-Big: " + huge_value + "\r\n\r\n");
+        error_code ec;
+        const auto response = connection.try_read_response(ec);
+        ASSERT_TRUE(response) << ec.message();
+        EXPECT_EQ(response->status, 400u);
+    }
+    bool met = false;
+    const auto text = wait_connections_closed(admin, met);
+    EXPECT_TRUE(met) << text;
+    EXPECT_TRUE(sluice.wait_for_log("path=/trailer", 5s)) << sluice.log_text();
+}
+
+TEST(HostileInput, UpstreamTrailerValueOver64KiBEndsTheResponse) {
+    recording_upstream upstream([](const recorded_request& request) {
+        response_plan plan;
+        plan.chunked = true;
+        if (request.target == "/upstream-trailer") {
+            plan.trailer = "X-Big: " + huge_value + "\r\n";
+        }
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream));
+    const auto admin = admin_port(sluice);
+    {
+        http_connection connection(sluice.port(), 10s);
+        connection.send("GET", "/upstream-trailer");
+        // The response had started: sluice can only end it by closing, never complete it.
+        bool complete = false;
+        try {
+            error_code ec;
+            complete = connection.try_read_response(ec).has_value();
+        } catch (const std::exception&) {
+            complete = false; // the client reports the truncated body by throwing
+        }
+        EXPECT_FALSE(complete) << "a response that cannot be relayed came out complete";
+        EXPECT_TRUE(connection.wait_closed(5s));
+    }
+    bool met = false;
+    const auto text = wait_connections_closed(admin, met);
+    EXPECT_TRUE(met) << text;
+    EXPECT_TRUE(sluice.wait_for_log("path=/upstream-trailer", 5s)) << sluice.log_text();
+    EXPECT_EQ(get(sluice.port(), "/after").status, 200u);
+}
+
+// --- 13: 1xx responses Beast has no name for ---------------------------------------------------
+
+TEST(HostileInput, EarlyHintsRelayedByNumberAndReason) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.interim = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), 10s);
+    connection.send("GET", "/hints");
+    const auto hints = connection.read_response();
+    EXPECT_EQ(hints.status, 103u);
+    EXPECT_EQ(hints.reason, "Early Hints");
+    EXPECT_EQ(hints.header("Link"), "</style.css>; rel=preload");
+    const auto final_response = connection.read_response();
+    EXPECT_EQ(final_response.status, 200u);
+    EXPECT_EQ(final_response.body, "ok");
+}
+
+// --- 19: absolute-form targets -------------------------------------------------------------------
+
+TEST(HostileInput, AbsoluteFormBecomesOriginFormWithItsAuthority) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), 10s);
+    connection.send_raw("GET http://evil.example/x?q=1 HTTP/1.1\r\nHost: good\r\n\r\n");
+    EXPECT_EQ(connection.read_response().status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(1, 10s));
+    const auto seen = upstream.requests().at(0);
+    EXPECT_EQ(seen.target, "/x?q=1");
+    EXPECT_EQ(seen.header("Host"), "evil.example");
+    EXPECT_EQ(count_header(seen.headers, "Host"), 1u);
+    EXPECT_TRUE(sluice.wait_for_log("path=/x ", 5s)) << sluice.log_text();
+}
+
+TEST(HostileInput, InvalidAbsoluteFormGets400) {
+    for (const char* target : {"http:///x", "http://user@evil.example/x", "ftp://evil.example/x"}) {
+        recording_upstream upstream;
+        sluice_process sluice(yaml_for(upstream));
+        http_connection connection(sluice.port(), 10s);
+        connection.send_raw(std::string("GET ") + target + " HTTP/1.1\r\nHost: good\r\n\r\n");
+        EXPECT_EQ(connection.read_response().status, 400u) << target;
+        ASSERT_TRUE(upstream.wait_quiet(5s));
+        EXPECT_EQ(upstream.stats().headers_received, 0u) << target;
+    }
+}
+
+} // namespace
+} // namespace sluice::test

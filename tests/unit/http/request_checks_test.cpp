@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// The request header's early checks, absolute-form targets, and the bounded, throw-free parse
+// of message bytes (put_buffered).
+#include "http/session_detail.hpp"
+
+#include <boost/beast/http/error.hpp>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <optional>
+#include <string>
+
+namespace sluice::http::detail {
+namespace {
+
+/// A request parser with its own arena, as a session makes one.
+struct parsed_request {
+    parsed_request() { make_parser(parser, arena.allocator()); }
+
+    header_arena arena;
+    std::optional<request_parser> parser;
+};
+
+beast::flat_buffer buffer_of(const std::string& bytes) {
+    beast::flat_buffer buffer;
+    const auto room = buffer.prepare(bytes.size());
+    std::memcpy(room.data(), bytes.data(), bytes.size());
+    buffer.commit(bytes.size());
+    return buffer;
+}
+
+// --- take_header: what the first bytes already tell ---------------------------------------
+
+std::optional<error_code> take(const std::string& bytes) {
+    parsed_request r;
+    auto buffer = buffer_of(bytes);
+    return take_header(buffer, *r.parser, 16 * 1024);
+}
+
+TEST(TakeHeader, RefusesHttp09AsSoonAsItsLineEnds) {
+    EXPECT_EQ(take("GET /\r\n"), error_code(bhttp::error::bad_version));
+    EXPECT_EQ(take("GET /\n"), error_code(bhttp::error::bad_version));
+    EXPECT_EQ(take("GET / FTP/1.0\r\n"), error_code(bhttp::error::bad_version));
+}
+
+TEST(TakeHeader, RefusesBytesThatCannotStartAMethod) {
+    EXPECT_EQ(take(std::string("\x16\x03\x01\x00", 4)), error_code(bhttp::error::bad_method));
+    EXPECT_EQ(take(" GET / HTTP/1.1\r\n"), error_code(bhttp::error::bad_method));
+    EXPECT_EQ(take("GE(T / HTTP/1.1\r\n"), error_code(bhttp::error::bad_method));
+}
+
+TEST(TakeHeader, WaitsForMoreOfAPlausibleRequest) {
+    EXPECT_FALSE(take("GE"));
+    EXPECT_FALSE(take("GET /index.html"));
+    EXPECT_FALSE(take("GET / HTTP/1.1\r\nHost: a"));
+    EXPECT_EQ(take("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), error_code{});
+}
+
+TEST(TakeHeader, AFieldValueOver64KiBIsAHeaderLimitNotAnException) {
+    const std::string bytes =
+        "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(70'000, 'v') + "\r\n\r\n";
+    parsed_request r;
+    r.parser->header_limit(256 * 1024);
+    auto buffer = buffer_of(bytes);
+    std::optional<error_code> ec;
+    EXPECT_NO_THROW(ec = take_header(buffer, *r.parser, 256 * 1024));
+    EXPECT_EQ(ec, error_code(bhttp::error::header_limit));
+}
+
+// --- absolute-form ---------------------------------------------------------------------------
+
+TEST(SplitAbsoluteForm, TakesTheAuthorityAndKeepsPathAndQuery) {
+    const auto split = split_absolute_form("http://evil.example/x?q=1");
+    ASSERT_TRUE(split);
+    EXPECT_EQ(split->authority, "evil.example");
+    EXPECT_EQ(split->origin_form, "/x?q=1");
+
+    const auto with_port = split_absolute_form("HTTPS://[::1]:8443");
+    ASSERT_TRUE(with_port);
+    EXPECT_EQ(with_port->authority, "[::1]:8443");
+    EXPECT_EQ(with_port->origin_form, "/");
+
+    const auto query_only = split_absolute_form("http://a.example?x=1");
+    ASSERT_TRUE(query_only);
+    EXPECT_EQ(query_only->origin_form, "/?x=1");
+}
+
+TEST(SplitAbsoluteForm, RefusesWhatIsNoHttpUriWithAPlainHost) {
+    for (const char* target : {"http:///x",
+                               "http://user@evil.example/x",
+                               "http://user:pw@evil.example/",
+                               "ftp://evil.example/x",
+                               "http://:80/",
+                               "http://ev\"il/",
+                               "evil.example/x",
+                               "/x",
+                               "*"}) {
+        EXPECT_FALSE(split_absolute_form(target)) << target;
+    }
+}
+
+TEST(RewriteAbsoluteForm, OriginFormAndTheAuthorityAsTheOnlyHost) {
+    parsed_request r;
+    auto buffer = buffer_of("GET http://evil.example:81/x HTTP/1.1\r\nHost: good\r\n\r\n");
+    ASSERT_EQ(take_header(buffer, *r.parser, 16 * 1024), error_code{});
+    auto& req = r.parser->get();
+    ASSERT_TRUE(rewrite_absolute_form(req));
+    EXPECT_EQ(req.target(), "/x");
+    EXPECT_EQ(req.count(bhttp::field::host), 1u);
+    EXPECT_EQ(req[bhttp::field::host], "evil.example:81");
+}
+
+TEST(RewriteAbsoluteForm, LeavesOriginFormAloneAndRefusesABadAbsoluteForm) {
+    parsed_request origin;
+    auto buffer = buffer_of("GET /x HTTP/1.1\r\nHost: good\r\n\r\n");
+    ASSERT_EQ(take_header(buffer, *origin.parser, 16 * 1024), error_code{});
+    ASSERT_TRUE(rewrite_absolute_form(origin.parser->get()));
+    EXPECT_EQ(origin.parser->get().target(), "/x");
+    EXPECT_EQ(origin.parser->get()[bhttp::field::host], "good");
+
+    parsed_request bad;
+    buffer = buffer_of("GET http://u@evil/x HTTP/1.1\r\nHost: good\r\n\r\n");
+    ASSERT_EQ(take_header(buffer, *bad.parser, 16 * 1024), error_code{});
+    EXPECT_FALSE(rewrite_absolute_form(bad.parser->get()));
+}
+
+// --- put_buffered: a chunked body in bounded memory --------------------------------------
+
+/// Parses a chunked request whose body bytes are `body`, as the forwarder does (one put per
+/// step, into a small buffer_body), until an error other than need_buffer or the end.
+error_code parse_chunked(const std::string& body, const chunk_limits& limits) {
+    parsed_request r;
+    auto buffer = buffer_of("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
+    if (auto ec = take_header(buffer, *r.parser, 16 * 1024); !ec || *ec) {
+        return ec.value_or(bhttp::error::need_more);
+    }
+    const auto more = buffer_of(body);
+    buffer.commit(net::buffer_copy(buffer.prepare(more.size()), more.data()));
+    std::array<char, 512> block;
+    while (!r.parser->is_done()) {
+        r.parser->get().body().data = block.data();
+        r.parser->get().body().size = block.size();
+        const auto ec = put_buffered(buffer, *r.parser, limits);
+        if (ec && ec != bhttp::error::need_buffer) {
+            return ec;
+        }
+    }
+    return {};
+}
+
+TEST(PutBuffered, PassesChunksExtensionsAndASmallTrailer) {
+    EXPECT_EQ(parse_chunked("5;a=b\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n", chunk_limits{}),
+              error_code{});
+}
+
+TEST(PutBuffered, RefusesAChunkSizeLineLongerThanTheLimit) {
+    const chunk_limits limits{64, 1024};
+    EXPECT_EQ(parse_chunked("5;a=" + std::string(100, 'a'), limits),
+              error_code(bhttp::error::bad_chunk_extension));
+    EXPECT_EQ(parse_chunked("5;a=" + std::string(2000, 'a') + "\r\nhello\r\n0\r\n\r\n", limits),
+              error_code(bhttp::error::bad_chunk_extension));
+    EXPECT_EQ(parse_chunked("5;a=" + std::string(50, 'a') + "\r\nhello\r\n0\r\n\r\n", limits),
+              error_code{});
+}
+
+TEST(PutBuffered, RefusesATrailerLargerThanTheLimitWhetherEndedOrNot) {
+    const chunk_limits limits{64, 1024};
+    std::string fields;
+    for (int i = 0; i < 1000; ++i) {
+        fields += "a:\r\n";
+    }
+    // Not ended: refused once more than the limit is buffered, not at the blank line.
+    EXPECT_EQ(parse_chunked("5\r\nhello\r\n0\r\n" + fields, limits),
+              error_code(bhttp::error::header_limit));
+    // Ended, all in at once: refused all the same.
+    EXPECT_EQ(parse_chunked("5\r\nhello\r\n0\r\n" + fields + "\r\n", limits),
+              error_code(bhttp::error::header_limit));
+    EXPECT_EQ(parse_chunked("0\r\n" + fields.substr(0, 1000) + "\r\n", limits), error_code{});
+}
+
+TEST(PutBuffered, ATrailerValueOver64KiBIsRefusedNotThrown) {
+    const chunk_limits limits{64, 256 * 1024};
+    error_code ec;
+    EXPECT_NO_THROW(
+        ec = parse_chunked("0\r\nX-Big: " + std::string(70'000, 'v') + "\r\n\r\n", limits));
+    EXPECT_EQ(ec, error_code(bhttp::error::header_limit));
+}
+
+} // namespace
+} // namespace sluice::http::detail
