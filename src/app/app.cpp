@@ -36,6 +36,7 @@ using config_ptr = std::shared_ptr<const config::config>;
 
 /// How often the memory store forgets keys whose state has fully reset.
 constexpr std::chrono::seconds sweep_interval{10};
+constexpr std::size_t memory_store_shards = 64;
 
 /// One I/O thread and what it owns. The io_context is declared first so that it is destroyed
 /// last: sockets and timers must go before their io_context.
@@ -392,7 +393,11 @@ int application::run() {
         spdlog::warn("{}", warning);
     }
     // The shared table serves the memory store, and Redis's failure-mode local.
-    memory_store_ = std::make_unique<store::memory_store>(clock_);
+    memory_store_ = std::make_unique<store::memory_store>(
+        clock_,
+        memory_store_shards,
+        store::memory_store_limits{config_->rate_limit.memory.max_keys,
+                                   &metrics_.memory_store_evictions_total});
     start_workers();
     listening_ = true;
     start_admin();

@@ -512,5 +512,16 @@ TEST(ConfigErrors, RuleNameWithNulOrInvalidUtf8) {
     EXPECT_EQ(utf8.rate_limit.rules[0].name, "caf\xc3\xa9");
 }
 
+// Issue 11 item 21: the memory store's cap.
+TEST(ConfigErrors, MemoryMaxKeys) {
+    EXPECT_EQ(load(base).rate_limit.memory.max_keys, 375'000u);
+    EXPECT_EQ(load(base + "rate-limit:\n  memory:\n    max-keys: 10\n").rate_limit.memory.max_keys,
+              10u);
+    const auto p = problems_of(base + "rate-limit:\n  memory:\n    max-keys: 0\n  redis:\n");
+    EXPECT_TRUE(
+        has_problem(p, 5, "rate-limit.memory.max-keys", "must be an integer >= 1, got '0'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis", "must be a mapping, got nothing"));
+}
+
 } // namespace
 } // namespace sluice::config::test
