@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <fcntl.h>
 #include <iostream>
 #include <regex>
@@ -130,6 +131,11 @@ bool can_connect(std::uint16_t port) {
 } // namespace
 
 std::string sluice_binary() {
+    // scripts/test runs the integration tests once more against another build of the binary
+    // (the release build, a ThreadSanitizer build) without building the tests again.
+    if (const char* other = std::getenv("SLUICE_TEST_BINARY"); other != nullptr && *other != 0) {
+        return other;
+    }
     return SLUICE_BINARY;
 }
 

@@ -16,7 +16,8 @@
 
 namespace sluice::test {
 
-/// The path of the sluice binary this test build was configured with (SLUICE_BINARY).
+/// The path of the sluice binary under test: $SLUICE_TEST_BINARY if set, else the one this
+/// test build was configured with (SLUICE_BINARY).
 std::string sluice_binary();
 
 /**
