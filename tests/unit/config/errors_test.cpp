@@ -470,6 +470,9 @@ TEST(ConfigErrors, UnterminatedQuoteAtTheEndIsAnError) {
                                  "    username: 'it''s'\n");
     EXPECT_EQ(cfg.rate_limit.redis.password, "a\"b c");
     EXPECT_EQ(cfg.rate_limit.redis.username, "it's");
+    // Quoted items of a flow list, the last one at the end of the file.
+    const auto flow = load(base + "server:\n  trusted-proxies: [\"127.0.0.1/32\", '10.0.0.0/8']");
+    EXPECT_EQ(flow.server.trusted_proxies.size(), 2u);
 }
 
 TEST(ConfigErrors, QuotedStringIsNotANumber) {
