@@ -37,6 +37,7 @@ using config_ptr = std::shared_ptr<const config::config>;
 
 /// How often the memory store forgets keys whose state has fully reset.
 constexpr std::chrono::seconds sweep_interval{10};
+constexpr std::size_t memory_store_shards = 64;
 
 /// An io_context whose pending handlers (suspended coroutine frames among them) can be destroyed
 /// before the io_context itself is.
@@ -463,7 +464,11 @@ int application::run() {
         spdlog::warn("{}", warning);
     }
     // The shared table serves the memory store, and Redis's failure-mode local.
-    memory_store_ = std::make_unique<store::memory_store>(clock_);
+    memory_store_ = std::make_unique<store::memory_store>(
+        clock_,
+        memory_store_shards,
+        store::memory_store_limits{config_->rate_limit.memory.max_keys,
+                                   &metrics_.memory_store_evictions_total});
     // A start-up failure from here on (the admin port in use, say) leaves by an exception with
     // the worker threads running: each worker's destructor stops and joins its thread, so the
     // process ends with the error and exit code 1, not with std::terminate.

@@ -19,10 +19,15 @@ constexpr std::int64_t max_int = std::numeric_limits<std::int64_t>::max();
 constexpr std::uint64_t max_size = std::numeric_limits<std::uint64_t>::max();
 constexpr std::uint64_t one_gib = std::uint64_t{1} << 30;
 
-/// A section of `parent` (absent or null reads as empty), located at its key.
+/// A section of `parent` (absent reads as empty), located at its key. A section written with
+/// nothing after it (`admin:`, `admin: null`, or its name alone, colon lost) is an error: it
+/// would otherwise silently mean every default.
 mapping section(mapping& parent, std::string_view name) {
-    return mapping(
-        parent.report(), parent.get(name), parent.key_mark_of(name), parent.path_of(name));
+    const auto node = parent.get(name);
+    if (node.IsDefined() && node.IsNull()) {
+        parent.error(name, detail::must_be("a mapping", node));
+    }
+    return mapping(parent.report(), node, parent.key_mark_of(name), parent.path_of(name));
 }
 
 void read_listen(mapping& m, endpoint_address& out) {
@@ -114,6 +119,12 @@ void read_redis(mapping& parent, redis_settings& out) {
     m.finish();
 }
 
+void read_memory(mapping& parent, memory_settings& out) {
+    auto m = section(parent, "memory");
+    m.read_int("max-keys", out.max_keys, 1, max_int);
+    m.finish();
+}
+
 void read_rate_limit(mapping& root, rate_limit_settings& out) {
     auto m = section(root, "rate-limit");
     m.read_enum<store_kind>(
@@ -129,6 +140,7 @@ void read_rate_limit(mapping& root, rate_limit_settings& out) {
         out.fallback.line = detail::line_of(m.key_mark_of("fallback"));
     }
     read_redis(m, out.redis);
+    read_memory(m, out.memory);
     out.rules = detail::parse_rules(m);
     m.finish();
 }
@@ -195,6 +207,7 @@ config load_string(std::string_view yaml, const std::string& source) {
     cfg.source = source;
     const auto document = parse_yaml(yaml, report);
     if (document) {
+        detail::check_text(report, yaml, *document);
         mapping root(report, *document, YAML::Mark(), "");
         read_server(root, cfg.server);
         read_upstream(root, cfg.upstream);

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "loader_detail.hpp"
+#include "sluice/core/saturate.hpp"
 #include "sluice/key/path.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -38,19 +41,53 @@ std::string join(const std::vector<std::string_view>& words) {
     return out;
 }
 
-/// Reads one parameter that `algo` takes.
-void read_parameter(mapping& m, std::string_view name, limit& out) {
+/// Reads one parameter that `algo` takes; true when it was valid.
+bool read_parameter(mapping& m, std::string_view name, limit& out) {
     if (name == "capacity") {
-        m.read_int("capacity", out.capacity, 1, max_count);
-    } else if (name == "flowRate") {
-        m.read_number_above("flowRate", out.flow_rate, 0);
-    } else if (name == "refillRate") {
-        m.read_number_above("refillRate", out.refill_rate, 0);
-    } else if (name == "limit") {
-        m.read_int("limit", out.limit_count, 1, max_count);
-    } else if (name == "window") {
-        m.read_duration("window", out.window, false);
+        return m.read_int("capacity", out.capacity, 1, max_count);
     }
+    if (name == "flowRate") {
+        return m.read_number_above("flowRate", out.flow_rate, 0);
+    }
+    if (name == "refillRate") {
+        return m.read_number_above("refillRate", out.refill_rate, 0);
+    }
+    if (name == "limit") {
+        return m.read_int("limit", out.limit_count, 1, max_count);
+    }
+    if (name == "window") {
+        return m.read_duration("window", out.window, false);
+    }
+    return false;
+}
+
+/// `value` rounded up to three significant digits, in the plain decimal form the loader reads
+/// back (no exponent): 1.5625e-08 gives "0.0000000157".
+std::string round_up_plain(double value) {
+    const int digits = std::max(0, 2 - saturating_cast<int>(std::floor(std::log10(value))));
+    const double scale = std::pow(10.0, digits);
+    char buffer[64];
+    const int n =
+        std::snprintf(buffer, sizeof buffer, "%.*f", digits, std::ceil(value * scale) / scale);
+    return std::string(buffer, static_cast<std::size_t>(std::clamp(n, 0, 63)));
+}
+
+/**
+ * A bucket's full drain (capacity slots of 1000 / rate ms each) must be a duration the stores can
+ * count: beyond about a century the millisecond arithmetic leaves the range of a 64-bit integer
+ * and a double's whole numbers, and a limit would silently stop limiting. Reports the smallest
+ * rate accepted with this capacity.
+ */
+void check_drain(mapping& m, std::string_view rate_name, const limit& out, double rate) {
+    if (static_cast<double>(out.capacity) * (1000.0 / rate) <= max_duration_ms) {
+        return;
+    }
+    const double smallest = static_cast<double>(out.capacity) * 1000.0 / max_duration_ms;
+    m.error(rate_name,
+            "must be at least " + round_up_plain(smallest) + " with capacity " +
+                std::to_string(out.capacity) +
+                " (a full bucket must drain within about a century), got " +
+                describe(m.get(rate_name)));
 }
 
 /**
@@ -60,6 +97,7 @@ void read_parameter(mapping& m, std::string_view name, limit& out) {
  */
 void read_parameters(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
     const auto wanted = parameters_of(out.algo);
+    std::size_t valid = 0;
     for (const auto name : all_parameters) {
         if (!algo_known) {
             m.has(name); // known key; which ones belong is unknowable
@@ -72,9 +110,17 @@ void read_parameters(mapping& m, limit& out, const std::string& algo_name, bool 
             }
         } else if (!m.has(name)) {
             m.require(name, algo_name + " takes " + join(wanted));
-        } else {
-            read_parameter(m, name, out);
+        } else if (read_parameter(m, name, out)) {
+            ++valid;
         }
+    }
+    if (!algo_known || valid != wanted.size()) {
+        return;
+    }
+    if (out.algo == algorithm::leaky_bucket) {
+        check_drain(m, "flowRate", out, out.flow_rate);
+    } else if (out.algo == algorithm::token_bucket) {
+        check_drain(m, "refillRate", out, out.refill_rate);
     }
 }
 
@@ -237,13 +283,26 @@ void read_path(mapping& m, rule& r) {
     }
 }
 
-/// Methods are case-sensitive, so "post" would never match: that is reported, not accepted.
+/// A method name: a token that starts with a letter ("1" is a token, but no method).
+bool is_method(const YAML::Node& item) {
+    return item.IsScalar() && is_token(item.Scalar()) &&
+           std::isalpha(static_cast<unsigned char>(item.Scalar().front()));
+}
+
+/**
+ * Methods are case-sensitive, so "post" would never match: that is reported, not accepted. An
+ * empty or null list is an error too: "any method" is written by leaving `methods` out, so a
+ * truncated `methods:` on an exempt rule cannot exempt every method.
+ */
 void read_methods(mapping& m, rule& r) {
     const auto items = m.read_list("methods");
+    if (m.get("methods").IsSequence() && items.empty()) {
+        m.error("methods", "must not be empty; leave it out to match any method");
+    }
     for (std::size_t i = 0; i < items.size(); ++i) {
         const auto path = m.path_of("methods") + "[" + std::to_string(i) + "]";
         const auto& item = items[i];
-        if (!item.IsScalar() || !is_token(item.Scalar())) {
+        if (!is_method(item)) {
             m.report().add(item.Mark(), path, must_be("an HTTP method such as GET", item));
             continue;
         }
@@ -295,10 +354,8 @@ rule parse_rule(problems& report, const YAML::Node& node, const std::string& pat
     // Required, so that a misspelt `limits` cannot quietly exempt a path from limiting.
     if (!m.has("limits")) {
         m.require("limits", "a list of limits; [] exempts the path");
-    } else if (m.get("limits").IsNull()) {
-        m.error("limits", "must be a list of limits ([] exempts the path), got nothing");
     }
-    const auto items = m.read_list("limits");
+    const auto items = m.read_list("limits", "a list of limits ([] exempts the path)");
     for (std::size_t i = 0; i < items.size(); ++i) {
         const auto item_path = m.path_of("limits") + "[" + std::to_string(i) + "]";
         r.limits.push_back(parse_limit(report, items[i], items[i].Mark(), item_path));

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "scalars_detail.hpp"
+#include "sluice/core/saturate.hpp"
 #include "sluice/key/cidr.hpp"
 
 #include <algorithm>
@@ -59,20 +60,23 @@ bool is_host_name(std::string_view host) {
     if (numeric) {
         return key::ip_address::parse(host).has_value();
     }
+    // RFC 1123 labels: letters, digits and '-', neither first nor last ("-1" is no host).
     std::size_t label = 0;
+    char previous = '.';
     for (const char c : host) {
         if (c == '.') {
-            if (label == 0) {
+            if (label == 0 || previous == '-') {
                 return false;
             }
             label = 0;
-        } else if (is_alpha(c) || is_digit(c) || c == '-') {
+        } else if (is_alpha(c) || is_digit(c) || (c == '-' && label > 0)) {
             ++label;
         } else {
             return false;
         }
+        previous = c;
     }
-    return label > 0;
+    return label > 0 && previous != '-';
 }
 
 /**
@@ -204,10 +208,10 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) n
     }
     const double ms = *number * scale;
     // A century is plenty, and keeps every later addition to a time point far from overflow.
-    if (std::fabs(ms) > 3.2e12) {
+    if (std::fabs(ms) > max_duration_ms) {
         return std::nullopt;
     }
-    return std::chrono::milliseconds(std::llround(ms));
+    return saturating_ms(std::round(ms)); // |ms| <= 3.2e12: never saturates
 }
 
 std::optional<std::uint64_t> parse_size(std::string_view text) noexcept {

@@ -14,6 +14,10 @@
 
 namespace sluice::config::detail {
 
+/// The longest duration a configuration may express (about a century): every later addition to
+/// a time point stays far from overflow, and the Lua script's doubles stay exact in whole ms.
+inline constexpr double max_duration_ms = 3.2e12;
+
 /// A parsed value, or why the text is not one.
 template <class T>
 struct parsed {

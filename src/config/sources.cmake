@@ -2,5 +2,6 @@ list(APPEND SLUICE_CORE_SOURCES
   src/config/loader.cpp
   src/config/rules.cpp
   src/config/scalars.cpp
+  src/config/text_checks.cpp
   src/config/warnings.cpp
   src/config/yaml_reader.cpp)

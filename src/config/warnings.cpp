@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "loader_detail.hpp"
+#include "sluice/core/saturate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,9 +16,7 @@ struct retention {
 };
 
 std::chrono::milliseconds ceil_ms(double ms) {
-    // A tiny rate makes the drain astronomically long; clamp rather than overflow.
-    constexpr double limit = 9e18;
-    return std::chrono::milliseconds(static_cast<std::int64_t>(ms < limit ? std::ceil(ms) : limit));
+    return saturating_ms(std::ceil(ms));
 }
 
 retention retention_of(const limit& l) {

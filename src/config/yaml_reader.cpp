@@ -186,8 +186,20 @@ std::optional<std::string> mapping::scalar(std::string_view name, std::string_vi
     return node.Scalar();
 }
 
+std::optional<std::string> mapping::plain_scalar(std::string_view name, std::string_view expected) {
+    auto text = scalar(name, expected);
+    // yaml-cpp tags every quoted scalar "!" and leaves plain ones "?".
+    if (text && get(name).Tag() == "!") {
+        error(name,
+              "must be " + std::string(expected) + ", got a quoted string " + quoted(*text) +
+                  " (write it without quotes)");
+        return std::nullopt;
+    }
+    return text;
+}
+
 bool mapping::read(std::string_view name, bool& out) {
-    const auto text = scalar(name, "true or false");
+    const auto text = plain_scalar(name, "true or false");
     if (!text) {
         return false;
     }
@@ -219,7 +231,7 @@ bool mapping::read_int(std::string_view name,
                        std::int64_t min,
                        std::int64_t max) {
     const auto expected = int_range(min, max);
-    const auto text = scalar(name, expected);
+    const auto text = plain_scalar(name, expected);
     if (!text) {
         return false;
     }
@@ -234,7 +246,7 @@ bool mapping::read_int(std::string_view name,
 
 bool mapping::read_number_above(std::string_view name, double& out, double bound) {
     const auto expected = "a number > " + format_number(bound);
-    const auto text = scalar(name, expected);
+    const auto text = plain_scalar(name, expected);
     if (!text) {
         return false;
     }
@@ -306,13 +318,13 @@ std::optional<std::size_t> mapping::read_choice(std::string_view name,
     return std::nullopt;
 }
 
-std::vector<YAML::Node> mapping::read_list(std::string_view name) {
+std::vector<YAML::Node> mapping::read_list(std::string_view name, std::string_view expected) {
     const auto node = get(name);
-    if (!node.IsDefined() || node.IsNull()) {
+    if (!node.IsDefined()) {
         return {};
     }
     if (!node.IsSequence()) {
-        error(name, must_be("a list", node));
+        error(name, must_be(expected, node));
         return {};
     }
     return {node.begin(), node.end()};

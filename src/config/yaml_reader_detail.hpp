@@ -51,6 +51,13 @@ private:
     std::vector<entry> entries_;
 };
 
+/**
+ * Reports, at its key, every scalar of `document` (keys included) that is a quoted value with no
+ * closing quote in `yaml` (yaml-cpp lets one run to the end of the file), that holds a NUL, or
+ * that is not valid UTF-8.
+ */
+void check_text(problems& report, std::string_view yaml, const YAML::Node& document);
+
 /// 1-based line of a mark (1 when unknown).
 int line_of(const YAML::Mark& at) noexcept;
 
@@ -146,8 +153,11 @@ public:
         return true;
     }
 
-    /// The items of a list value; a null value is an empty list; anything else is reported.
-    std::vector<YAML::Node> read_list(std::string_view name);
+    /**
+     * The items of a list value (none when absent). A null value (`name:` with nothing after it)
+     * and anything but a list are reported as "must be EXPECTED".
+     */
+    std::vector<YAML::Node> read_list(std::string_view name, std::string_view expected = "a list");
 
     /// Reports every key that no getter asked for. Call once, after all getters.
     void finish();
@@ -163,6 +173,9 @@ private:
 
     /// The scalar text at `name`; reports "must be EXPECTED, got ..." for lists and mappings.
     std::optional<std::string> scalar(std::string_view name, std::string_view expected);
+
+    /// `scalar`, for a number or a boolean: a quoted value ("5") is a string, so it is reported.
+    std::optional<std::string> plain_scalar(std::string_view name, std::string_view expected);
 
     std::optional<std::size_t> read_choice(std::string_view name,
                                            const std::vector<std::string>& names);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/limiter/leaky_bucket.hpp"
 
+#include "sluice/core/saturate.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -14,7 +16,7 @@ constexpr double slot_epsilon = 1e-9;
 constexpr double ms_epsilon = 1e-6;
 
 milliseconds ceil_ms(double ms) noexcept {
-    return milliseconds{static_cast<std::int64_t>(std::ceil(std::max(0.0, ms - ms_epsilon)))};
+    return saturating_ms(std::ceil(std::max(0.0, ms - ms_epsilon)));
 }
 
 } // namespace
@@ -37,7 +39,7 @@ decision leak_and_admit(leaky_bucket_state& state,
             q = 0;
             last = now_ms;
         } else if (leaked > 0) {
-            q -= static_cast<std::int64_t>(leaked);
+            q -= saturating_cast<std::int64_t>(leaked); // leaked < q here
             last += leaked * slot_ms;
         }
     }

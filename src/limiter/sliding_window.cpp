@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/limiter/sliding_window.hpp"
 
+#include "sluice/core/saturate.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -8,7 +10,7 @@ namespace sluice::limiter {
 namespace {
 
 milliseconds ceil_ms(double ms) noexcept {
-    return milliseconds{static_cast<std::int64_t>(std::ceil(std::max(0.0, ms)))};
+    return saturating_ms(std::ceil(std::max(0.0, ms)));
 }
 
 } // namespace

@@ -208,6 +208,12 @@ std::string registry::render() const {
            "counter",
            "Requests the store could not decide (handled by failure-mode).",
            static_cast<double>(load(store_errors_total)));
+    single(out,
+           "sluice_memory_store_evictions_total",
+           "counter",
+           "Keys the memory store evicted while their state still mattered "
+           "(rate-limit.memory.max-keys reached).",
+           static_cast<double>(load(memory_store_evictions_total)));
     return out;
 }
 

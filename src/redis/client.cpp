@@ -217,11 +217,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
     }
 
     // Wakes at the oldest live deadline, or when the oldest timed-out command would prove the
-    // connection stalled, whichever comes first.
+    // connection stalled, whichever comes first. An armed wake that is later than that is moved
+    // earlier: while every command has timed out the timer waits for the stall check, up to
+    // `stall_timeout` away, and a command sent meanwhile must still time out at its own deadline.
     void arm_deadline() {
-        if (deadline_armed_) {
-            return;
-        }
         auto wake = steady::time_point::max();
         if (expired_ < pending_.size()) {
             wake = pending_[expired_].deadline;
@@ -229,12 +228,18 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (expired_ > 0) {
             wake = std::min(wake, pending_.front().deadline + opts_.stall_timeout);
         }
-        if (wake == steady::time_point::max()) {
+        if (wake == steady::time_point::max() || (deadline_armed_ && armed_wake_ <= wake)) {
             return;
         }
         deadline_armed_ = true;
+        armed_wake_ = wake;
+        // expires_at cancels a wait already armed: its handler sees a newer arm and does nothing.
+        const auto arm = ++deadline_arms_;
         deadline_timer_.expires_at(wake);
-        deadline_timer_.async_wait([self = shared_from_this()](error_code ec) {
+        deadline_timer_.async_wait([self = shared_from_this(), arm](error_code ec) {
+            if (arm != self->deadline_arms_) {
+                return;
+            }
             self->deadline_armed_ = false;
             if (ec != net::error::operation_aborted) {
                 self->expire();
@@ -518,6 +523,8 @@ struct client::state : std::enable_shared_from_this<client::state> {
     std::deque<pending_command> pending_;
     std::size_t expired_ = 0;
     bool deadline_armed_ = false;
+    steady::time_point armed_wake_;
+    std::uint64_t deadline_arms_ = 0; // tells a cancelled wait from the current one
     bool outage_logged_ = false;
     std::uint64_t next_id_ = 1;
     std::uint64_t generation_ = 0;

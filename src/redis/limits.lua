@@ -247,8 +247,8 @@ end
 
 ---------------------------------------------------------------------------------------------------
 -- FIXED_WINDOW: src/limiter/fixed_window.cpp. Windows are aligned to multiples of the window
--- since the epoch; a stored window other than the current one (over, or not begun with a clock
--- that stepped back) counts from zero.
+-- since the epoch; a clock that stepped back stays in the stored window (a window never
+-- reopens), and a stored window that is over counts from zero.
 
 local fixed_window = {}
 
@@ -256,6 +256,9 @@ function fixed_window.decide(key, p, now)
   local limit, window = p.p1, p.p2
   local start = floor(now / window) * window
   local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
+  if c.a ~= nil and c.b > start then
+    start = c.b
+  end
   local count = c.a
   if count == nil or c.b ~= start then
     count = 0

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/store/memory_store.hpp"
 
+#include "sluice/core/log_throttle.hpp"
 #include "sluice/limiter/algorithm.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -13,10 +15,22 @@
 namespace sluice::store {
 namespace {
 
+constexpr double infinity = std::numeric_limits<double>::infinity();
+
+/// After a sweep of a full shard that freed less than 1/8 of it, the next sweep waits this long
+/// (lossy evictions fill the gap): a shard of live keys is then scanned at most once per second,
+/// however fast new keys arrive.
+constexpr double sweep_backoff_ms = 1000;
+
 struct entry {
     limiter::state state;
     /// From this clock reading on, the state equals a fresh one: the key may be forgotten.
     double idle_at_ms = 0;
+    // The shard's recency list runs through its entries (map nodes never move): no second
+    // allocation per key.
+    entry* newer = nullptr;
+    entry* older = nullptr;
+    const std::string* key = nullptr;
 };
 
 /// A key with its hash, computed once per request: it picks the shard and then the bucket.
@@ -44,32 +58,146 @@ struct key_hash {
 struct shard {
     std::mutex mutex;
     std::unordered_map<std::string, entry, key_hash, std::equal_to<>> entries;
+    /// Most and least recently used entries.
+    entry* newest = nullptr;
+    entry* oldest = nullptr;
+    /// Keys this shard may hold.
+    std::size_t max_keys = std::numeric_limits<std::size_t>::max();
+    /// No entry's idle_at_ms is below this: while the clock is short of it, a sweep frees nothing.
+    double idle_floor_ms = infinity;
+    /// A full shard is not swept again before this reading.
+    double next_sweep_ms = -infinity;
+
+    void unlink(entry& e) noexcept {
+        (e.newer ? e.newer->older : newest) = e.older;
+        (e.older ? e.older->newer : oldest) = e.newer;
+        e.newer = e.older = nullptr;
+    }
+
+    void push_newest(entry& e) noexcept {
+        e.older = newest;
+        e.newer = nullptr;
+        (newest ? newest->newer : oldest) = &e;
+        newest = &e;
+    }
+
+    void touch(entry& e) noexcept {
+        if (newest != &e) {
+            unlink(e);
+            push_newest(e);
+        }
+    }
+
+    /// Forgets every key whose state has fully reset; recomputes idle_floor_ms exactly.
+    std::size_t sweep(double now) {
+        std::size_t forgotten = 0;
+        double floor = infinity;
+        for (auto it = entries.begin(); it != entries.end();) {
+            if (it->second.idle_at_ms <= now) {
+                unlink(it->second);
+                it = entries.erase(it);
+                ++forgotten;
+            } else {
+                floor = std::min(floor, it->second.idle_at_ms);
+                ++it;
+            }
+        }
+        idle_floor_ms = floor;
+        return forgotten;
+    }
 };
 
 // What one check would store, computed before anything is committed.
 struct pending {
     shard* owner = nullptr;
     entry* existing = nullptr;
-    entry next;
+    limiter::state state;
+    double idle_at_ms = 0;
 };
 
 } // namespace
 
 struct memory_store::impl {
-    impl(const sluice::clock& c, std::size_t shard_count)
+    impl(const sluice::clock& c, std::size_t shard_count, memory_store_limits l)
         : clock(c)
-        , shards(std::max<std::size_t>(1, shard_count)) {}
+        , limits(l)
+        , shards(shards_for(shard_count, l.max_keys)) {
+        if (limits.max_keys == 0) {
+            return;
+        }
+        // Split the cap exactly: the shards' caps add up to max_keys.
+        const auto n = shards.size();
+        for (std::size_t i = 0; i < n; ++i) {
+            shards[i].max_keys = limits.max_keys / n + (i < limits.max_keys % n ? 1 : 0);
+        }
+    }
+
+    /// At least one shard, and no more shards than keys, so that every shard holds a key.
+    static std::size_t shards_for(std::size_t shard_count, std::size_t max_keys) noexcept {
+        const auto n = std::max<std::size_t>(1, shard_count);
+        return max_keys == 0 ? n : std::min(n, max_keys);
+    }
 
     std::size_t shard_index(const hashed_key& key) const noexcept {
         return key.hash % shards.size();
     }
 
+    /// Makes room for one more key in a full shard: keys whose state equals a fresh one go first
+    /// (nothing is lost), then the least recently used (its client's limit starts over).
+    void make_room(shard& s, double now) {
+        if (now >= s.idle_floor_ms && now >= s.next_sweep_ms) {
+            const auto freed = s.sweep(now);
+            if (freed < s.max_keys / 8) {
+                s.next_sweep_ms = now + sweep_backoff_ms;
+            }
+        }
+        std::uint64_t evicted = 0;
+        while (s.entries.size() >= s.max_keys && s.oldest != nullptr) {
+            entry& victim = *s.oldest;
+            s.unlink(victim);
+            s.entries.erase(s.entries.find(*victim.key));
+            ++evicted;
+        }
+        if (evicted == 0) {
+            return;
+        }
+        if (limits.evictions != nullptr) {
+            limits.evictions->fetch_add(evicted, std::memory_order_relaxed);
+        }
+        log_throttled(full_warning,
+                      spdlog::level::warn,
+                      "memory store full (rate-limit.memory.max-keys {}): evicting the least "
+                      "recently used keys; their clients' limits start over",
+                      limits.max_keys);
+    }
+
+    void insert(shard& s, const std::string& key, pending& p, double now) {
+        if (s.entries.size() >= s.max_keys) {
+            make_room(s, now);
+        }
+        auto [it, fresh] = s.entries.try_emplace(key);
+        entry& e = it->second;
+        e.state = std::move(p.state);
+        e.idle_at_ms = p.idle_at_ms;
+        s.idle_floor_ms = std::min(s.idle_floor_ms, p.idle_at_ms);
+        if (fresh) {
+            e.key = &it->first;
+            s.push_newest(e);
+        } else {
+            s.touch(e);
+        }
+    }
+
     const sluice::clock& clock;
+    memory_store_limits limits;
     std::vector<shard> shards;
+    log_throttle full_warning{std::chrono::minutes(1)};
 };
 
-memory_store::memory_store(const sluice::clock& clock, std::size_t shard_count)
-    : impl_(std::make_unique<impl>(clock, shard_count)) {}
+memory_store::memory_store(const sluice::clock& clock,
+                           std::size_t shard_count,
+                           memory_store_limits limits)
+    : impl_(std::make_unique<impl>(clock, shard_count, limits)) {}
 
 memory_store::~memory_store() = default;
 
@@ -113,23 +241,30 @@ outcome memory_store::acquire_now(const checks& request_checks) {
         const bool exists = found != owner.entries.end();
         if (exists) {
             p.existing = &found->second;
-            p.next = found->second;
+            p.state = found->second.state;
+            owner.touch(found->second); // a rejected request is use too
         }
-        auto d = limiter::acquire(p.next.state, exists, *c.limit, now);
-        p.next.idle_at_ms = now + static_cast<double>(d.reset_after.count());
+        auto d = limiter::acquire(p.state, exists, *c.limit, now);
+        p.idle_at_ms = now + static_cast<double>(d.reset_after.count());
         admitted = admitted && (d.allowed || c.limit->dry_run);
         result.decisions.push_back(d);
-        writes.push_back(p);
+        writes.push_back(std::move(p));
     }
 
     // Charge every limit only when every enforced limit admits; otherwise store nothing.
     if (admitted) {
-        for (std::size_t i = 0; i < writes.size(); ++i) {
-            auto& w = writes[i];
+        // Existing keys first: making room for a new key may evict or sweep entries, and no
+        // pointer into the table may be used after that.
+        for (auto& w : writes) {
             if (w.existing != nullptr) {
-                *w.existing = w.next;
-            } else {
-                w.owner->entries.insert_or_assign(request_checks[i].key, w.next);
+                w.existing->state = std::move(w.state);
+                w.existing->idle_at_ms = w.idle_at_ms;
+                w.owner->idle_floor_ms = std::min(w.owner->idle_floor_ms, w.idle_at_ms);
+            }
+        }
+        for (std::size_t i = 0; i < writes.size(); ++i) {
+            if (writes[i].existing == nullptr) {
+                impl_->insert(*writes[i].owner, request_checks[i].key, writes[i], now);
             }
         }
     }
@@ -141,8 +276,7 @@ std::size_t memory_store::sweep() {
     std::size_t forgotten = 0;
     for (auto& s : impl_->shards) {
         std::lock_guard lock(s.mutex);
-        forgotten +=
-            std::erase_if(s.entries, [now](const auto& kv) { return kv.second.idle_at_ms <= now; });
+        forgotten += s.sweep(now);
     }
     return forgotten;
 }

@@ -2,6 +2,7 @@
 #include "sluice/store/redis_store.hpp"
 
 #include "sluice/core/log_throttle.hpp"
+#include "sluice/core/saturate.hpp"
 #include "sluice/redis/command_writer.hpp"
 #include "sluice/redis/scripts.hpp"
 
@@ -56,7 +57,7 @@ std::string format_double(double x) {
 // report a window one ms longer than the memory store does.
 milliseconds bucket_ceil_ms(double ms) noexcept {
     constexpr double ms_epsilon = 1e-6;
-    return milliseconds{static_cast<std::int64_t>(std::ceil(std::max(0.0, ms - ms_epsilon)))};
+    return saturating_ms(std::ceil(std::max(0.0, ms - ms_epsilon)));
 }
 
 // The policy's quota and window, as the C++ algorithms report them (no round trip needed).

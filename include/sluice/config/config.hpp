@@ -101,11 +101,18 @@ struct redis_settings {
     failure_mode on_failure = failure_mode::open;
 };
 
+struct memory_settings {
+    /// Keys the memory store holds at most (about 64 MB at the measured cost per key); beyond
+    /// it, reset keys and then the least recently used are evicted.
+    std::size_t max_keys = 375'000;
+};
+
 struct rate_limit_settings {
     store_kind store = store_kind::memory;
     limit fallback;
     std::vector<rule> rules;
     redis_settings redis;
+    memory_settings memory;
     /// Global cap on requests held for shaping, across all workers; beyond it: 503.
     std::int64_t max_held = 10'000;
     /// Also emit X-RateLimit-Limit/-Remaining/-Reset.

@@ -20,7 +20,8 @@ struct fixed_window_state {
  * FIXED_WINDOW (the page's "fixed counter"): at most `limit` requests per window; windows are
  * aligned to multiples of `window` since the clock's epoch, so every instance agrees on them.
  * Cheapest in time and memory; its weakness is the boundary: up to 2 x limit can pass within one
- * window length that straddles a boundary. Rejected requests are not counted.
+ * window length that straddles a boundary. Rejected requests are not counted. A clock reading
+ * earlier than the stored window counts in the stored window: a window never reopens.
  */
 decision fixed_window_acquire(fixed_window_state& state,
                               bool exists,

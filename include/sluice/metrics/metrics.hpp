@@ -90,6 +90,7 @@ public:
     counter redis_errors_total{0};
     counter redis_timeouts_total{0};
     counter store_errors_total{0};
+    counter memory_store_evictions_total{0}; // rate-limit.memory.max-keys reached
 
     /// The whole registry in the Prometheus text exposition format (version 0.0.4).
     std::string render() const;

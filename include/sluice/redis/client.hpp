@@ -64,9 +64,12 @@ struct client_options {
     /// A connection that leaves a command unanswered this long past its deadline is taken for
     /// dead (a hung server, a silent network): it is dropped and re-established.
     milliseconds stall_timeout{1'000};
-    /// Reconnect backoff: doubles from `reconnect_min` up to `reconnect_max`, with jitter.
+    /// Reconnect backoff: doubles from `reconnect_min` up to `reconnect_max`, with jitter. The
+    /// ceiling bounds how long limits stay unenforced after Redis comes back (at most
+    /// `reconnect_max` plus the connect): half a second, so well within one; a refused connect
+    /// costs next to nothing, a few per second per worker are no load.
     milliseconds reconnect_min{100};
-    milliseconds reconnect_max{5'000};
+    milliseconds reconnect_max{500};
     /// Commands awaiting a reply (timed-out ones included) beyond which new commands fail at
     /// once with `redis_unavailable`: a stalled server must not grow memory without bound.
     std::size_t max_pending = 10'000;

@@ -2,12 +2,21 @@
 #pragma once
 
 #include "sluice/core/clock.hpp"
+#include "sluice/metrics/metrics.hpp"
 #include "sluice/store/store.hpp"
 
 #include <cstddef>
 #include <memory>
 
 namespace sluice::store {
+
+/// The memory store's bound on memory (`rate-limit.memory`).
+struct memory_store_limits {
+    /// Keys held at most; 0: no cap. Split evenly across the shards.
+    std::size_t max_keys = 0;
+    /// Counts keys evicted while their state still mattered (may be null).
+    metrics::counter* evictions = nullptr;
+};
 
 /**
  * The embedded default store: limiter state in process memory, shared by every worker thread.
@@ -18,14 +27,19 @@ namespace sluice::store {
  * when every enforced limit admits.
  *
  * Memory stays bounded: `sweep()` forgets every key whose state has fully reset (a drained
- * queue, a full token bucket, a past window), since forgetting it changes no future decision.
- * The owner (the application's control thread) calls it periodically; `acquire_now` never
- * sweeps, so a decision's cost does not depend on the table's size.
+ * queue, a full token bucket, a past window), since forgetting it changes no future decision;
+ * the owner (the application's control thread) calls it periodically. And a shard never holds
+ * more than its part of `max_keys`: a new key in a full shard first sweeps that shard (the only
+ * sweep a decision ever does, at most once a second while it frees little), then evicts the
+ * least recently used keys, counting them in `evictions` and warning (throttled).
+ * Each shard keeps its recency list through its entries: a hit costs a few pointer writes.
  */
 class memory_store final : public store {
 public:
     /// `clock` must outlive the store.
-    explicit memory_store(const sluice::clock& clock, std::size_t shard_count = 64);
+    explicit memory_store(const sluice::clock& clock,
+                          std::size_t shard_count = 64,
+                          memory_store_limits limits = {});
     ~memory_store() override;
 
     awaitable<outcome> acquire(checks request_checks) override;

@@ -382,5 +382,164 @@ TEST(ConfigErrors, EmptyValueIsNotADefault) {
     EXPECT_TRUE(has_problem(p, 5, "rate-limit.redis.ttl", "got nothing"));
 }
 
+// Issue 11 item 16: a rate so small that a full bucket takes longer than the stores can count
+// would silently stop limiting; the message names the smallest rate accepted.
+TEST(ConfigErrors, RateTooSmallForItsCapacity) {
+    const auto p = problems_of(base + R"(rate-limit:
+  fallback:
+    capacity: 50
+    flowRate: 0.0000000000000001
+  rules:
+    - name: r
+      match: { path: /a }
+      limits:
+        - { algorithm: TOKEN_BUCKET, capacity: 1000, refillRate: 0.0000001 }
+)");
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_TRUE(has_problem(
+        p, 6, "rate-limit.fallback.flowRate", "must be at least 0.0000000157 with capacity 50"));
+    EXPECT_TRUE(has_problem(p,
+                            11,
+                            "rate-limit.rules[0].limits[0].refillRate",
+                            "must be at least 0.000000313 with capacity 1000"));
+    // The smallest accepted value loads.
+    const auto cfg = load(base + "rate-limit:\n  fallback:\n    capacity: 50\n"
+                                 "    flowRate: 0.0000000157\n");
+    EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 0.0000000157);
+}
+
+// Issue 11 item 17: empty or truncated values. A null or empty value is an error wherever the
+// reference does not give it a meaning; each names its key and its line.
+
+/// A rule at line 4 whose `match` (line 6) is `match_text`, exempt from limiting.
+std::string rule_matching(const std::string& match_text) {
+    return base + "rate-limit:\n  rules:\n    - name: a\n      match: " + match_text +
+           "\n      limits: []\n";
+}
+
+TEST(ConfigErrors, MethodsWithNothingIsNotAnyMethod) {
+    const auto p = problems_of(rule_matching("\n        path: /admin/*\n        methods:"));
+    EXPECT_TRUE(has_problem(p, 8, "rate-limit.rules[0].match.methods", "got nothing"));
+}
+
+TEST(ConfigErrors, EmptyMethodsListIsNotAnyMethod) {
+    const auto p = problems_of(rule_matching("{ path: /admin/*, methods: [] }"));
+    EXPECT_TRUE(
+        has_problem(p, 6, "rate-limit.rules[0].match.methods", "must not be empty; leave it out"));
+}
+
+TEST(ConfigErrors, TruncatedMethodsOnAnExemptionExemptsNothing) {
+    const auto p = problems_of(rule_matching("{path: /admin/*, methods: }"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.rules[0].match.methods", "got nothing"));
+}
+
+TEST(ConfigErrors, NumbersAreNotMethods) {
+    const auto p = problems_of(rule_matching("{ path: /a, methods: [1, 2] }"));
+    EXPECT_TRUE(has_problem(p,
+                            6,
+                            "rate-limit.rules[0].match.methods[0]",
+                            "must be an HTTP method such as GET, got '1'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.rules[0].match.methods[1]", "got '2'"));
+}
+
+TEST(ConfigErrors, KeyWithNothingIsAnError) {
+    const auto p = problems_of(
+        base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 1\n    key:\n");
+    EXPECT_TRUE(has_problem(p, 7, "rate-limit.fallback.key", "got nothing"));
+}
+
+TEST(ConfigErrors, TrustedProxiesWithNothingIsAnError) {
+    const auto p = problems_of(base + "server:\n  trusted-proxies:\n");
+    EXPECT_TRUE(has_problem(p, 4, "server.trusted-proxies", "must be a list, got nothing"));
+}
+
+TEST(ConfigErrors, RulesWithNothingIsAnError) {
+    const auto p = problems_of(base + "rate-limit:\n  rules:\n");
+    EXPECT_TRUE(has_problem(p, 4, "rate-limit.rules", "must be a list, got nothing"));
+}
+
+TEST(ConfigErrors, NullSectionIsAnError) {
+    const auto p = problems_of(base + "admin: null\nlogging: ~\nserver:\n");
+    EXPECT_TRUE(has_problem(p, 3, "admin", "must be a mapping, got nothing"));
+    EXPECT_TRUE(has_problem(p, 4, "logging", "must be a mapping, got nothing"));
+    EXPECT_TRUE(has_problem(p, 5, "server", "must be a mapping, got nothing"));
+}
+
+TEST(ConfigErrors, SectionNameWithoutColonAtTheEndIsNotDropped) {
+    for (const std::string end : {"", "\n"}) {
+        const auto p = problems_of(base + "logging" + end);
+        EXPECT_TRUE(has_problem(p, 3, "logging", "must be a mapping, got nothing")) << end.size();
+    }
+}
+
+TEST(ConfigErrors, UnterminatedQuoteAtTheEndIsAnError) {
+    for (const std::string end : {"\n", "\n\n", "\nlogging:\n  level: info\n"}) {
+        const auto p = problems_of(base + "rate-limit:\n  redis:\n    password: \"abc" + end);
+        EXPECT_TRUE(has_problem(p, 5, "rate-limit.redis.password", "no closing quote"))
+            << end.size();
+    }
+    const auto single = problems_of(base + "admin:\n  listen: '127.0.0.1:1\n");
+    EXPECT_TRUE(has_problem(single, 4, "admin.listen", "no closing quote"));
+    // A quoted value may span lines, and may hold escaped quotes.
+    const auto cfg = load(base + "rate-limit:\n  redis:\n    password: \"a\\\"b\n      c\"\n"
+                                 "    username: 'it''s'\n");
+    EXPECT_EQ(cfg.rate_limit.redis.password, "a\"b c");
+    EXPECT_EQ(cfg.rate_limit.redis.username, "it's");
+    // Quoted items of a flow list, the last one at the end of the file.
+    const auto flow = load(base + "server:\n  trusted-proxies: [\"127.0.0.1/32\", '10.0.0.0/8']");
+    EXPECT_EQ(flow.server.trusted_proxies.size(), 2u);
+}
+
+TEST(ConfigErrors, QuotedStringIsNotANumber) {
+    const auto p = problems_of(base + "rate-limit:\n  max-held: '10'\n  fallback:\n"
+                                      "    capacity: \"5\"\n    flowRate: \"1\"\n"
+                                      "logging:\n  access-log: \"false\"\n");
+    EXPECT_TRUE(has_problem(p, 4, "rate-limit.max-held", "got a quoted string '10'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.fallback.capacity", "got a quoted string '5'"));
+    EXPECT_TRUE(has_problem(p, 7, "rate-limit.fallback.flowRate", "got a quoted string '1'"));
+    EXPECT_TRUE(has_problem(p, 9, "logging.access-log", "got a quoted string 'false'"));
+}
+
+TEST(ConfigErrors, UpstreamUrlWithoutAHostName) {
+    for (const std::string bad : {"http://-1", "HTTP://", "http://a-.b", "http://x.-y:80"}) {
+        const auto p = problems_of("upstream:\n  url: \"" + bad + "\"\n");
+        EXPECT_TRUE(has_problem(p, 2, "upstream.url", "must be http://host[:port], got '" + bad))
+            << bad;
+    }
+    EXPECT_EQ(load("upstream:\n  url: HTTP://a-b.example\n").upstream.host, "a-b.example");
+}
+
+TEST(ConfigErrors, RuleNameWithNulOrInvalidUtf8) {
+    const auto nul = problems_of(rule_matching("{ path: /a }") + "    - name: \"b\\0c\"\n"
+                                                                 "      match: { path: /b }\n"
+                                                                 "      limits: []\n");
+    EXPECT_TRUE(has_problem(nul, 8, "rate-limit.rules[1].name", "must not contain NUL"));
+    const auto raw_nul =
+        problems_of(base + "rate-limit:\n  rules:\n    - name: b" + std::string(1, '\0') +
+                    "c\n      match: { path: /b }\n"
+                    "      limits: []\n");
+    EXPECT_FALSE(raw_nul.empty());
+    for (const std::string bad : {"b\xff", "\xc3", "\xed\xa0\x80", "\xc0\xaf"}) {
+        const auto p = problems_of(base + "rate-limit:\n  rules:\n    - name: " + bad +
+                                   "\n      match: { path: /b }\n      limits: []\n");
+        EXPECT_TRUE(has_problem(p, 5, "rate-limit.rules[0].name", "must be valid UTF-8"));
+    }
+    EXPECT_EQ(load(rule_matching("{ path: /a }")).rate_limit.rules[0].name, "a");
+    const auto utf8 = load(base + "rate-limit:\n  rules:\n    - name: caf\xc3\xa9\n"
+                                  "      match: { path: /b }\n      limits: []\n");
+    EXPECT_EQ(utf8.rate_limit.rules[0].name, "caf\xc3\xa9");
+}
+
+// Issue 11 item 21: the memory store's cap.
+TEST(ConfigErrors, MemoryMaxKeys) {
+    EXPECT_EQ(load(base).rate_limit.memory.max_keys, 375'000u);
+    EXPECT_EQ(load(base + "rate-limit:\n  memory:\n    max-keys: 10\n").rate_limit.memory.max_keys,
+              10u);
+    const auto p = problems_of(base + "rate-limit:\n  memory:\n    max-keys: 0\n  redis:\n");
+    EXPECT_TRUE(
+        has_problem(p, 5, "rate-limit.memory.max-keys", "must be an integer >= 1, got '0'"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis", "must be a mapping, got nothing"));
+}
+
 } // namespace
 } // namespace sluice::config::test

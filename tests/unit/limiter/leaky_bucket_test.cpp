@@ -187,5 +187,41 @@ TEST(LeakyBucket, MaxDelayRejectsWaitsThatWouldExceedIt) {
     EXPECT_TRUE(b.request(200).allowed);
 }
 
+// Issue 11 item 16: the smallest rate the loader accepts for a capacity (a full drain of
+// max_duration_ms, 3.2e12 ms) still limits: the second request waits a whole slot.
+TEST(LeakyBucket, SmallestAcceptedRateStillLimits) {
+    // capacity 1: the loader's smallest flowRate is 0.000000000313 (1000 / 3.2e12, rounded up).
+    bucket b(leaky(1, 0.000000000313, config::shaping_mode::police));
+    auto first = b.request(1'000);
+    ASSERT_TRUE(first.allowed);
+    const auto slot = 1000.0 / b.limit.flow_rate;
+    EXPECT_NEAR(static_cast<double>(first.window.count()), slot, 1);
+    for (double t : {1'000.0, 1e6, 1e9, slot / 2}) {
+        auto d = b.request(t);
+        EXPECT_FALSE(d.allowed) << t;
+        EXPECT_GT(d.retry_after, milliseconds(0)) << t;
+    }
+    EXPECT_TRUE(b.request(1'000 + slot).allowed);
+}
+
+// A rate the loader rejects, built in code: every duration saturates instead of wrapping into
+// a negative (undefined behaviour before: a double above 9.2e18 cast to int64).
+TEST(LeakyBucket, AbsurdRateSaturatesEveryDuration) {
+    bucket b(leaky(50, 0.0000000000000001));
+    auto first = b.request(0);
+    ASSERT_TRUE(first.allowed);
+    EXPECT_EQ(first.window, milliseconds::max());
+    EXPECT_EQ(first.reset_after, milliseconds::max());
+    auto second = b.request(0);
+    ASSERT_TRUE(second.allowed);
+    EXPECT_EQ(second.delay, milliseconds::max()); // held "forever", never forwarded at once
+    for (int i = 2; i < 50; ++i) {
+        ASSERT_TRUE(b.request(0).allowed);
+    }
+    auto refused = b.request(1e9);
+    EXPECT_FALSE(refused.allowed);
+    EXPECT_EQ(refused.retry_after, milliseconds::max());
+}
+
 } // namespace
 } // namespace sluice::limiter

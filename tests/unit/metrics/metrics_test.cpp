@@ -25,6 +25,14 @@ TEST(Metrics, RequestsAreCountedByDecisionAndRule) {
                 HasSubstr("sluice_requests_total{decision=\"delayed\",rule=\"fallback\"} 0\n"));
 }
 
+TEST(Metrics, MemoryStoreEvictionsAreExported) {
+    registry r;
+    bump(r.memory_store_evictions_total, 3);
+    const auto text = r.render();
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_memory_store_evictions_total counter\n"));
+    EXPECT_THAT(text, HasSubstr("sluice_memory_store_evictions_total 3\n"));
+}
+
 TEST(Metrics, RuleCountersAreStable) {
     registry r;
     auto& first = r.rule("a");

@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <malloc.h>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -127,6 +131,138 @@ TEST(MemoryStore, ConcurrentRequestsAdmitExactlyCapacity) {
         t.join();
     }
     EXPECT_EQ(admitted.load(), 1000);
+}
+
+// Issue 11 item 21: rate-limit.memory.max-keys bounds the table.
+
+/// One request per hour per key: every key it touches stays live for an hour.
+config::limit hourly() {
+    config::limit l;
+    l.algo = config::algorithm::fixed_window;
+    l.limit_count = 1;
+    l.window = std::chrono::hours(1);
+    return l;
+}
+
+bool admits(memory_store& store, const std::string& key, const config::limit& l) {
+    return store.acquire_now(one(key, l)).decisions[0].allowed;
+}
+
+TEST(MemoryStoreCap, DistinctKeysBeyondTheCapKeepTheCountAtTheCap) {
+    manual_clock clock(1'000);
+    metrics::counter evictions{0};
+    memory_store store(clock, 1, memory_store_limits{100, &evictions});
+    const auto l = hourly();
+    for (int i = 0; i < 150; ++i) {
+        ASSERT_TRUE(admits(store, "k" + std::to_string(i), l));
+        EXPECT_EQ(store.size(), std::min(i + 1, 100));
+    }
+    EXPECT_EQ(evictions.load(), 50u);
+}
+
+TEST(MemoryStoreCap, ShardedCapIsNeverExceeded) {
+    manual_clock clock(1'000);
+    metrics::counter evictions{0};
+    memory_store store(clock, 64, memory_store_limits{1'000, &evictions});
+    const auto l = hourly();
+    for (int i = 0; i < 5'000; ++i) {
+        admits(store, "rate-limit:10.0.0.1:/" + std::to_string(i), l);
+    }
+    EXPECT_LE(store.size(), 1'000u);
+    // Every shard has filled: each holds its exact part of the cap.
+    EXPECT_EQ(store.size(), 1'000u);
+    EXPECT_EQ(evictions.load(), 4'000u);
+}
+
+TEST(MemoryStoreCap, FewerKeysThanShards) {
+    manual_clock clock;
+    memory_store store(clock, 64, memory_store_limits{3, nullptr});
+    const auto l = hourly();
+    for (int i = 0; i < 100; ++i) {
+        admits(store, std::to_string(i), l);
+    }
+    EXPECT_EQ(store.size(), 3u);
+}
+
+TEST(MemoryStoreCap, DrainedKeysAreEvictedBeforeLiveOnes) {
+    manual_clock clock(0);
+    metrics::counter evictions{0};
+    memory_store store(clock, 1, memory_store_limits{4, &evictions});
+    const auto live = hourly();
+    const auto drains = leaky(10, 1); // one request: drained 1 s later
+    // The live keys are the least recently used: an LRU-only cap would take them first.
+    ASSERT_TRUE(admits(store, "live1", live));
+    ASSERT_TRUE(admits(store, "live2", live));
+    ASSERT_TRUE(admits(store, "drained1", drains));
+    ASSERT_TRUE(admits(store, "drained2", drains));
+    clock.set(2'000);
+    ASSERT_TRUE(admits(store, "new1", live));
+    ASSERT_TRUE(admits(store, "new2", live));
+    EXPECT_EQ(store.size(), 4u);
+    EXPECT_EQ(evictions.load(), 0u);            // nothing that mattered was lost
+    EXPECT_FALSE(admits(store, "live1", live)); // still counted
+    EXPECT_FALSE(admits(store, "live2", live));
+}
+
+TEST(MemoryStoreCap, LiveKeyIsEvictedLeastRecentlyUsedFirst) {
+    manual_clock clock(0);
+    metrics::counter evictions{0};
+    memory_store store(clock, 1, memory_store_limits{3, &evictions});
+    const auto l = hourly();
+    ASSERT_TRUE(admits(store, "a", l));
+    ASSERT_TRUE(admits(store, "b", l));
+    ASSERT_TRUE(admits(store, "c", l));
+    clock.set(1);
+    EXPECT_FALSE(admits(store, "a", l)); // a rejected request is use too: b is now the oldest
+    ASSERT_TRUE(admits(store, "d", l));
+    EXPECT_EQ(evictions.load(), 1u);
+    EXPECT_FALSE(admits(store, "a", l)); // kept
+    EXPECT_FALSE(admits(store, "c", l)); // kept
+    EXPECT_FALSE(admits(store, "d", l)); // kept
+    EXPECT_TRUE(admits(store, "b", l));  // forgotten: its limit started over
+}
+
+TEST(MemoryStoreCap, TwoNewKeysOfOneRequestInAFullShard) {
+    manual_clock clock(0);
+    memory_store store(clock, 1, memory_store_limits{2, nullptr});
+    const auto l = hourly();
+    ASSERT_TRUE(admits(store, "a", l));
+    ASSERT_TRUE(admits(store, "b", l));
+    auto out = store.acquire_now(checks{check{"x", &l}, check{"y", &l}});
+    EXPECT_TRUE(out.decisions[0].allowed && out.decisions[1].allowed);
+    EXPECT_EQ(store.size(), 2u);
+    EXPECT_FALSE(admits(store, "y", l));
+}
+
+// The figure docs/configuration.md gives for rate-limit.memory.max-keys: heap bytes per key of
+// a typical key ("rate-limit:<IPv4>:/v1/completions", a leaky bucket's state), as glibc counts
+// them. A bound, not an exact value, so that the allocator's rounding cannot flake it.
+TEST(MemoryStoreCap, CostPerKey) {
+    manual_clock clock;
+    constexpr int keys = 100'000;
+    std::vector<std::string> names;
+    names.reserve(keys);
+    for (int i = 0; i < keys; ++i) {
+        names.push_back("rate-limit:10." + std::to_string(i / 65536) + "." +
+                        std::to_string(i / 256 % 256) + "." + std::to_string(i % 256) +
+                        ":/v1/completions");
+    }
+    const auto l = leaky(50, 5);
+    const auto before = mallinfo2().uordblks;
+    {
+        memory_store store(clock, 64, memory_store_limits{0, nullptr}); // no cap: no eviction
+        for (const auto& name : names) {
+            store.acquire_now(one(name, l));
+        }
+        ASSERT_EQ(store.size(), static_cast<std::size_t>(keys));
+        const auto used = mallinfo2().uordblks - before;
+        if (used == 0) {
+            GTEST_SKIP() << "this allocator does not report through mallinfo2 (a sanitizer?)";
+        }
+        const double per_key = static_cast<double>(used) / keys;
+        std::printf("memory store: %.0f bytes per key (%zu-byte keys)\n", per_key, names[0].size());
+        EXPECT_LT(per_key, 200);
+    }
 }
 
 } // namespace

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// The memory store's arithmetic over any sequence of clock readings (forward, still or back) and
+// requests, for each algorithm. Properties, checked after every request (abort on violation):
+// - the admissions never exceed what the limit allows over the time seen: capacity + elapsed x
+//   rate for the buckets, limit per window (or per window length) for the windows;
+// - the state never goes back (a bucket's last leak, a fixed window's start);
+// - the store decides exactly as the algorithm does on its own (with the same forgetting rule).
+//
+// Input: a header (algorithm, capacity or limit, rate or window, mode, max-delay), then steps of
+// four bytes: a signed clock step in ms, a fraction of a ms, and a byte whose low three bits are
+// the number of requests and whose bit 3 asks for a sweep first.
+#include "sluice/core/clock.hpp"
+#include "sluice/limiter/algorithm.hpp"
+#include "sluice/store/memory_store.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+using namespace sluice;
+
+[[noreturn]] void fail(const char* what, double a, double b) {
+    std::fprintf(stderr, "memory_store_fuzz: %s (%.17g vs %.17g)\n", what, a, b);
+    std::abort();
+}
+
+class reader {
+public:
+    reader(const std::uint8_t* data, std::size_t size)
+        : data_(data)
+        , size_(size) {}
+
+    bool empty() const { return at_ >= size_; }
+
+    std::uint8_t byte() { return at_ < size_ ? data_[at_++] : 0; }
+
+    std::uint16_t u16() {
+        const auto high = byte();
+        return static_cast<std::uint16_t>(high << 8 | byte());
+    }
+
+private:
+    const std::uint8_t* data_;
+    std::size_t size_;
+    std::size_t at_ = 0;
+};
+
+config::limit limit_from(reader& in) {
+    config::limit l;
+    const auto algo = in.byte() % 4;
+    const std::int64_t count = 1 + in.u16() % 512;
+    const auto parameter = in.u16();
+    const auto options = in.byte();
+    const auto max_delay = in.u16();
+    switch (algo) {
+    case 0:
+        l.algo = config::algorithm::leaky_bucket;
+        l.capacity = count;
+        l.flow_rate = (1.0 + parameter) / 64; // 1/64 .. 1024 per second
+        l.mode = (options & 1) != 0 ? config::shaping_mode::police : config::shaping_mode::shape;
+        if ((options & 2) != 0 && l.mode == config::shaping_mode::shape) {
+            l.max_delay = std::chrono::milliseconds(max_delay);
+        }
+        break;
+    case 1:
+        l.algo = config::algorithm::token_bucket;
+        l.capacity = count;
+        l.refill_rate = (1.0 + parameter) / 64;
+        break;
+    case 2:
+        l.algo = config::algorithm::fixed_window;
+        l.limit_count = count;
+        l.window = std::chrono::milliseconds(1 + parameter);
+        break;
+    default:
+        l.algo = config::algorithm::sliding_window;
+        l.limit_count = count;
+        l.window = std::chrono::milliseconds(1 + parameter);
+        break;
+    }
+    return l;
+}
+
+/// The most the limit may admit over clock readings spanning [first, last] (whole ms).
+double allowance(const config::limit& l, double first, double last) {
+    switch (l.algo) {
+    case config::algorithm::leaky_bucket:
+    case config::algorithm::token_bucket: {
+        const double rate = l.algo == config::algorithm::leaky_bucket ? l.flow_rate : l.refill_rate;
+        // Both roundings tolerate 1e-9 of a slot; a hair above the exact bound is not a breach.
+        return static_cast<double>(l.capacity) + (last - first) * rate / 1000 + 1e-6;
+    }
+    case config::algorithm::fixed_window: {
+        const auto w = static_cast<double>(l.window.count());
+        return static_cast<double>(l.limit_count) *
+               (std::floor(last / w) - std::floor(first / w) + 1);
+    }
+    case config::algorithm::sliding_window: {
+        const auto w = static_cast<double>(l.window.count());
+        return static_cast<double>(l.limit_count) * std::ceil((last - first + 1) / w);
+    }
+    }
+    return 0;
+}
+
+/// The part of the state that must never move back, or NaN when the state has none.
+double progress(const limiter::state& s) {
+    if (const auto* leaky = std::get_if<limiter::leaky_bucket_state>(&s)) {
+        return leaky->last_leak_ms;
+    }
+    if (const auto* token = std::get_if<limiter::token_bucket_state>(&s)) {
+        return token->last_refill_ms;
+    }
+    if (const auto* fixed = std::get_if<limiter::fixed_window_state>(&s)) {
+        return fixed->window_start_ms;
+    }
+    return std::nan("");
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    reader in(data, size);
+    const auto limit = limit_from(in);
+    manual_clock clock(1e9);
+    store::memory_store table(clock, 4);
+    const store::checks request{store::check{"rate-limit:10.0.0.1:/", &limit}};
+
+    // The algorithm on its own, kept as the store keeps it.
+    limiter::state mirror;
+    bool mirror_exists = false;
+    double mirror_idle_at = 0;
+
+    double first = std::floor(clock.now_ms());
+    double last = first;
+    double admitted = 0;
+    double last_progress = -HUGE_VAL;
+    for (int step = 0; step < 4096 && !in.empty(); ++step) {
+        const auto delta = static_cast<std::int16_t>(in.u16());
+        const double fraction = in.byte() / 256.0;
+        const auto flags = in.byte();
+        clock.set(std::max(0.0, clock.now_ms() + delta + fraction));
+        const double now = std::floor(clock.now_ms());
+        first = std::min(first, now);
+        last = std::max(last, now);
+        if ((flags & 8) != 0) {
+            table.sweep();
+            if (mirror_exists && mirror_idle_at <= now) {
+                mirror_exists = false;
+            }
+        }
+        for (int i = 0, n = 1 + (flags & 7); i < n; ++i) {
+            const auto out = table.acquire_now(request);
+            if (out.ec || out.decisions.size() != 1) {
+                fail("the memory store failed", 0, 0);
+            }
+            const auto& d = out.decisions[0];
+            auto next = mirror;
+            const auto expected = limiter::acquire(next, mirror_exists, limit, now);
+            if (!(d == expected)) {
+                fail("the store and the algorithm disagree; remaining",
+                     static_cast<double>(d.remaining),
+                     static_cast<double>(expected.remaining));
+            }
+            if (!d.allowed) {
+                continue;
+            }
+            mirror = next;
+            mirror_exists = true;
+            mirror_idle_at = now + static_cast<double>(d.reset_after.count());
+            ++admitted;
+            const double bound = allowance(limit, first, last);
+            if (admitted > bound) {
+                fail("admitted more than the limit allows", admitted, bound);
+            }
+            const double p = progress(mirror);
+            if (!std::isnan(p)) {
+                if (p < last_progress) {
+                    fail("the state went back", p, last_progress);
+                }
+                last_progress = p;
+            }
+        }
+    }
+    return 0;
+}
