@@ -185,6 +185,12 @@ void check_ports(const config& cfg, mapping& root) {
 
 /// YAML text to a document; a syntax error is recorded and yields nothing.
 std::optional<YAML::Node> parse_yaml(std::string_view yaml, problems& report) {
+    if (const auto line = detail::document_starting_with_comma(yaml)) {
+        YAML::Mark at;
+        at.line = *line;
+        report.add_plain(at, "YAML syntax error: a document cannot start with ','");
+        return std::nullopt;
+    }
     try {
         auto documents = YAML::LoadAll(std::string(yaml));
         if (documents.size() > 1) {

@@ -149,4 +149,69 @@ void check_text(problems& report, std::string_view yaml, const YAML::Node& docum
     text_checker(report, yaml).check(document, "", 0);
 }
 
+namespace {
+
+bool is_blank(char c) noexcept {
+    return c == ' ' || c == '\t';
+}
+
+/// `line` without what may stand before a document's first token: a document marker, tags and
+/// anchors (each up to the next blank), and the blanks around them.
+std::string_view strip_document_prefix(std::string_view line) noexcept {
+    for (;;) {
+        while (!line.empty() && is_blank(line.front())) {
+            line.remove_prefix(1);
+        }
+        const bool marker = (line.starts_with("---") || line.starts_with("...")) &&
+                            (line.size() == 3 || is_blank(line[3]));
+        if (marker) {
+            line.remove_prefix(3);
+            continue;
+        }
+        if (line.starts_with('!') || line.starts_with('&')) {
+            std::size_t end = 0;
+            while (end < line.size() && !is_blank(line[end])) {
+                ++end;
+            }
+            line.remove_prefix(end);
+            continue;
+        }
+        return line;
+    }
+}
+
+} // namespace
+
+std::optional<int> document_starting_with_comma(std::string_view yaml) noexcept {
+    bool at_document_start = true;
+    int number = 0;
+    for (std::size_t start = 0; start < yaml.size(); ++number) {
+        auto end = yaml.find('\n', start);
+        if (end == std::string_view::npos) {
+            end = yaml.size();
+        }
+        auto line = yaml.substr(start, end - start);
+        start = end + 1;
+        if (!line.empty() && line.back() == '\r') {
+            line.remove_suffix(1);
+        }
+        // A marker at the start of a line begins a new document, whatever came before.
+        if (line.starts_with("---") || line.starts_with("...")) {
+            at_document_start = true;
+        }
+        if (!at_document_start || line.starts_with('%')) {
+            continue; // inside a document, or a directive
+        }
+        const auto rest = strip_document_prefix(line);
+        if (rest.empty() || rest.starts_with('#')) {
+            continue; // nothing yet
+        }
+        if (rest.starts_with(',')) {
+            return number;
+        }
+        at_document_start = false;
+    }
+    return std::nullopt;
+}
+
 } // namespace sluice::config::detail

@@ -58,6 +58,14 @@ private:
  */
 void check_text(problems& report, std::string_view yaml, const YAML::Node& document);
 
+/**
+ * The 0-based line of a document (the file's start, or after `---` or `...`) whose first token
+ * is ',' (after any tag or anchor); nullopt when there is none. Such a document is not YAML, and
+ * yaml-cpp 0.7.0 does not refuse it: it allocates until the process runs out of memory. So the
+ * loader looks for it before handing the text to yaml-cpp.
+ */
+std::optional<int> document_starting_with_comma(std::string_view yaml) noexcept;
+
 /// 1-based line of a mark (1 when unknown).
 int line_of(const YAML::Mark& at) noexcept;
 

@@ -24,6 +24,10 @@ public:
         : cursor_((out.resize(size), out.data())) {}
 
     void put(std::string_view text) noexcept {
+        // An empty value's data() may be null, and memcpy from null is undefined even for 0 bytes.
+        if (text.empty()) {
+            return;
+        }
         std::memcpy(cursor_, text.data(), text.size());
         cursor_ += text.size();
     }

@@ -167,6 +167,31 @@ TEST(ConfigErrors, SyntaxErrorNamesItsLine) {
     EXPECT_EQ(tab[0].rfind("t.yaml:2: YAML syntax error", 0), 0u) << tab[0];
 }
 
+// yaml-cpp 0.7.0 allocates without end on a document whose first token is ',' (found by
+// fuzz/config_loader_fuzz.cpp): the loader refuses it before yaml-cpp sees it. Without that,
+// this test runs out of memory.
+TEST(ConfigErrors, DocumentStartingWithACommaIsASyntaxErrorNotAnEndlessParse) {
+    for (const std::string yaml : {",u",
+                                   "# comment\n\n  ,a\n",
+                                   "---\n!tag &anchor ,a",
+                                   "a: 1\n---\n,b",
+                                   "--- ,a\n",
+                                   "%YAML 1.2\n---\n,a"}) {
+        const auto p = problems_of(yaml);
+        ASSERT_EQ(p.size(), 1u) << yaml;
+        EXPECT_NE(p[0].find("YAML syntax error: a document cannot start with ','"),
+                  std::string::npos)
+            << p[0];
+    }
+    const auto at_line = problems_of(base + "---\n,x\n");
+    ASSERT_EQ(at_line.size(), 1u);
+    EXPECT_EQ(at_line[0].rfind("t.yaml:4: YAML syntax error", 0), 0u) << at_line[0];
+    // A comma inside a document, or leading a line of a flow sequence, is YAML's business.
+    EXPECT_NO_THROW(load(base + "server:\n  listen: \"127.0.0.1:0\"\nrate-limit:\n  fallback:\n"
+                                "    algorithm: LEAKY_BUCKET\n    capacity: 5\n    flowRate: 1\n"
+                                "    key: [ip\n      , endpoint]\n"));
+}
+
 TEST(ConfigErrors, EveryProblemIsCollectedInLineOrder) {
     const auto p = problems_of(R"(server:
   workers: -1

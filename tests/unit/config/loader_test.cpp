@@ -217,7 +217,7 @@ admin:
     EXPECT_EQ(rl.fallback.limit_count, 10);
     EXPECT_EQ(rl.fallback.window, 30s);
     EXPECT_TRUE(rl.fallback.dry_run);
-    EXPECT_EQ(rl.fallback.line, 24);
+    EXPECT_EQ(rl.fallback.line, 26);
     ASSERT_EQ(rl.fallback.key.size(), 1u);
     EXPECT_EQ(rl.fallback.key[0].what, key_part::kind::global);
     EXPECT_EQ(rl.redis.host, "/run/redis.sock");
