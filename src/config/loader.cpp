@@ -183,22 +183,29 @@ void check_ports(const config& cfg, mapping& root) {
     }
 }
 
+/// What stands at a second document's start, for the message refusing it.
+std::string second_document_problem(std::string_view yaml, const YAML::Mark& at) {
+    const auto pos = at.pos >= 0 ? static_cast<std::size_t>(at.pos) : yaml.size();
+    const auto rest = pos < yaml.size() ? yaml.substr(pos) : std::string_view();
+    if (rest.starts_with("---")) {
+        return "only one YAML document is allowed ('---')";
+    }
+    const auto c = rest.empty() ? '?' : rest.front();
+    const bool printable = c > ' ' && c < 0x7f;
+    return std::string("YAML syntax error: unexpected ") +
+           (printable ? "'" + std::string(1, c) + "'" : std::string("text")) +
+           " (only one YAML document is allowed)";
+}
+
 /// YAML text to a document; a syntax error is recorded and yields nothing.
 std::optional<YAML::Node> parse_yaml(std::string_view yaml, problems& report) {
-    if (const auto line = detail::document_starting_with_comma(yaml)) {
-        YAML::Mark at;
-        at.line = *line;
-        report.add_plain(at, "YAML syntax error: a document cannot start with ','");
-        return std::nullopt;
-    }
     try {
-        auto documents = YAML::LoadAll(std::string(yaml));
-        if (documents.size() > 1) {
-            // Only the first would be read: the rest would be silently ignored.
-            report.add_plain(documents[1].Mark(), "only one YAML document is allowed ('---')");
+        // Only the first document would be read: the rest would be silently ignored.
+        if (const auto second = detail::second_document(yaml)) {
+            report.add_plain(*second, second_document_problem(yaml, *second));
             return std::nullopt;
         }
-        return documents.empty() ? YAML::Node() : documents.front();
+        return YAML::Load(std::string(yaml));
     } catch (const YAML::Exception& e) {
         report.add_plain(e.mark, "YAML syntax error: " + e.msg);
         return std::nullopt;

@@ -4,4 +4,5 @@ list(APPEND SLUICE_CORE_SOURCES
   src/config/scalars.cpp
   src/config/text_checks.cpp
   src/config/warnings.cpp
+  src/config/yaml_documents.cpp
   src/config/yaml_reader.cpp)

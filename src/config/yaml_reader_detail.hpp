@@ -59,12 +59,12 @@ private:
 void check_text(problems& report, std::string_view yaml, const YAML::Node& document);
 
 /**
- * The 0-based line of a document (the file's start, or after `---` or `...`) whose first token
- * is ',' (after any tag or anchor); nullopt when there is none. Such a document is not YAML, and
- * yaml-cpp 0.7.0 does not refuse it: it allocates until the process runs out of memory. So the
- * loader looks for it before handing the text to yaml-cpp.
+ * Where a second document starts in `yaml`, or nullopt when the text holds at most one; throws
+ * YAML::Exception on a syntax error. Reads events only, and at most two documents: yaml-cpp
+ * 0.7.0's LoadAll never returns on some text (a ',' where a block ends, or at a document's
+ * start), because its parser reports an empty document there forever without moving on.
  */
-std::optional<int> document_starting_with_comma(std::string_view yaml) noexcept;
+std::optional<YAML::Mark> second_document(std::string_view yaml);
 
 /// 1-based line of a mark (1 when unknown).
 int line_of(const YAML::Mark& at) noexcept;

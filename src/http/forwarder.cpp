@@ -223,9 +223,11 @@ awaitable<forward_result> answer_failure(forward_args& a, failure f) {
     case failure::upstream_busy:
         reply.status = bhttp::status::service_unavailable;
         reply.retry_after = 1;
+        result.upstream = upstream_outcome::busy;
         break;
     case failure::client_timeout:
         reply.status = bhttp::status::request_timeout;
+        result.upstream = upstream_outcome::client_failed;
         break;
     case failure::client_gone:
         result.upstream = upstream_outcome::client_failed;

@@ -287,8 +287,14 @@ void count_request(connection_state& c, const request_state& r) {
         metrics::bump(m.upstream_status[0]);
         metrics::bump(m.upstream_timeouts_total);
         return;
+    case upstream_outcome::busy:
+        metrics::bump(m.upstream_busy_total);
+        return;
     case upstream_outcome::client_failed:
         break;
+    }
+    if (r.record.status == 408) {
+        metrics::bump(m.client_timeouts_total);
     }
     if (r.record.status == 400 || r.record.status == 413 || r.record.status == 414 ||
         r.record.status == 431) {

@@ -301,6 +301,7 @@ enum class upstream_outcome {
     connect_failed, // no connection could be made: 502
     failed,         // the connection broke, or the answer was not HTTP: 502
     timed_out,      // no response header within upstream.timeout: 504
+    busy,           // upstream.max-connections in use for upstream.timeout: 503, nothing sent
     client_failed,  // the client failed first (a broken or too large body: 400/413, or it left):
                     // nothing to say about the upstream
 };

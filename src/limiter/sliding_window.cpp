@@ -24,8 +24,14 @@ decision sliding_window_acquire(sliding_window_state& state,
         log.clear();
     }
     const auto window_ms = static_cast<double>(limit.window.count());
-    // Forget what has left the window (now - window, now].
-    const auto first_inside = std::upper_bound(log.begin(), log.end(), now_ms - window_ms);
+    // The log keeps one clock that never goes back, as the buckets' last leak and the fixed
+    // window's start never do: a clock behind the newest admission reads as that admission's
+    // time. Otherwise a clock that went forward (forgetting what left the window there) and came
+    // back would find the slots it forgot free a second time. The times the caller sees
+    // (retry_after, reset_after) still count from its own clock.
+    const double log_now_ms = log.empty() ? now_ms : std::max(now_ms, log.back());
+    // Forget what has left the window (log_now - window, log_now].
+    const auto first_inside = std::upper_bound(log.begin(), log.end(), log_now_ms - window_ms);
     log.erase(log.begin(), first_inside);
 
     decision d;
@@ -33,8 +39,7 @@ decision sliding_window_acquire(sliding_window_state& state,
     d.window = limit.window;
     d.allowed = static_cast<std::int64_t>(log.size()) < limit.limit_count;
     if (d.allowed) {
-        // A clock that stepped back must not break the order the erase above relies on.
-        log.insert(std::upper_bound(log.begin(), log.end(), now_ms), now_ms);
+        log.push_back(log_now_ms); // the newest, so the log stays in order
     } else if (!log.empty()) {
         // A slot frees when the oldest admission leaves the window.
         d.retry_after = std::max(ceil_ms(log.front() + window_ms - now_ms), milliseconds{1});

@@ -140,9 +140,16 @@ std::string registry::render() const {
            "Requests answered 400/413/414/431 by sluice: a broken or too large header or body.",
            static_cast<double>(load(bad_requests_total)));
     single(out,
+           "sluice_client_timeouts_total",
+           "counter",
+           "Requests answered 408 by sluice: the header did not arrive within "
+           "server.header-timeout, or the body within server.body-timeout.",
+           static_cast<double>(load(client_timeouts_total)));
+    single(out,
            "sluice_held_requests",
            "gauge",
-           "Requests held by shaping now.",
+           "Requests held by shaping now (counted from before the limiter decides, so that "
+           "rate-limit.max-held also bounds the requests being decided).",
            static_cast<double>(held_now.load(std::memory_order_relaxed)));
     single(out,
            "sluice_held_requests_total",
@@ -163,7 +170,8 @@ std::string registry::render() const {
     header(out,
            "sluice_upstream_latency_seconds",
            "histogram",
-           "Upstream time from request sent to response header received.");
+           "Upstream time of answered requests, from the start of forwarding (connection "
+           "included) to the response's last byte relayed to the client.");
     upstream_latency.render(out, "sluice_upstream_latency_seconds", "");
     header(out,
            "sluice_upstream_responses_total",
@@ -187,6 +195,12 @@ std::string registry::render() const {
            "counter",
            "Upstream responses that did not come within upstream.timeout (answered 504).",
            static_cast<double>(load(upstream_timeouts_total)));
+    single(out,
+           "sluice_upstream_busy_total",
+           "counter",
+           "Requests answered 503 because upstream.max-connections connections were in use "
+           "for upstream.timeout (nothing sent upstream).",
+           static_cast<double>(load(upstream_busy_total)));
 
     header(out,
            "sluice_redis_command_duration_seconds",

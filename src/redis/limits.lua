@@ -283,35 +283,40 @@ end
 
 ---------------------------------------------------------------------------------------------------
 -- SLIDING_WINDOW: src/limiter/sliding_window.cpp, an exact log of the admissions in the window
--- (now - window, now]. Phase 1 only counts: what left the window is removed when writing, as the
--- C++ erases it only from the state it commits (with a clock that steps back, removing it on a
--- rejection would change later decisions).
+-- (at - window, at], where `at` is now or, when the clock stepped back behind the newest
+-- admission, that admission's time (the log keeps a clock that never goes back). Phase 1 only
+-- counts: what left the window is removed when writing, as the C++ erases it only from the state
+-- it commits (with a clock that steps back, removing it on a rejection would change later
+-- decisions).
 
 local sliding_window = {}
 
 function sliding_window.decide(key, p, now)
   release(key) -- a hash cached under this key (another algorithm's) goes to Redis first
   local limit, window = p.p1, p.p2
-  local after = '(' .. format_number(now - window)
-  local count = redis.pcall('ZCOUNT', key, after, '+inf')
-  local fresh = type(count) ~= 'number'
-  if fresh then
-    count = 0
+  local top = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local fresh = top.err ~= nil -- another type under the key: no state
+  local at, newest, count = now, nil, 0
+  if not fresh and top[2] ~= nil then
+    newest = tonumber(top[2])
+    if newest > at then
+      at = newest
+    end
   end
-  local newest = nil
-  if count > 0 then
-    -- Everything left is inside the window, or newer than now (a clock that stepped back).
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  local after = '(' .. format_number(at - window)
+  if newest ~= nil then
+    count = redis.call('ZCOUNT', key, after, '+inf')
+    if count == 0 then
+      newest = nil -- everything in the set has left the window
+    end
   end
-  local allowed, retry_after, member = 0, 0, nil
+  local allowed, retry_after, written = 0, 0, { at = at }
   if count < limit then
     allowed = 1
-    member = format_number(now) .. '#' ..
-             (fresh and 0 or redis.call('ZCOUNT', key, format_number(now), format_number(now)))
+    written.member = format_number(at) .. '#' ..
+                     (fresh and 0 or redis.call('ZCOUNT', key, format_number(at), format_number(at)))
     count = count + 1
-    if newest == nil or now > newest then
-      newest = now
-    end
+    newest = at
   else
     -- A slot frees when the oldest admission leaves the window.
     local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -321,16 +326,16 @@ function sliding_window.decide(key, p, now)
   if newest ~= nil then
     reset = ceil_ms(newest + window - now)
   end
-  return allowed, limit - count, reset, retry_after, 0, count, member, fresh
+  return allowed, limit - count, reset, retry_after, 0, count, written, fresh
 end
 
-function sliding_window.write(key, p, _, now, allowed, reset, _, member, fresh)
+function sliding_window.write(key, p, _, _, allowed, reset, _, written, fresh)
   if fresh then
     redis.call('DEL', key)
   end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', format_number(now - p.p2))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', format_number(written.at - p.p2))
   if allowed == 1 then
-    redis.call('ZADD', key, format_number(now), member)
+    redis.call('ZADD', key, format_number(written.at), written.member)
   end
   if reset > 0 then
     redis.call('PEXPIRE', key, reset + WINDOW_GRACE * p.p2)

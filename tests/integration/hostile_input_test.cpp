@@ -220,21 +220,29 @@ TEST(HostileInput, SmallTrailerPasses) {
 // Beast keeps a field value's length in 16 bits and throws beyond it.
 const std::string huge_value(70'000, 'v');
 
-TEST(HostileInput, HeaderValueOver64KiBGets431) {
-    recording_upstream upstream;
-    sluice_process sluice(yaml_for(upstream, "  max-header-size: 256KiB\n"));
+/// Sends `request` on a connection of its own, expects `status` in answer, then that sluice closes
+/// the connection (the connection gauge back to zero).
+void expect_answer_then_closed(const sluice_process& sluice,
+                               const std::string& request,
+                               unsigned status) {
     const auto admin = admin_port(sluice);
     {
         http_connection connection(sluice.port(), 10s);
-        connection.send("GET", "/big", {{"X-Big", huge_value}});
+        connection.send_raw(request);
         error_code ec;
         const auto response = connection.try_read_response(ec);
         ASSERT_TRUE(response) << ec.message();
-        EXPECT_EQ(response->status, 431u);
+        EXPECT_EQ(response->status, status);
     }
     bool met = false;
     const auto text = wait_connections_closed(admin, met);
     EXPECT_TRUE(met) << text;
+}
+
+TEST(HostileInput, HeaderValueOver64KiBGets431) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream, "  max-header-size: 256KiB\n"));
+    expect_answer_then_closed(sluice, format_request("GET", "/big", {{"X-Big", huge_value}}), 431);
     EXPECT_TRUE(sluice.wait_for_log("path=/big key=- decision=- status=431", 5s))
         << sluice.log_text();
     EXPECT_EQ(get(sluice.port(), "/after").status, 200u);
@@ -243,19 +251,11 @@ TEST(HostileInput, HeaderValueOver64KiBGets431) {
 TEST(HostileInput, TrailerValueOver64KiBGets400) {
     recording_upstream upstream;
     sluice_process sluice(yaml_for(upstream, "  max-header-size: 256KiB\n"));
-    const auto admin = admin_port(sluice);
-    {
-        http_connection connection(sluice.port(), 10s);
-        connection.send_raw(format_request("POST", "/trailer", {{"Transfer-Encoding", "chunked"}}) +
-                            "5\r\nhello\r\n0\r\nX-Big: " + huge_value + "\r\n\r\n");
-        error_code ec;
-        const auto response = connection.try_read_response(ec);
-        ASSERT_TRUE(response) << ec.message();
-        EXPECT_EQ(response->status, 400u);
-    }
-    bool met = false;
-    const auto text = wait_connections_closed(admin, met);
-    EXPECT_TRUE(met) << text;
+    expect_answer_then_closed(
+        sluice,
+        format_request("POST", "/trailer", {{"Transfer-Encoding", "chunked"}}) +
+            "5\r\nhello\r\n0\r\nX-Big: " + huge_value + "\r\n\r\n",
+        400);
     EXPECT_TRUE(sluice.wait_for_log("path=/trailer", 5s)) << sluice.log_text();
 }
 

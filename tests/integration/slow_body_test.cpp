@@ -4,6 +4,7 @@
 // upstream.max-connections connections to the upstream, however many clients trickle bodies.
 
 #include "integration_util.hpp"
+#include "support/admin_client.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -25,7 +26,7 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 /// One worker, so that the per-worker cap is the process's; the given body-timeout,
-/// max-connections and upstream timeout; no limiting.
+/// max-connections and upstream timeout; no limiting; the admin listener on any free port.
 std::string slow_config(const recording_upstream& upstream,
                         std::string_view body_timeout,
                         int max_connections,
@@ -44,12 +45,12 @@ std::string slow_config(const recording_upstream& upstream,
                        "    capacity: 1000000\n"
                        "    flowRate: 100000\n"
                        "    mode: police\n"
-                       "admin:\n"
-                       "  enabled: false\n",
+                       "{}",
                        body_timeout,
                        upstream.url(),
                        upstream_timeout,
-                       max_connections);
+                       max_connections,
+                       admin_any_port_yaml);
 }
 
 /// Sends one byte of body on each connection every `period` until stopped (errors ignored: a
@@ -163,6 +164,19 @@ TEST(SlowBody, SlowBodiesCannotHoldMoreThanMaxConnections) {
     ASSERT_TRUE(upstream.wait_quiet(5s));
     EXPECT_EQ(upstream.stats().connections, cap);
     EXPECT_EQ(upstream.requests().size(), 0u);
+    // Each answer is counted for what it was, sluice's own 503s and 408s (counted just after
+    // the answer is written: wait for the counts rather than race them).
+    bool met = false;
+    const auto metrics = wait_for_metrics(
+        admin_port(sluice),
+        [&](const std::string& t) {
+            return metric_or_zero(t, "sluice_upstream_busy_total") == double(clients - cap) &&
+                   metric_or_zero(t, "sluice_client_timeouts_total") == double(cap);
+        },
+        5s,
+        met);
+    EXPECT_TRUE(met) << metrics;
+    EXPECT_EQ(metric_or_zero(metrics, "sluice_upstream_timeouts_total"), 0.0) << metrics;
 }
 
 } // namespace

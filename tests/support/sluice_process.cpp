@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support/sluice_process.hpp"
 
+#include "support/build_paths.hpp"
 #include "support/fd_stream.hpp"
 
 #include <fmt/format.h>
@@ -17,10 +18,6 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
-
-#ifndef SLUICE_BINARY
-#error "SLUICE_BINARY must name the sluice executable"
-#endif
 
 namespace sluice::test {
 
@@ -136,7 +133,7 @@ std::string sluice_binary() {
     if (const char* other = std::getenv("SLUICE_TEST_BINARY"); other != nullptr && *other != 0) {
         return other;
     }
-    return SLUICE_BINARY;
+    return built_sluice_binary();
 }
 
 std::string sluice_config::yaml() const {

@@ -17,7 +17,7 @@
 namespace sluice::test {
 
 /// The path of the sluice binary under test: $SLUICE_TEST_BINARY if set, else the one this
-/// test build was configured with (SLUICE_BINARY).
+/// test build made (built_sluice_binary()).
 std::string sluice_binary();
 
 /**

@@ -70,7 +70,8 @@ public:
     // Connections and requests.
     gauge connections_open{0};
     counter connections_total{0};
-    counter bad_requests_total{0}; // 400/413/414/431 answered by sluice itself (header or body)
+    counter bad_requests_total{0};    // 400/413/414/431 answered by sluice itself (header or body)
+    counter client_timeouts_total{0}; // 408: a header or body not in within its timeout
 
     // Shaping.
     gauge held_now{0};
@@ -84,6 +85,7 @@ public:
     std::array<counter, 6> upstream_status{}; // index 1..5 = 1xx..5xx, 0 = no response
     counter upstream_connect_errors_total{0};
     counter upstream_timeouts_total{0};
+    counter upstream_busy_total{0}; // 503: upstream.max-connections in use for upstream.timeout
 
     // Store.
     histogram redis_latency;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Valid configurations: the shipped files, defaults, and every key read into its field.
 #include "config_test_util.hpp"
+#include "support/build_paths.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const std::string config_dir = std::string(SLUICE_SOURCE_DIR) + "/config/";
+const std::string config_dir = sluice::test::source_dir() + "/config/";
 
 /// The settings every documented default must equal (the rules aside).
 void expect_defaults(const config& cfg) {

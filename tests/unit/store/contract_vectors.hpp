@@ -5,6 +5,7 @@
 // file per algorithm, each a list of scenarios, each a limit and the requests made against it.
 
 #include "sluice/config/config.hpp"
+#include "support/build_paths.hpp"
 
 #include <array>
 #include <cstdint>
@@ -56,7 +57,7 @@ public:
         : file_(f) {}
 
     std::vector<scenario> load() {
-        const std::string path = std::string(SLUICE_SOURCE_DIR) + "/tests/vectors/" + file_.name;
+        const std::string path = sluice::test::source_dir() + "/tests/vectors/" + file_.name;
         std::ifstream in(path);
         if (!in) {
             throw std::runtime_error("cannot open " + path);
