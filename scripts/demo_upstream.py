@@ -5,6 +5,8 @@ GET /__arrivals returns the arrival times (unix seconds, one per line) and is no
 Used by scripts/demo and docker/compose.yaml. Standard library only.
 """
 import argparse
+import signal
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +45,9 @@ def main():
     host, port = args.listen.rsplit(":", 1)
     server = ThreadingHTTPServer((host, int(port)), Handler)
     server.daemon_threads = True
+    # As a container's PID 1 the process gets no default SIGTERM handler: without this one,
+    # `docker compose down` waits its 10 s and then kills it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.serve_forever()
 
 

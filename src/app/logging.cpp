@@ -14,8 +14,10 @@
 namespace sluice::app {
 namespace {
 
-constexpr const char* text_pattern = "[%Y-%m-%d %H:%M:%S.%e] [%l] %v";
-constexpr const char* access_text_pattern = "[%Y-%m-%d %H:%M:%S.%e] [access] %v";
+// UTC, marked `Z`, as the JSON log's times: a log read on another machine, or across a change
+// to daylight saving time, means the same instant.
+constexpr const char* text_pattern = "[%Y-%m-%dT%H:%M:%S.%eZ] [%l] %v";
+constexpr const char* access_text_pattern = "[%Y-%m-%dT%H:%M:%S.%eZ] [access] %v";
 
 void append(spdlog::memory_buf_t& dest, std::string_view text) {
     dest.append(text.data(), text.data() + text.size());
@@ -60,6 +62,11 @@ std::unique_ptr<spdlog::formatter> json_formatter::clone() const {
     return std::make_unique<json_formatter>(raw_fields_);
 }
 
+std::unique_ptr<spdlog::formatter> make_text_formatter(bool access) {
+    return std::make_unique<spdlog::pattern_formatter>(access ? access_text_pattern : text_pattern,
+                                                       spdlog::pattern_time_type::utc);
+}
+
 spdlog::level::level_enum parse_level(std::string_view name) noexcept {
     if (name == "warning") {
         return spdlog::level::warn;
@@ -78,12 +85,12 @@ void init_logging() {
     }
     auto main = std::make_shared<spdlog::logger>("sluice",
                                                  std::make_shared<spdlog::sinks::stderr_sink_mt>());
-    main->set_formatter(std::make_unique<spdlog::pattern_formatter>(text_pattern));
+    main->set_formatter(make_text_formatter(false));
     spdlog::register_logger(main);
     spdlog::set_default_logger(main);
     auto access = std::make_shared<spdlog::logger>(
         "access", std::make_shared<spdlog::sinks::stdout_sink_mt>());
-    access->set_formatter(std::make_unique<spdlog::pattern_formatter>(access_text_pattern));
+    access->set_formatter(make_text_formatter(true));
     spdlog::register_logger(access);
 }
 
@@ -97,8 +104,8 @@ std::shared_ptr<spdlog::logger> setup_logging(const config::logging_settings& se
         main->set_formatter(std::make_unique<json_formatter>(false));
         access->set_formatter(std::make_unique<json_formatter>(true));
     } else {
-        main->set_formatter(std::make_unique<spdlog::pattern_formatter>(text_pattern));
-        access->set_formatter(std::make_unique<spdlog::pattern_formatter>(access_text_pattern));
+        main->set_formatter(make_text_formatter(false));
+        access->set_formatter(make_text_formatter(true));
     }
     main->set_level(level);
     // logging.level is for the diagnostics; logging.access-log alone turns the access log on or

@@ -262,11 +262,15 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
 void count_request(connection_state& c, const request_state& r) {
     auto& m = *c.w.metrics;
     if (r.counted_as) {
-        auto& rule = c.w.rule_counters(r.rule_name);
-        rule.count(*r.counted_as);
-        if (r.dry_run_rejected) {
-            rule.count(metrics::decision_kind::dry_run_rejected);
+        // Each request counts once, so that the decisions add up to the requests. A request a
+        // dry-run limit would have refused, but that went upstream anyway (at once or after a
+        // hold), counts as dry_run_rejected; a refused or failed one counts as what it got.
+        auto kind = *r.counted_as;
+        if (r.dry_run_rejected &&
+            (kind == metrics::decision_kind::allowed || kind == metrics::decision_kind::delayed)) {
+            kind = metrics::decision_kind::dry_run_rejected;
         }
+        c.w.rule_counters(r.rule_name).count(kind);
     }
     const auto upstream = r.upstream.value_or(upstream_outcome::client_failed);
     switch (upstream) {

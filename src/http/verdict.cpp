@@ -110,9 +110,9 @@ std::string_view to_string(verdict::kind what) noexcept {
     case verdict::kind::rejected:
         return "rejected";
     case verdict::kind::failed_open:
-        return "failed-open";
+        return "failed_open"; // as the metric's decision label spells it
     case verdict::kind::failed_closed:
-        return "failed-closed";
+        return "failed_closed";
     }
     return "unknown";
 }

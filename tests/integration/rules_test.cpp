@@ -417,14 +417,16 @@ TEST(RulesDryRun, ForwardsEverythingAndCountsWouldBeRejections) {
             return metric_or_zero(t,
                                   R"(sluice_requests_total{decision="allowed",rule="fallback"})") +
                        metric_or_zero(
-                           t, R"(sluice_requests_total{decision="rejected",rule="fallback"})") >=
+                           t,
+                           R"(sluice_requests_total{decision="dry_run_rejected",rule="fallback"})") >=
                    count;
         },
         10s,
         met);
     ASSERT_TRUE(met) << text;
+    // Each request counts once: the decisions add up to the requests.
     EXPECT_EQ(metric_value(text, R"(sluice_requests_total{decision="allowed",rule="fallback"})"),
-              count);
+              2);
     EXPECT_EQ(metric_value(text, R"(sluice_requests_total{decision="rejected",rule="fallback"})"),
               0);
     EXPECT_EQ(

@@ -34,6 +34,12 @@ std::shared_ptr<spdlog::logger> setup_logging(const config::logging_settings& se
 spdlog::level::level_enum parse_level(std::string_view name) noexcept;
 
 /**
+ * The text format's formatter: `[2023-11-14T22:13:20.123Z] [warning] message`, the time in UTC
+ * whatever the machine's time zone; `[access]` in place of the level for the access log.
+ */
+std::unique_ptr<spdlog::formatter> make_text_formatter(bool access);
+
+/**
  * Formats a record as one JSON object per line. With `raw_fields`, the message is taken to be
  * JSON members already (the access log's `"client":…`) and spliced in; otherwise it becomes the
  * escaped "msg" string.

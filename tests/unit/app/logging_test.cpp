@@ -6,19 +6,25 @@
 #include <spdlog/logger.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+#include <ctime>
 #include <string>
 
 namespace sluice::app {
 namespace {
 
-std::string render(bool raw_fields, std::string_view payload) {
+std::string render_with(spdlog::formatter& formatter, std::string_view payload) {
     spdlog::details::log_msg msg(
         "test", spdlog::level::warn, spdlog::string_view_t(payload.data(), payload.size()));
     msg.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'700'000'000'123));
-    json_formatter formatter(raw_fields);
     spdlog::memory_buf_t out;
     formatter.format(msg, out);
     return {out.data(), out.size()};
+}
+
+std::string render(bool raw_fields, std::string_view payload) {
+    json_formatter formatter(raw_fields);
+    return render_with(formatter, payload);
 }
 
 TEST(JsonFormatter, WritesOneObjectPerLineWithEscapedMessage) {
@@ -31,6 +37,24 @@ TEST(JsonFormatter, SplicesAccessFields) {
     EXPECT_EQ(render(true, R"("status":200)"),
               "{\"time\":\"2023-11-14T22:13:20.123Z\",\"level\":\"warning\",\"log\":\"access\","
               "\"status\":200}\n");
+}
+
+// The text log's times are UTC, marked Z, as the JSON log's, whatever the machine's zone.
+TEST(TextFormatter, WritesUtcTimesMarkedZ) {
+    const char* saved = std::getenv("TZ");
+    const std::string restore = saved != nullptr ? saved : "";
+    ::setenv("TZ", "XYZ+05", 1); // POSIX form: 5 h behind UTC, no tzdata needed
+    ::tzset();
+    EXPECT_EQ(render_with(*make_text_formatter(false), "hello"),
+              "[2023-11-14T22:13:20.123Z] [warning] hello\n");
+    EXPECT_EQ(render_with(*make_text_formatter(true), "status=200"),
+              "[2023-11-14T22:13:20.123Z] [access] status=200\n");
+    if (saved != nullptr) {
+        ::setenv("TZ", restore.c_str(), 1);
+    } else {
+        ::unsetenv("TZ");
+    }
+    ::tzset();
 }
 
 TEST(ParseLevel, KnowsTheConfigNames) {

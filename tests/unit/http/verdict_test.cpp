@@ -129,8 +129,9 @@ TEST(VerdictKind, HasAccessLogWords) {
     EXPECT_EQ(to_string(kind::allowed), "allowed");
     EXPECT_EQ(to_string(kind::delayed), "delayed");
     EXPECT_EQ(to_string(kind::rejected), "rejected");
-    EXPECT_EQ(to_string(kind::failed_open), "failed-open");
-    EXPECT_EQ(to_string(kind::failed_closed), "failed-closed");
+    // Spelled as the metric's decision label spells them.
+    EXPECT_EQ(to_string(kind::failed_open), "failed_open");
+    EXPECT_EQ(to_string(kind::failed_closed), "failed_closed");
 }
 
 // With waiting forbidden (rate-limit.max-held reached), a shaping limit that refused with room
