@@ -106,6 +106,90 @@ rule_counters& registry::rule(const std::string& name) {
     return *slot;
 }
 
+namespace {
+
+/// A metric of one value: a counter or a gauge of the registry, with its name and help text.
+struct scalar_metric {
+    const char* name;
+    const char* help;
+    counter registry::*as_counter = nullptr;
+    gauge registry::*as_gauge = nullptr;
+};
+
+/// Every counter and gauge sluice exports without labels, in the order they are rendered. A
+/// field added to the registry is exported by adding its line here (metrics_test.cpp checks
+/// that each name appears in the rendering).
+constexpr scalar_metric scalar_metrics[] = {
+    {"sluice_connections_open",
+     "Client connections open now.",
+     nullptr,
+     &registry::connections_open},
+    {"sluice_connections_total", "Client connections accepted.", &registry::connections_total},
+    {"sluice_bad_requests_total",
+     "Requests answered 400/413/414/431 by sluice: a broken or too large header or body.",
+     &registry::bad_requests_total},
+    {"sluice_client_timeouts_total",
+     "Requests answered 408 by sluice: the header did not arrive within server.header-timeout, "
+     "or the body within server.body-timeout.",
+     &registry::client_timeouts_total},
+    {"sluice_held_requests",
+     "Requests held by shaping now (counted from before the limiter decides, so that "
+     "rate-limit.max-held also bounds the requests being decided).",
+     nullptr,
+     &registry::held_now},
+    {"sluice_held_requests_total",
+     "Requests held by shaping before being forwarded.",
+     &registry::held_total},
+    {"sluice_held_overflow_total",
+     "Requests refused with 503 because rate-limit.max-held was reached.",
+     &registry::held_overflow_total},
+    {"sluice_held_abandoned_total",
+     "Held requests whose client disconnected; never forwarded.",
+     &registry::held_abandoned_total},
+    {"sluice_upstream_connect_errors_total",
+     "Upstream connections that could not be made (answered 502).",
+     &registry::upstream_connect_errors_total},
+    {"sluice_upstream_timeouts_total",
+     "Upstream responses that did not come within upstream.timeout (answered 504).",
+     &registry::upstream_timeouts_total},
+    {"sluice_upstream_busy_total",
+     "Requests answered 503 because upstream.max-connections connections were in use for "
+     "upstream.timeout (nothing sent upstream).",
+     &registry::upstream_busy_total},
+    {"sluice_redis_errors_total",
+     "Redis commands that failed (connection lost, error reply).",
+     &registry::redis_errors_total},
+    {"sluice_redis_timeouts_total",
+     "Redis commands that got no reply within rate-limit.redis.timeout.",
+     &registry::redis_timeouts_total},
+    {"sluice_store_errors_total",
+     "Requests the store could not decide (handled by failure-mode).",
+     &registry::store_errors_total},
+    {"sluice_memory_store_evictions_total",
+     "Keys the memory store evicted while their state still mattered "
+     "(rate-limit.memory.max-keys reached).",
+     &registry::memory_store_evictions_total},
+};
+
+/// A histogram of the registry, with its name and help text.
+struct histogram_metric {
+    const char* name;
+    const char* help;
+    histogram registry::*field;
+};
+
+constexpr histogram_metric histogram_metrics[] = {
+    {"sluice_upstream_latency_seconds",
+     "Upstream time of answered requests, from the start of forwarding (connection included) to "
+     "the response's last byte relayed to the client.",
+     &registry::upstream_latency},
+    {"sluice_redis_command_duration_seconds",
+     "Redis round-trip time of limiter scripts.",
+     &registry::redis_latency},
+};
+
+} // namespace
+
 std::string registry::render() const {
     std::string out;
     out.reserve(8192);
@@ -124,55 +208,6 @@ std::string registry::render() const {
         }
     }
 
-    single(out,
-           "sluice_connections_open",
-           "gauge",
-           "Client connections open now.",
-           static_cast<double>(connections_open.load(std::memory_order_relaxed)));
-    single(out,
-           "sluice_connections_total",
-           "counter",
-           "Client connections accepted.",
-           static_cast<double>(load(connections_total)));
-    single(out,
-           "sluice_bad_requests_total",
-           "counter",
-           "Requests answered 400/413/414/431 by sluice: a broken or too large header or body.",
-           static_cast<double>(load(bad_requests_total)));
-    single(out,
-           "sluice_client_timeouts_total",
-           "counter",
-           "Requests answered 408 by sluice: the header did not arrive within "
-           "server.header-timeout, or the body within server.body-timeout.",
-           static_cast<double>(load(client_timeouts_total)));
-    single(out,
-           "sluice_held_requests",
-           "gauge",
-           "Requests held by shaping now (counted from before the limiter decides, so that "
-           "rate-limit.max-held also bounds the requests being decided).",
-           static_cast<double>(held_now.load(std::memory_order_relaxed)));
-    single(out,
-           "sluice_held_requests_total",
-           "counter",
-           "Requests held by shaping before being forwarded.",
-           static_cast<double>(load(held_total)));
-    single(out,
-           "sluice_held_overflow_total",
-           "counter",
-           "Requests refused with 503 because rate-limit.max-held was reached.",
-           static_cast<double>(load(held_overflow_total)));
-    single(out,
-           "sluice_held_abandoned_total",
-           "counter",
-           "Held requests whose client disconnected; never forwarded.",
-           static_cast<double>(load(held_abandoned_total)));
-
-    header(out,
-           "sluice_upstream_latency_seconds",
-           "histogram",
-           "Upstream time of answered requests, from the start of forwarding (connection "
-           "included) to the response's last byte relayed to the client.");
-    upstream_latency.render(out, "sluice_upstream_latency_seconds", "");
     header(out,
            "sluice_upstream_responses_total",
            "counter",
@@ -185,49 +220,18 @@ std::string registry::render() const {
                        classes[i],
                        load(upstream_status[i]));
     }
-    single(out,
-           "sluice_upstream_connect_errors_total",
-           "counter",
-           "Upstream connections that could not be made (answered 502).",
-           static_cast<double>(load(upstream_connect_errors_total)));
-    single(out,
-           "sluice_upstream_timeouts_total",
-           "counter",
-           "Upstream responses that did not come within upstream.timeout (answered 504).",
-           static_cast<double>(load(upstream_timeouts_total)));
-    single(out,
-           "sluice_upstream_busy_total",
-           "counter",
-           "Requests answered 503 because upstream.max-connections connections were in use "
-           "for upstream.timeout (nothing sent upstream).",
-           static_cast<double>(load(upstream_busy_total)));
 
-    header(out,
-           "sluice_redis_command_duration_seconds",
-           "histogram",
-           "Redis round-trip time of limiter scripts.");
-    redis_latency.render(out, "sluice_redis_command_duration_seconds", "");
-    single(out,
-           "sluice_redis_errors_total",
-           "counter",
-           "Redis commands that failed (connection lost, error reply).",
-           static_cast<double>(load(redis_errors_total)));
-    single(out,
-           "sluice_redis_timeouts_total",
-           "counter",
-           "Redis commands that got no reply within rate-limit.redis.timeout.",
-           static_cast<double>(load(redis_timeouts_total)));
-    single(out,
-           "sluice_store_errors_total",
-           "counter",
-           "Requests the store could not decide (handled by failure-mode).",
-           static_cast<double>(load(store_errors_total)));
-    single(out,
-           "sluice_memory_store_evictions_total",
-           "counter",
-           "Keys the memory store evicted while their state still mattered "
-           "(rate-limit.memory.max-keys reached).",
-           static_cast<double>(load(memory_store_evictions_total)));
+    for (const auto& m : scalar_metrics) {
+        const double value =
+            m.as_counter != nullptr
+                ? static_cast<double>(load(this->*m.as_counter))
+                : static_cast<double>((this->*m.as_gauge).load(std::memory_order_relaxed));
+        single(out, m.name, m.as_counter != nullptr ? "counter" : "gauge", m.help, value);
+    }
+    for (const auto& m : histogram_metrics) {
+        header(out, m.name, "histogram", m.help);
+        (this->*m.field).render(out, m.name, "");
+    }
     return out;
 }
 

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 namespace sluice::metrics {
 namespace {
 
@@ -56,6 +59,53 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
     EXPECT_THAT(text, HasSubstr("sluice_upstream_latency_seconds_bucket{le=\"+Inf\"} 3\n"));
     EXPECT_THAT(text, HasSubstr("sluice_upstream_latency_seconds_count 3\n"));
     EXPECT_THAT(text, HasSubstr("sluice_upstream_latency_seconds_sum 20.0033\n"));
+}
+
+// Each field of the registry reaches the rendering under its own name, once, with its own value
+// (the table in metrics.cpp is where a field gets its name: a field left out of it, or two
+// entries pointing at one field, show here).
+TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
+    registry r;
+    const std::pair<counter*, const char*> counters[] = {
+        {&r.connections_total, "sluice_connections_total"},
+        {&r.bad_requests_total, "sluice_bad_requests_total"},
+        {&r.client_timeouts_total, "sluice_client_timeouts_total"},
+        {&r.held_total, "sluice_held_requests_total"},
+        {&r.held_overflow_total, "sluice_held_overflow_total"},
+        {&r.held_abandoned_total, "sluice_held_abandoned_total"},
+        {&r.upstream_connect_errors_total, "sluice_upstream_connect_errors_total"},
+        {&r.upstream_timeouts_total, "sluice_upstream_timeouts_total"},
+        {&r.upstream_busy_total, "sluice_upstream_busy_total"},
+        {&r.redis_errors_total, "sluice_redis_errors_total"},
+        {&r.redis_timeouts_total, "sluice_redis_timeouts_total"},
+        {&r.store_errors_total, "sluice_store_errors_total"},
+        {&r.memory_store_evictions_total, "sluice_memory_store_evictions_total"},
+    };
+    std::uint64_t value = 100;
+    for (const auto& [field, name] : counters) {
+        bump(*field, ++value);
+    }
+    r.connections_open = -3; // a gauge may go below zero for a moment; it renders as it is
+    r.held_now = 42;
+    const auto text = r.render();
+    value = 100;
+    for (const auto& [field, name] : counters) {
+        EXPECT_THAT(text,
+                    HasSubstr(std::string("\n") + name + " " + std::to_string(++value) + "\n"));
+        EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + name + " counter\n"));
+    }
+    EXPECT_THAT(text, HasSubstr("\nsluice_connections_open -3\n"));
+    EXPECT_THAT(text, HasSubstr("\nsluice_held_requests 42\n"));
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_held_requests gauge\n"));
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_redis_command_duration_seconds histogram\n"));
+    // One TYPE line per family: the requests, the upstream responses, 13 counters, 2 gauges and
+    // 2 histograms.
+    std::size_t families = 0;
+    for (auto at = text.find("# TYPE "); at != std::string::npos;
+         at = text.find("# TYPE ", at + 1)) {
+        ++families;
+    }
+    EXPECT_EQ(families, 2u + std::size(counters) + 2u + 2u);
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {
