@@ -6,7 +6,6 @@
 #include "sluice/key/rate_limit_key.hpp"
 
 #include <boost/beast/core/string.hpp>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <optional>
@@ -14,15 +13,6 @@
 
 namespace sluice::http::detail {
 namespace {
-
-constexpr std::string_view key_prefix = "rate-limit:";
-
-// The page's own key, rate-limit:<ip>:<endpoint>, unique per rule by its endpoint part.
-bool is_page_key(const config::limit& limit) noexcept {
-    using kind = config::key_part::kind;
-    return limit.key.size() == 2 && limit.key[0].what == kind::ip &&
-           limit.key[1].what == kind::endpoint;
-}
 
 // Fills `r.limits` and the store checks for this request; returns the rule's name.
 std::string_view
@@ -57,29 +47,14 @@ derive_checks(connection_state& c, request_state& r, std::string_view path, stor
         r.record.client = client.to_string();
     }
     const auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix);
-    const bool pattern_key = rule && rule->kind != config::rule::match_kind::exact;
-    const std::string_view endpoint = pattern_key ? std::string_view(rule->path) : path;
     auto lookup = [&req](std::string_view name) -> std::optional<std::string_view> {
         const auto it = req.find(name);
         return it == req.end() ? std::nullopt : std::optional<std::string_view>(it->value());
     };
     const std::string_view rule_name = rule ? std::string_view(rule->name) : "fallback";
-    bool page_key_taken = false;
-    // A method-filtered rule shares its path with the fallback (or another rule) serving the
-    // other methods: only the fallback and rules for every method may own the page's key.
-    const bool page_key_allowed = rule == nullptr || rule->methods.empty();
+    auto keys = key::request_limit_keys(rule, r.limits, rule_name, client_part, path, lookup);
     for (std::size_t i = 0; i < r.limits.size(); ++i) {
-        const auto& limit = r.limits[i];
-        auto k = key::limit_key(limit, client_part, endpoint, lookup);
-        // The first [ip, endpoint] limit of a rule owns the page's key. Any other key would
-        // collide across rules or with a sibling limit (e.g. [ip], [global], or a second
-        // [ip, endpoint] limit): scope it by rule and limit index, "rate-limit:api#1:...".
-        if (!page_key_taken && page_key_allowed && is_page_key(limit)) {
-            page_key_taken = true;
-        } else {
-            k.insert(key_prefix.size(), fmt::format("{}#{}:", rule_name, i));
-        }
-        checks.push_back({std::move(k), &limit});
+        checks.push_back({std::move(keys[i]), &r.limits[i]});
     }
     return rule_name;
 }

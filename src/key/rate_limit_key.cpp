@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/key/rate_limit_key.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -108,7 +110,37 @@ piece resolve(const config::key_part& part,
     return {"h=", *value};
 }
 
+/// The page's own key shape, [ip, endpoint].
+bool is_page_key(const config::limit& limit) noexcept {
+    using kind = config::key_part::kind;
+    return limit.key.size() == 2 && limit.key[0].what == kind::ip &&
+           limit.key[1].what == kind::endpoint;
+}
+
 } // namespace
+
+limit_keys request_limit_keys(const config::rule* rule,
+                              std::span<const config::limit> limits,
+                              std::string_view rule_name,
+                              std::string_view client_part,
+                              std::string_view normalized_path,
+                              header_lookup headers) {
+    const bool pattern_key = rule != nullptr && rule->kind != config::rule::match_kind::exact;
+    const std::string_view endpoint = pattern_key ? std::string_view(rule->path) : normalized_path;
+    bool page_key_taken = false;
+    const bool page_key_allowed = rule == nullptr || rule->methods.empty();
+    limit_keys keys;
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        auto k = limit_key(limits[i], client_part, endpoint, headers);
+        if (!page_key_taken && page_key_allowed && is_page_key(limits[i])) {
+            page_key_taken = true;
+        } else {
+            k.insert(key_prefix.size(), fmt::format("{}#{}:", rule_name, i));
+        }
+        keys.push_back(std::move(k));
+    }
+    return keys;
+}
 
 std::string make_key(std::string_view client, std::string_view endpoint) {
     std::string out;

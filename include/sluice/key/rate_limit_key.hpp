@@ -3,6 +3,8 @@
 
 #include "sluice/config/config.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 #include <memory>
 #include <optional>
 #include <span>
@@ -101,5 +103,28 @@ std::string limit_key(const config::limit& limit,
                       std::string_view client_part,
                       std::string_view endpoint,
                       header_lookup headers);
+
+/// One store key per limit of the rule that decides a request, in the limits' order.
+using limit_keys = boost::container::small_vector<std::string, 2>;
+
+/**
+ * The store keys of a request's limits: `rule` is match_rule()'s answer (nullptr: the fallback,
+ * whose one limit is `limits`), `rule_name` its name ("fallback" for the fallback),
+ * `normalized_path` normalize_path()'s output.
+ *
+ * Each key is limit_key()'s, with the endpoint the rule's pattern for a prefix or glob rule (one
+ * bucket for the whole pattern) and the path otherwise. The first [ip, endpoint] limit owns the
+ * page's own key, "rate-limit:<ip>:<endpoint>", unless it belongs to a method-filtered rule
+ * (which shares its path with the fallback or another rule serving the other methods). Every
+ * other key is scoped by rule and position, "rate-limit:<rule>#<index>:<parts>", so that two
+ * limits never share state by accident (a second [ip, endpoint] limit, an [ip] or [global] limit
+ * of two rules ...).
+ */
+limit_keys request_limit_keys(const config::rule* rule,
+                              std::span<const config::limit> limits,
+                              std::string_view rule_name,
+                              std::string_view client_part,
+                              std::string_view normalized_path,
+                              header_lookup headers);
 
 } // namespace sluice::key

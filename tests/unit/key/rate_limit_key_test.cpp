@@ -209,5 +209,55 @@ TEST(LimitKey, LooksUpEachHeaderOnce) {
     EXPECT_EQ(calls, 2);
 }
 
+// --- the keys of a request's limits ---------------------------------------------------------
+
+std::vector<std::string>
+keys_of(const config::rule* rule, const std::vector<config::limit>& limits, std::string_view path) {
+    const auto keys = request_limit_keys(
+        rule, limits, rule ? std::string_view(rule->name) : "fallback", "203.0.113.7", path, {});
+    return {keys.begin(), keys.end()};
+}
+
+const config::limit page_limit; // [ip, endpoint]
+
+TEST(RequestLimitKeys, TheFallbackOwnsThePagesKey) {
+    EXPECT_EQ(keys_of(nullptr, {page_limit}, "/x"),
+              std::vector<std::string>{"rate-limit:203.0.113.7:/x"});
+}
+
+TEST(RequestLimitKeys, TheFirstIpEndpointLimitOwnsThePagesKeyTheRestAreScoped) {
+    auto rule = make_rule("api", "/v1/infer");
+    const std::vector<config::limit> limits = {
+        limit_with({{part::kind::ip, {}}}),
+        page_limit,
+        page_limit,
+        limit_with({{part::kind::global, {}}}),
+    };
+    EXPECT_EQ(keys_of(&rule, limits, "/v1/infer"),
+              (std::vector<std::string>{"rate-limit:api#0:203.0.113.7",
+                                        "rate-limit:203.0.113.7:/v1/infer",
+                                        "rate-limit:api#2:203.0.113.7:/v1/infer",
+                                        "rate-limit:api#3:*"}));
+}
+
+// A method-filtered rule shares its path with whatever serves the other methods: it never owns
+// the page's key.
+TEST(RequestLimitKeys, AMethodFilteredRuleIsAlwaysScoped) {
+    auto rule = make_rule("posts", "/v1/infer", {"POST"});
+    EXPECT_EQ(keys_of(&rule, {page_limit}, "/v1/infer"),
+              std::vector<std::string>{"rate-limit:posts#0:203.0.113.7:/v1/infer"});
+}
+
+// Prefix and glob rules key by their pattern: one bucket for every path they match.
+TEST(RequestLimitKeys, PatternRulesKeyByThePattern) {
+    auto prefix = make_rule("models", "/v1/models/*");
+    EXPECT_EQ(keys_of(&prefix, {page_limit}, "/v1/models/7"),
+              std::vector<std::string>{"rate-limit:203.0.113.7:/v1/models/*"});
+    auto glob = make_rule("infer", "/v1/*/infer");
+    EXPECT_EQ(keys_of(&glob, {page_limit, page_limit}, "/v1/a/infer"),
+              (std::vector<std::string>{"rate-limit:203.0.113.7:/v1/*/infer",
+                                        "rate-limit:infer#1:203.0.113.7:/v1/*/infer"}));
+}
+
 } // namespace
 } // namespace sluice::key
