@@ -110,41 +110,66 @@ private:
     bool full_ = false;
 };
 
+std::string_view view(const value_buffer& buffer) {
+    return {buffer.data(), buffer.size()};
+}
+
+// The fields sluice sets, in the order it sets them: the IETF draft's always, the older trio
+// only with rate-limit.x-ratelimit-headers.
+constexpr std::array<std::string_view, 2> ietf_fields{"RateLimit-Policy", "RateLimit"};
+constexpr std::array<std::string_view, 3> x_ratelimit_fields{
+    "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"};
+
+/// Calls `emit(field, value)` for each rate-limit field of `decision`: the one place that says
+/// which fields there are and what they hold, whether they go into a header sluice writes
+/// itself or into an upstream response's.
+template <typename Emit>
+void for_each_field(std::string_view name,
+                    const limiter::decision& decision,
+                    bool x_ratelimit,
+                    Emit&& emit) {
+    value_buffer value;
+    const auto field = [&](std::string_view field_name) {
+        emit(field_name, view(value));
+        value.clear();
+    };
+    format_policy(value, name, decision);
+    field(ietf_fields[0]);
+    format_rate_limit(value, name, decision);
+    field(ietf_fields[1]);
+    if (!x_ratelimit) {
+        return;
+    }
+    append_int(value, std::max<std::int64_t>(decision.limit, 0));
+    field(x_ratelimit_fields[0]);
+    append_int(value, std::max<std::int64_t>(decision.remaining, 0));
+    field(x_ratelimit_fields[1]);
+    append_int(value, ceil_seconds(decision.reset_after));
+    field(x_ratelimit_fields[2]);
+}
+
 template <typename Out>
 void format_lines(Out& out,
                   std::string_view name,
                   const limiter::decision& decision,
                   bool x_ratelimit) {
-    append_text(out, "RateLimit-Policy: ");
-    format_policy(out, name, decision);
-    append_text(out, "\r\nRateLimit: ");
-    format_rate_limit(out, name, decision);
-    append_text(out, "\r\n");
-    if (!x_ratelimit) {
-        return;
-    }
-    append_text(out, "X-RateLimit-Limit: ");
-    append_int(out, std::max<std::int64_t>(decision.limit, 0));
-    append_text(out, "\r\nX-RateLimit-Remaining: ");
-    append_int(out, std::max<std::int64_t>(decision.remaining, 0));
-    append_text(out, "\r\nX-RateLimit-Reset: ");
-    append_int(out, ceil_seconds(decision.reset_after));
-    append_text(out, "\r\n");
-}
-
-std::string_view view(const value_buffer& buffer) {
-    return {buffer.data(), buffer.size()};
+    for_each_field(
+        name, decision, x_ratelimit, [&](std::string_view field, std::string_view value) {
+            append_text(out, field);
+            append_text(out, ": ");
+            append_text(out, value);
+            append_text(out, "\r\n");
+        });
 }
 
 // Whether `name` is one of the fields we set (the X-RateLimit ones only when we set those).
 bool is_ours(std::string_view name, bool x_ratelimit) {
-    using boost::beast::iequals;
-    if (iequals(name, "ratelimit") || iequals(name, "ratelimit-policy")) {
-        return true;
-    }
-    return x_ratelimit &&
-           (iequals(name, "x-ratelimit-limit") || iequals(name, "x-ratelimit-remaining") ||
-            iequals(name, "x-ratelimit-reset"));
+    const auto named = [name](std::string_view field) {
+        return boost::beast::iequals(name, field);
+    };
+    return std::any_of(ietf_fields.begin(), ietf_fields.end(), named) ||
+           (x_ratelimit &&
+            std::any_of(x_ratelimit_fields.begin(), x_ratelimit_fields.end(), named));
 }
 
 } // namespace
@@ -174,24 +199,10 @@ void set_rate_limit_headers(bhttp::fields& fields,
                             std::string_view name,
                             const limiter::decision& decision,
                             bool x_ratelimit) {
-    value_buffer value;
-    format_policy(value, name, decision);
-    fields.set("RateLimit-Policy", view(value));
-    value.clear();
-    format_rate_limit(value, name, decision);
-    fields.set("RateLimit", view(value));
-    if (!x_ratelimit) {
-        return;
-    }
-    value.clear();
-    append_int(value, std::max<std::int64_t>(decision.limit, 0));
-    fields.set("X-RateLimit-Limit", view(value));
-    value.clear();
-    append_int(value, std::max<std::int64_t>(decision.remaining, 0));
-    fields.set("X-RateLimit-Remaining", view(value));
-    value.clear();
-    append_int(value, ceil_seconds(decision.reset_after));
-    fields.set("X-RateLimit-Reset", view(value));
+    for_each_field(
+        name, decision, x_ratelimit, [&](std::string_view field, std::string_view value) {
+            fields.set(field, value);
+        });
 }
 
 template <typename Allocator>
