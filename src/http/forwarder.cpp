@@ -179,19 +179,7 @@ awaitable<failure> exchange(forward_args& a,
     for (bool interim_seen = false;; interim_seen = true) {
         start_response(a, rp, !interim_seen);
         conn->stream.expires_after(up.timeout);
-        // read_message's loop, here: one coroutine frame less per request.
-        for (;;) {
-            if (auto parsed = parse_buffered(conn->buffer, *rp, true, chunk_limits{})) {
-                ec = *parsed;
-                break;
-            }
-            auto [read_ec, n] = co_await conn->stream.async_read_some(read_room(conn->buffer));
-            conn->buffer.commit(n);
-            if (read_ec) {
-                ec = read_failed(read_ec, *rp);
-                break;
-            }
-        }
+        ec = co_await read_message(conn->stream, conn->buffer, *rp, true, chunk_limits{});
         const auto f = judge_response_header(ec, *rp, *conn, first && !has_body);
         if (f != failure::interim) {
             co_return f;

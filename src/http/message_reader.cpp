@@ -11,7 +11,10 @@
 #include <algorithm>
 
 namespace sluice::http::detail {
+namespace {
 
+/// What a failed read means for the message: the end of one that lasts until the connection
+/// closes, a truncated one, or (end_of_stream) the stream ended before a message began.
 template <bool isRequest>
 error_code read_failed(const error_code& ec, bhttp::basic_parser<isRequest>& parser) {
     if (ec != net::error::eof) {
@@ -25,6 +28,13 @@ error_code read_failed(const error_code& ec, bhttp::basic_parser<isRequest>& par
     parser.put_eof(eof_ec);
     return eof_ec;
 }
+
+/// Where the next read goes.
+net::mutable_buffer read_room(beast::flat_buffer& buffer) {
+    return buffer.prepare(beast::read_size(buffer, 65536));
+}
+
+} // namespace
 
 template <bool isRequest>
 awaitable<error_code> read_message(timed_stream& stream,
@@ -72,12 +82,6 @@ awaitable<error_code> read_header(timed_stream& stream,
     co_return parse_ec;
 }
 
-net::mutable_buffer read_room(beast::flat_buffer& buffer) {
-    return buffer.prepare(beast::read_size(buffer, 65536));
-}
-
-template error_code read_failed(const error_code&, bhttp::basic_parser<true>&);
-template error_code read_failed(const error_code&, bhttp::basic_parser<false>&);
 template awaitable<error_code> read_message(
     timed_stream&, beast::flat_buffer&, bhttp::basic_parser<true>&, bool, const chunk_limits&);
 template awaitable<error_code> read_message(

@@ -131,23 +131,13 @@ awaitable<error_code> read_message(timed_stream& stream,
                                    bool header_only,
                                    const chunk_limits& limits);
 
-// read_message's steps, for a caller that runs the loop itself (and so spares the frame):
-//   for (;;) { if (parse_buffered) done; read into read_room; on error, read_failed }
-
-/// One parse of what `buffer` holds; nullopt: the parser needs more bytes.
+/// One parse of what `buffer` holds (read_message's step without I/O, message_parse.cpp);
+/// nullopt: the parser needs more bytes.
 template <bool isRequest>
 std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
                                          bhttp::basic_parser<isRequest>& parser,
                                          bool header_only,
                                          const chunk_limits& limits);
-
-/// Where the next read goes.
-net::mutable_buffer read_room(beast::flat_buffer& buffer);
-
-/// What a failed read means for the message: the end of one that lasts until the connection
-/// closes, a truncated one, or (end_of_stream) the stream ended before a message began.
-template <bool isRequest>
-error_code read_failed(const error_code& ec, bhttp::basic_parser<isRequest>& parser);
 
 /// The answer to a request whose header could not be read or parsed; nullopt: close without
 /// one (the client left, or was idle). `got_some`: part of a header had arrived.
