@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <fcntl.h>
 #include <fstream>
@@ -276,6 +277,14 @@ std::size_t count_of(const std::string& text, const std::string& what) {
 }
 
 TEST(LifecycleAccept, OutOfDescriptorsTheAdminListenerPausesAndLogsBounded) {
+#if defined(__SANITIZE_ADDRESS__)
+    // UBSan's vptr check opens a pipe to probe memory the first time it meets a type: with no
+    // descriptor left it reports a false "invalid vptr" and stops sluice. scripts/test runs this
+    // test against the release and ThreadSanitizer binaries instead.
+    if (std::getenv("SLUICE_TEST_BINARY") == nullptr) {
+        GTEST_SKIP() << "needs a binary without UBSan's vptr check (SLUICE_TEST_BINARY)";
+    }
+#endif
     recording_upstream upstream;
     sluice_process sluice(compose_yaml(upstream.url(), never_limits, "  workers: 1\n"));
     const auto admin = admin_port(sluice);
