@@ -133,16 +133,14 @@ ending forwarded(request_state& r, const forward_result& result) {
 }
 
 // Shaping: holds the request until its slot, then forwards it, unless the client leaves
-// meanwhile (never forwarded). Its place among the held (`r.held`) was taken before the store
-// decided it (see decide_now).
+// meanwhile (never forwarded). Its place among the held was taken before the store decided it
+// (see request_limiter::try_now).
 awaitable<ending> hold_then_forward(connection_state& c, request_state& r) {
-    if (!r.held) {
-        r.held.emplace(*c.w.held);
-    }
-    r.record.delay = r.v.delay;
+    r.limiter.begin_hold(c.w);
+    r.record.delay = r.limiter.result().delay;
     metrics::bump(c.w.metrics->held_total);
-    const bool present = co_await hold(c, r.v.delay);
-    r.held.reset();
+    const bool present = co_await hold(c, r.record.delay);
+    r.limiter.end_hold();
     if (!present) {
         metrics::bump(c.w.metrics->held_abandoned_total);
         r.record.status = 499; // nginx's "client closed request"
@@ -209,6 +207,16 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
     return std::nullopt;
 }
 
+// What the response and the access log take from the limiter's decision.
+void note_decision(request_state& r) {
+    r.reply.limits = r.limiter.response_fields();
+    r.record.decision = r.limiter.decision_word();
+    if (r.cfg->logging.access_log) {
+        r.record.key = r.limiter.first_key();
+        r.record.client = r.limiter.client();
+    }
+}
+
 // One request: reads and checks its header, decides it, then answers it or forwards it. One
 // coroutine, with synchronous steps, because each coroutine called costs a frame per request.
 awaitable<ending> handle_request(connection_state& c, request_state& r) {
@@ -229,11 +237,12 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
         auto e = co_await answer(c, r, *early->reply, early->must_close);
         co_return e;
     }
-    if (auto pending = decide_now(c, r); !pending.empty()) {
-        r.outcome = co_await c.w.store->acquire(std::move(pending));
-        apply_outcome(r);
+    if (!r.limiter.try_now(c.w, *r.cfg, {r.parser.get(), r.record.path, c.peer})) {
+        r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
     }
-    if (r.overloaded) {
+    note_decision(r);
+    const auto& verdict = r.limiter.result();
+    if (r.limiter.overloaded()) {
         // A peer can trigger this at will: one line per second at most.
         static log_throttle throttle;
         metrics::bump(c.w.metrics->held_overflow_total);
@@ -242,12 +251,12 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
                       "rate-limit.max-held ({}) reached: answering 503",
                       r.cfg->rate_limit.max_held);
     }
-    if (r.v.what == verdict::kind::rejected || r.v.what == verdict::kind::failed_closed) {
-        const auto reply = refusal(r);
+    if (verdict.what == verdict::kind::rejected || verdict.what == verdict::kind::failed_closed) {
+        const auto reply = r.limiter.refusal();
         auto e = co_await answer(c, r, reply, false);
         co_return e;
     }
-    if (r.v.what == verdict::kind::delayed) {
+    if (verdict.what == verdict::kind::delayed) {
         auto e = co_await hold_then_forward(c, r);
         co_return e;
     }
@@ -261,16 +270,8 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
 // body or departure says nothing about the upstream).
 void count_request(connection_state& c, const request_state& r) {
     auto& m = *c.w.metrics;
-    if (r.counted_as) {
-        // Each request counts once, so that the decisions add up to the requests. A request a
-        // dry-run limit would have refused, but that went upstream anyway (at once or after a
-        // hold), counts as dry_run_rejected; a refused or failed one counts as what it got.
-        auto kind = *r.counted_as;
-        if (r.dry_run_rejected &&
-            (kind == metrics::decision_kind::allowed || kind == metrics::decision_kind::delayed)) {
-            kind = metrics::decision_kind::dry_run_rejected;
-        }
-        c.w.rule_counters(r.rule_name).count(kind);
+    if (const auto kind = r.limiter.counted_as()) {
+        c.w.rule_counters(r.limiter.rule_name()).count(*kind);
     }
     const auto upstream = r.upstream.value_or(upstream_outcome::client_failed);
     switch (upstream) {

@@ -62,7 +62,8 @@ verdict decide(std::span<const config::limit> limits,
 bool refused_only_for_waiting(std::span<const config::limit> limits,
                               const store::outcome& outcome) noexcept;
 
-/// The access-log word for a verdict: allowed, delayed, rejected, failed-open, failed-closed.
+/// The access-log word for a verdict: allowed, delayed, rejected, failed_open, failed_closed
+/// (as the metric's decision label spells them).
 std::string_view to_string(verdict::kind what) noexcept;
 
 } // namespace sluice::http

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "http/request_limiter.hpp"
+
+#include "sluice/http/rate_limit_headers.hpp"
+#include "sluice/key/client_address.hpp"
+#include "sluice/key/rate_limit_key.hpp"
+
+#include <boost/beast/core/string.hpp>
+
+#include <algorithm>
+
+namespace sluice::http::detail {
+namespace {
+
+metrics::decision_kind to_metric(verdict::kind what) noexcept {
+    switch (what) {
+    case verdict::kind::allowed:
+        return metrics::decision_kind::allowed;
+    case verdict::kind::delayed:
+        return metrics::decision_kind::delayed;
+    case verdict::kind::rejected:
+        return metrics::decision_kind::rejected;
+    case verdict::kind::failed_open:
+        return metrics::decision_kind::failed_open;
+    case verdict::kind::failed_closed:
+        return metrics::decision_kind::failed_closed;
+    }
+    return metrics::decision_kind::allowed;
+}
+
+bool any_dry_run_rejected(std::span<const config::limit> limits, const store::outcome& outcome) {
+    if (outcome.ec || outcome.decisions.size() != limits.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (limits[i].dry_run && !outcome.decisions[i].allowed) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// An enforced limit that may hold a request: a leaky bucket in shape mode.
+bool may_hold(const config::limit& limit) noexcept {
+    return !limit.dry_run && limit.algo == config::algorithm::leaky_bucket &&
+           limit.mode == config::shaping_mode::shape;
+}
+
+// X-Forwarded-For's lines joined as RFC 9110 says; read only behind a trusted proxy.
+std::string_view forwarded_for(const request_parser::value_type& message,
+                               const config::config& cfg,
+                               std::string& joined) {
+    std::string_view xff;
+    if (cfg.server.trusted_proxies.empty()) {
+        return xff;
+    }
+    for (const auto& f : message) {
+        if (!beast::iequals(f.name_string(), "x-forwarded-for")) {
+            continue;
+        }
+        if (!xff.empty()) {
+            joined = std::string(xff) + ", " + std::string(f.value());
+            xff = joined;
+        } else {
+            xff = f.value();
+        }
+    }
+    return xff;
+}
+
+} // namespace
+
+void request_limiter::derive_checks(const config::config& cfg, const limited_request& req) {
+    const auto& message = req.message;
+    const auto* rule = key::match_rule(cfg.rate_limit.rules, message.method_string(), req.path);
+    rule_name_ = rule ? std::string_view(rule->name) : "fallback";
+    limits_ = rule ? std::span<const config::limit>(rule->limits)
+                   : std::span<const config::limit>(&cfg.rate_limit.fallback, 1);
+    if (limits_.empty()) {
+        return;
+    }
+    std::string joined;
+    const auto xff = forwarded_for(message, cfg, joined);
+    const auto client = key::client_address(req.peer, xff, cfg.server.trusted_proxies);
+    if (cfg.logging.access_log) {
+        client_ = client.to_string();
+    }
+    const auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix);
+    auto lookup = [&message](std::string_view name) -> std::optional<std::string_view> {
+        const auto it = message.find(name);
+        return it == message.end() ? std::nullopt : std::optional<std::string_view>(it->value());
+    };
+    auto keys = key::request_limit_keys(rule, limits_, rule_name_, client_part, req.path, lookup);
+    for (std::size_t i = 0; i < limits_.size(); ++i) {
+        pending_.push_back({std::move(keys[i]), &limits_[i]});
+    }
+}
+
+// Takes the request's place among the held requests before the store decides it, when one of
+// its limits may hold it. At the cap (rate-limit.max-held), the store decides with waiting
+// forbidden instead: a request that would have to wait is then refused, uncharged, rather than
+// admitted, charged and refused (503) after the fact. Reserving before deciding keeps the cap
+// exact across workers and a store that decides asynchronously.
+void request_limiter::reserve_hold(worker_context& w) {
+    if (std::none_of(limits_.begin(), limits_.end(), may_hold)) {
+        return;
+    }
+    held_.emplace(*w.held);
+    if (held_->before() < cfg_->rate_limit.max_held) {
+        return;
+    }
+    held_.reset();
+    held_cap_reached_ = true;
+    // The checks point into this vector: no reallocation after the first push.
+    no_wait_limits_.reserve(pending_.size());
+    for (auto& check : pending_) {
+        if (may_hold(*check.limit)) {
+            auto& copy = no_wait_limits_.emplace_back(*check.limit);
+            copy.max_delay = milliseconds{0};
+            check.limit = &copy;
+        }
+    }
+}
+
+bool request_limiter::try_now(worker_context& w,
+                              const config::config& cfg,
+                              const limited_request& req) {
+    cfg_ = &cfg;
+    derive_checks(cfg, req);
+    if (pending_.empty()) {
+        word_ = "unlimited";
+        return true;
+    }
+    if (cfg.logging.access_log) {
+        first_key_ = pending_.front().key;
+    }
+    reserve_hold(w);
+    auto now = w.store->try_acquire_now(pending_);
+    if (!now) {
+        return false;
+    }
+    pending_.clear();
+    settle(std::move(*now));
+    return true;
+}
+
+void request_limiter::settle(store::outcome outcome) {
+    const auto& cfg = *cfg_;
+    outcome_ = std::move(outcome);
+    v_ = decide(limits_, outcome_, cfg.rate_limit.redis.on_failure);
+    if (v_.what != verdict::kind::delayed) {
+        held_.reset();
+    }
+    overloaded_ = held_cap_reached_ && v_.what == verdict::kind::rejected &&
+                  refused_only_for_waiting(limits_, outcome_);
+    word_ = overloaded_ ? "overloaded" : to_string(v_.what);
+    // As before the cap was checked first: the limiter would have delayed it (then
+    // sluice_held_overflow_total counts the refusal).
+    counted_as_ = to_metric(overloaded_ ? verdict::kind::delayed : v_.what);
+    dry_run_rejected_ = any_dry_run_rejected(limits_, outcome_);
+    if (v_.headers_from >= 0) {
+        fields_ = {rule_name_,
+                   &outcome_.decisions[static_cast<std::size_t>(v_.headers_from)],
+                   cfg.rate_limit.x_ratelimit_headers};
+    }
+}
+
+void request_limiter::begin_hold(worker_context& w) {
+    if (!held_) {
+        held_.emplace(*w.held);
+    }
+}
+
+std::string_view request_limiter::first_key() const noexcept {
+    return first_key_;
+}
+
+std::optional<metrics::decision_kind> request_limiter::counted_as() const noexcept {
+    if (!counted_as_) {
+        return std::nullopt;
+    }
+    // Each request counts once, so that the decisions add up to the requests. A request a
+    // dry-run limit would have refused, but that went upstream anyway (at once or after a
+    // hold), counts as dry_run_rejected; a refused or failed one counts as what it got.
+    if (dry_run_rejected_ && (*counted_as_ == metrics::decision_kind::allowed ||
+                              *counted_as_ == metrics::decision_kind::delayed)) {
+        return metrics::decision_kind::dry_run_rejected;
+    }
+    return counted_as_;
+}
+
+local_reply request_limiter::refusal() const {
+    if (overloaded_) {
+        // Retry-After: the wait the request would have had.
+        return {bhttp::status::service_unavailable, {}, v_.retry_after};
+    }
+    if (v_.what == verdict::kind::rejected) {
+        return {bhttp::status::too_many_requests,
+                rejection_body(rule_name_, std::max(v_.refused_by, 0), v_.retry_after),
+                v_.retry_after};
+    }
+    return {bhttp::status::service_unavailable, {}, 1};
+}
+
+} // namespace sluice::http::detail

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The limiter's side of one request, in one object (the shape of Envoy's local rate-limit
+// filter): built from the config snapshot and the request, it owns the request's checks and
+// the store's outcome, decides in one step, and says what the response, the counters and the
+// access log need of that decision. The session only asks it.
+
+#include "http/session_detail.hpp"
+#include "sluice/http/verdict.hpp"
+#include "sluice/http/worker_context.hpp"
+#include "sluice/key/cidr.hpp"
+#include "sluice/metrics/metrics.hpp"
+#include "sluice/store/store.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::http::detail {
+
+/// Counts a request in the global number of held requests for as long as it lives.
+class held_count {
+public:
+    explicit held_count(std::atomic<std::int64_t>& counter) noexcept
+        : counter_(&counter)
+        , before_(counter.fetch_add(1, std::memory_order_relaxed)) {}
+
+    held_count(const held_count&) = delete;
+    held_count& operator=(const held_count&) = delete;
+
+    ~held_count() { release(); }
+
+    /// How many were held before this one.
+    std::int64_t before() const noexcept { return before_; }
+
+    void release() noexcept {
+        if (counter_ != nullptr) {
+            counter_->fetch_sub(1, std::memory_order_relaxed);
+            counter_ = nullptr;
+        }
+    }
+
+private:
+    std::atomic<std::int64_t>* counter_;
+    std::int64_t before_;
+};
+
+/// The request as the limiter sees it.
+struct limited_request {
+    const request_parser::value_type& message;
+    /// The normalized path (key::normalize_path).
+    std::string_view path;
+    /// The connection's peer.
+    const key::ip_address& peer;
+};
+
+class request_limiter {
+public:
+    request_limiter() = default;
+    request_limiter(const request_limiter&) = delete;
+    request_limiter& operator=(const request_limiter&) = delete;
+
+    /**
+     * Finds the rule, derives the store keys, takes a place among the held requests when a limit
+     * may hold the request (`rate-limit.max-held`, checked before anything is charged), and has
+     * the store decide at once when it can. True: decided, or nothing to decide. False: co_await
+     * the store's `acquire(take_pending())`, then `settle` with its outcome. `cfg` (the
+     * request's snapshot) and `w` outlive the limiter.
+     */
+    bool try_now(worker_context& w, const config::config& cfg, const limited_request& req);
+
+    /// The checks the store could not decide at once.
+    store::checks take_pending() noexcept { return std::move(pending_); }
+
+    /// Turns the store's outcome into the verdict.
+    void settle(store::outcome outcome);
+
+    const verdict& result() const noexcept { return v_; }
+
+    /// Refused because `rate-limit.max-held` was reached, not by a limit: a 503.
+    bool overloaded() const noexcept { return overloaded_; }
+
+    /// The answer to a refused request: 429 naming the refusing limit, or 503 when the store
+    /// failed closed or the held requests are at their cap.
+    local_reply refusal() const;
+
+    /// The rate-limit fields the response carries (none when no limit applied).
+    rate_limit_context response_fields() const noexcept { return fields_; }
+
+    /// Holds the request's place among the held requests while it waits: taken now if
+    /// `try_now` did not, given back by `end_hold`.
+    void begin_hold(worker_context& w);
+
+    void end_hold() noexcept { held_.reset(); }
+
+    /// What the access log says of the decision: the client address the request was limited
+    /// by (empty unless `logging.access-log`), its first key, and the decision's word.
+    const std::string& client() const noexcept { return client_; }
+
+    std::string_view first_key() const noexcept;
+
+    std::string_view decision_word() const noexcept { return word_; }
+
+    /// The rule's name ("fallback" when none matched), for the per-rule counters.
+    std::string_view rule_name() const noexcept { return rule_name_; }
+
+    /// What the request counts as; nullopt when it never reached the limiter. A request a
+    /// dry-run limit would have refused, but that went upstream, counts as dry_run_rejected.
+    std::optional<metrics::decision_kind> counted_as() const noexcept;
+
+private:
+    void derive_checks(const config::config& cfg, const limited_request& req);
+    void reserve_hold(worker_context& w);
+
+    const config::config* cfg_ = nullptr;
+    std::string_view rule_name_;
+    std::span<const config::limit> limits_;
+    store::checks pending_;
+    std::string first_key_;
+    std::string client_;
+    store::outcome outcome_;
+    verdict v_;
+    rate_limit_context fields_;
+    std::string_view word_ = "-";
+    std::optional<metrics::decision_kind> counted_as_;
+    bool dry_run_rejected_ = false;
+    std::optional<held_count> held_;
+    /// The cap was reached: the store decided with waiting forbidden (`no_wait_limits_`).
+    bool held_cap_reached_ = false;
+    bool overloaded_ = false;
+    /// The enforced shaping limits with `max-delay: 0`, which the checks point to when the cap
+    /// was reached.
+    std::vector<config::limit> no_wait_limits_;
+};
+
+} // namespace sluice::http::detail
