@@ -5,7 +5,8 @@
 // "no crash, no sanitizer report": nothing throws (libFuzzer reports an escaping exception), and
 // the bytes held unparsed never exceed the header limit, or in a body the chunk limits, by more
 // than one piece: what sluice buffers is bounded whatever the peer sends.
-#include "http/session_detail.hpp"
+#include "http/message_reader.hpp"
+#include "http/request_checks.hpp"
 
 #include <boost/beast/http/error.hpp>
 

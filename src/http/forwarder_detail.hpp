@@ -4,7 +4,9 @@
 // Pieces of the forwarder shared by forwarder.cpp (the request's side) and response_relay.cpp
 // (the response's side).
 
-#include "http/session_detail.hpp"
+#include "http/forwarder.hpp"
+#include "http/message_reader.hpp"
+#include "http/message_writer.hpp"
 
 #include <optional>
 #include <span>

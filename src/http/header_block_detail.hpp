@@ -4,7 +4,9 @@
 // The request header checks that read_header (message_reader.cpp) shares with take_header
 // (request_checks.cpp).
 
-#include "http/session_detail.hpp"
+#include "http/message_types.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "http/session_detail.hpp"
+#include "http/local_reply.hpp"
+
+#include "http/message_reader.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
 
 #include <boost/beast/http/empty_body.hpp>

@@ -2,7 +2,7 @@
 // Parsing what a connection's buffer holds, bounded and throwing nothing: every parse of a
 // message sluice reads goes through put_buffered. No coroutine here, so that the request_head
 // fuzzer can build this file with every sanitizer (clang 14 cannot build a coroutine with UBSan).
-#include "http/session_detail.hpp"
+#include "http/message_reader.hpp"
 
 #include <boost/beast/http/error.hpp>
 

@@ -2,8 +2,9 @@
 // The message reader: Beast's read algorithms as one loop over the stream's own reads, and the
 // request header's. The coroutines live here, apart from the parsing they call
 // (message_parse.cpp, request_checks.cpp), which a fuzzer builds on its own.
+#include "http/message_reader.hpp"
+
 #include "http/header_block_detail.hpp"
-#include "http/session_detail.hpp"
 
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>

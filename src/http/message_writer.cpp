@@ -2,7 +2,7 @@
 // The message writer: the same bytes Beast's serializer produces for a `buffer_body` message
 // (start line, fields in order, blank line; chunked bodies re-chunked, no trailers), in one
 // contiguous header and one gather write per block.
-#include "http/session_detail.hpp"
+#include "http/message_writer.hpp"
 
 #include <boost/asio/write.hpp>
 

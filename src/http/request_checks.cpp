@@ -2,8 +2,10 @@
 // Checking a request header: the defences that run before any rate-limit work. No coroutine here
 // (read_header is in message_reader.cpp), so that the request_head fuzzer can build this file
 // with every sanitizer (clang 14 cannot build a coroutine with UBSan).
+#include "http/request_checks.hpp"
+
 #include "http/header_block_detail.hpp"
-#include "http/session_detail.hpp"
+#include "http/message_reader.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>

@@ -6,7 +6,7 @@
 // the store's outcome, decides in one step, and says what the response, the counters and the
 // access log need of that decision. The session only asks it.
 
-#include "http/session_detail.hpp"
+#include "http/local_reply.hpp"
 #include "sluice/http/verdict.hpp"
 #include "sluice/http/worker_context.hpp"
 #include "sluice/key/cidr.hpp"

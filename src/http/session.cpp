@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/session.hpp"
 
+#include "http/forwarder.hpp"
+#include "http/local_reply.hpp"
+#include "http/message_reader.hpp"
+#include "http/request_checks.hpp"
 #include "http/session_state_detail.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/http/rate_limit_headers.hpp"

@@ -3,8 +3,10 @@
 
 // The state of a connection and of one request on it (session.cpp).
 
+#include "http/forwarder.hpp"
+#include "http/local_reply.hpp"
+#include "http/message_writer.hpp"
 #include "http/request_limiter.hpp"
-#include "http/session_detail.hpp"
 #include "sluice/http/access_log.hpp"
 #include "sluice/http/verdict.hpp"
 #include "sluice/http/worker_context.hpp"

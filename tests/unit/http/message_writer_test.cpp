@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "http/session_detail.hpp"
+#include "http/message_writer.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>

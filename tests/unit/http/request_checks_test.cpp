@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The request header's early checks, absolute-form targets, and the bounded, throw-free parse
 // of message bytes (put_buffered).
-#include "http/session_detail.hpp"
+#include "http/message_reader.hpp"
+#include "http/request_checks.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <gtest/gtest.h>

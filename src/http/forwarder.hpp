@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Forwarding a request upstream and its response back (forwarder.cpp, response_relay.cpp).
+
+#include "http/local_reply.hpp"
+#include "http/message_types.hpp"
+#include "http/message_writer.hpp"
+#include "sluice/config/config.hpp"
+#include "sluice/core/timed_stream.hpp"
+#include "sluice/http/worker_context.hpp"
+#include "sluice/upstream/pool.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <string_view>
+
+namespace sluice::http::detail {
+
+/// What the forwarder saw of the upstream: what the upstream metrics count.
+enum class upstream_outcome {
+    response,       // the upstream answered: its status went to the client (maybe cut short)
+    connect_failed, // no connection could be made: 502
+    failed,         // the connection broke, or the answer was not HTTP: 502
+    timed_out,      // no response header within upstream.timeout: 504
+    busy,           // upstream.max-connections in use for upstream.timeout: 503, nothing sent
+    client_failed,  // the client failed first (a broken or too large body: 400/413, or it left):
+                    // nothing to say about the upstream
+};
+
+/// What forwarding a request came to.
+struct forward_result {
+    /// The status the client got; 0 when it got none.
+    unsigned status = 0;
+    /// The client connection may carry another request.
+    bool keep_alive = false;
+    upstream_outcome upstream = upstream_outcome::client_failed;
+    /// From the start of forwarding to the end of the response.
+    milliseconds upstream_time{-1};
+};
+
+/// Everything `forward` needs; references point into the session's frame.
+struct forward_args {
+    timed_stream& client;
+    beast::flat_buffer& client_buffer;
+    request_parser& parser;
+    /// The request's header arena, for the response's fields.
+    header_arena& arena;
+    upstream::pool& pool;
+    const config::config& config;
+    std::string_view peer;
+    reply_context reply;
+    bool client_keep_alive = true;
+    /// The client sent `Expect: 100-continue` and waits for our word before sending the body.
+    bool expect_continue = false;
+    /// The worker is draining: close the client connection after this response.
+    const bool* draining = nullptr;
+    /// The connection's header strings.
+    header_scratch& scratch;
+    /// The worker's body buffers: a forward borrows one for as long as it runs.
+    buffer_pool& relay_buffers;
+    /// When the request body's first read began (server.body-timeout counts from there).
+    std::optional<std::chrono::steady_clock::time_point> body_started{};
+};
+
+/**
+ * Sends the request in `args.parser` (header read, body not) to the upstream and its response
+ * back, streaming both bodies through one fixed buffer, and answers 502/504 itself when the
+ * upstream fails before a response started. See forwarder.cpp for the retry and framing rules.
+ */
+awaitable<forward_result> forward(forward_args& args);
+
+} // namespace sluice::http::detail

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Reading HTTP messages: the request header, and whole messages through one loop over the
+// stream's own reads (message_reader.cpp), over parsing that does no I/O (message_parse.cpp).
+
+#include "http/message_types.hpp"
+#include "sluice/config/config.hpp"
+#include "sluice/core/timed_stream.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <cstdint>
+#include <optional>
+
+namespace sluice::http::detail {
+
+/**
+ * Bounds on what a chunked body makes sluice hold before Beast can parse it: Beast 1.81 waits
+ * for a chunk-size line's end, and for the end of the trailer section, with no limit of its own.
+ */
+struct chunk_limits {
+    /// A chunk-size line with its extensions, CRLF excluded.
+    std::uint64_t line = 4 * 1024;
+    /// The trailer section after the last chunk, its blank line excluded. It also bounds the
+    /// number of trailer fields (at least three bytes each), so parsing them takes no time.
+    std::uint64_t trailer = 16 * 1024;
+};
+
+/// The chunk limits of `cfg` (server.max-chunk-header-size, server.max-trailer-size), for
+/// requests and upstream responses alike.
+chunk_limits chunk_limits_of(const config::config& cfg);
+
+/**
+ * One `put` of what `buffer` holds, consuming what it parsed; returns Beast's error (need_more,
+ * need_buffer...). Unlike a bare put it throws nothing (Beast's std::length_error for a field
+ * value over 65,535 bytes becomes header_limit), and in a chunked body it holds to `limits`:
+ * bad_chunk_extension for a longer chunk-size line, header_limit for a larger trailer section.
+ */
+template <bool isRequest>
+error_code put_buffered(beast::flat_buffer& buffer,
+                        bhttp::basic_parser<isRequest>& parser,
+                        const chunk_limits& limits);
+
+/**
+ * Reads until `buffer` holds a complete request header (its blank line), within `limit` bytes
+ * (bhttp::error::header_limit otherwise), refuses obsolete line folding
+ * (bhttp::error::bad_value), then parses the header into `parser` and consumes it from the
+ * buffer. The caller sets the stream's deadline.
+ */
+awaitable<error_code> read_header(timed_stream& stream,
+                                  beast::flat_buffer& buffer,
+                                  request_parser& parser,
+                                  std::uint64_t limit);
+
+/**
+ * `read_header` for a header already in `buffer` (the usual case: it came in one read), without
+ * reading: nullopt when it is not all there, and `read_header` must read on. Spares a coroutine
+ * frame per request.
+ */
+std::optional<error_code>
+take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t limit);
+
+/**
+ * Beast's http::async_read_some (`header_only` false) and http::async_read_header (true) on a
+ * timed_stream, without their composed operations: parses what `buffer` holds first, and reads
+ * only when the parser needs more; a parse of buffered bytes completes here, with no read and
+ * no trip through the scheduler. Errors as Beast's (need_buffer when a buffer_body is full;
+ * end_of_stream when the stream ends before a message starts) and `put_buffered`'s: the buffer
+ * never holds more than a header, a chunk header or a trailer within its limit, plus one read.
+ * The caller sets the deadline.
+ */
+template <bool isRequest>
+awaitable<error_code> read_message(timed_stream& stream,
+                                   beast::flat_buffer& buffer,
+                                   bhttp::basic_parser<isRequest>& parser,
+                                   bool header_only,
+                                   const chunk_limits& limits);
+
+/// One parse of what `buffer` holds (read_message's step without I/O, message_parse.cpp);
+/// nullopt: the parser needs more bytes.
+template <bool isRequest>
+std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
+                                         bhttp::basic_parser<isRequest>& parser,
+                                         bool header_only,
+                                         const chunk_limits& limits);
+
+} // namespace sluice::http::detail

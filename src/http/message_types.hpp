@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The types of the messages sluice parses and writes, with their per-request header arena.
+
+#include "sluice/core/net.hpp"
+
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <memory_resource>
+#include <optional>
+#include <tuple>
+
+namespace sluice::http::detail {
+
+namespace bhttp = beast::http;
+using std::chrono::milliseconds;
+
+/// The fields of the messages sluice parses live in a per-request arena (`header_arena`): a
+/// dozen fields per request would otherwise be a dozen mallocs and frees.
+using header_allocator = std::pmr::polymorphic_allocator<char>;
+using header_fields = bhttp::basic_fields<header_allocator>;
+using request_parser = bhttp::request_parser<bhttp::buffer_body, header_allocator>;
+using response_parser = bhttp::response_parser<bhttp::buffer_body, header_allocator>;
+
+/**
+ * The memory one request's headers (its own and its response's) are allocated from: a fixed
+ * block that covers ordinary headers, then the heap. Nothing is freed before the arena goes, with
+ * the request.
+ */
+class header_arena {
+public:
+    header_arena() noexcept
+        : resource_(block_.data(), block_.size()) {}
+
+    header_arena(const header_arena&) = delete;
+    header_arena& operator=(const header_arena&) = delete;
+
+    header_allocator allocator() noexcept { return &resource_; }
+
+private:
+    alignas(std::max_align_t) std::array<std::byte, 2048> block_;
+    std::pmr::monotonic_buffer_resource resource_;
+};
+
+/// A parser whose fields come from `allocator`.
+template <typename Parser>
+void make_parser(std::optional<Parser>& parser, header_allocator allocator) {
+    parser.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(allocator));
+}
+
+} // namespace sluice::http::detail
