@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// The per-request limiter object on its own: the memory store on a manual clock, a request built
+// in memory, no socket.
+#include "http/request_limiter.hpp"
+#include "sluice/core/clock.hpp"
+#include "sluice/store/memory_store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace sluice::http::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+config::limit leaky(std::int64_t capacity, double flow_rate, config::shaping_mode mode) {
+    config::limit l;
+    l.algo = config::algorithm::leaky_bucket;
+    l.capacity = capacity;
+    l.flow_rate = flow_rate;
+    l.mode = mode;
+    return l;
+}
+
+/// A worker with the memory store on a clock standing at 1000 s.
+class RequestLimiter : public ::testing::Test {
+protected:
+    RequestLimiter() {
+        worker_.store = &store_;
+        worker_.held = &held_;
+    }
+
+    /// One GET of `path` from 203.0.113.7, decided; the limiter holds the outcome.
+    std::unique_ptr<request_limiter> request(const config::config& cfg, const std::string& path) {
+        header_arena arena;
+        request_parser parser(
+            std::piecewise_construct, std::make_tuple(), std::make_tuple(arena.allocator()));
+        parser.get().method(bhttp::verb::get);
+        parser.get().target(path);
+        auto limiter = std::make_unique<request_limiter>();
+        key::ip_address peer;
+        peer.v4 = true;
+        peer.bytes[0] = 203;
+        peer.bytes[1] = 0;
+        peer.bytes[2] = 113;
+        peer.bytes[3] = 7;
+        // The memory store always decides at once.
+        EXPECT_TRUE(limiter->try_now(worker_, cfg, {parser.get(), path, peer}));
+        return limiter;
+    }
+
+    manual_clock clock_{1e6};
+    store::memory_store store_{clock_, 4};
+    std::atomic<std::int64_t> held_{0};
+    worker_context worker_;
+};
+
+TEST_F(RequestLimiter, AdmitsUpToTheLimitThenRefusesWith429NamingIt) {
+    config::config cfg;
+    cfg.rate_limit.fallback = leaky(2, 1, config::shaping_mode::police);
+    for (int i = 0; i < 2; ++i) {
+        const auto l = request(cfg, "/x");
+        EXPECT_EQ(l->result().what, verdict::kind::allowed);
+        EXPECT_EQ(l->decision_word(), "allowed");
+        EXPECT_EQ(l->counted_as(), metrics::decision_kind::allowed);
+        EXPECT_EQ(l->rule_name(), "fallback");
+        ASSERT_NE(l->response_fields().decision, nullptr);
+        EXPECT_EQ(l->response_fields().decision->remaining, 1 - i);
+    }
+    const auto refused = request(cfg, "/x");
+    EXPECT_EQ(refused->result().what, verdict::kind::rejected);
+    EXPECT_EQ(refused->counted_as(), metrics::decision_kind::rejected);
+    const auto reply = refused->refusal();
+    EXPECT_EQ(reply.status, bhttp::status::too_many_requests);
+    EXPECT_EQ(reply.body,
+              R"({"error":"rate_limited","limit":"fallback","limit_index":0,"retry_after":1})");
+    // Another path is another bucket.
+    EXPECT_EQ(request(cfg, "/y")->result().what, verdict::kind::allowed);
+}
+
+TEST_F(RequestLimiter, ShapingDelaysAndKeepsItsHeldPlaceUntilTheHoldEnds) {
+    config::config cfg;
+    cfg.rate_limit.fallback = leaky(5, 10, config::shaping_mode::shape);
+    const auto first = request(cfg, "/x");
+    EXPECT_EQ(first->result().what, verdict::kind::allowed);
+    EXPECT_EQ(held_.load(), 0) << "a request forwarded at once gives its place back";
+    const auto second = request(cfg, "/x");
+    EXPECT_EQ(second->result().what, verdict::kind::delayed);
+    EXPECT_EQ(second->result().delay, 100ms);
+    EXPECT_EQ(held_.load(), 1);
+    second->end_hold();
+    EXPECT_EQ(held_.load(), 0);
+}
+
+// At rate-limit.max-held, a request that would have to wait is refused with 503, uncharged.
+TEST_F(RequestLimiter, AtTheHeldCapARequestThatWouldWaitIsOverloadedAndUncharged) {
+    config::config cfg;
+    cfg.rate_limit.fallback = leaky(5, 10, config::shaping_mode::shape);
+    cfg.rate_limit.max_held = 1;
+    EXPECT_EQ(request(cfg, "/x")->result().what, verdict::kind::allowed);
+    const auto held = request(cfg, "/x"); // holds the one place
+    ASSERT_EQ(held->result().what, verdict::kind::delayed);
+    const auto over = request(cfg, "/x");
+    EXPECT_TRUE(over->overloaded());
+    EXPECT_EQ(over->decision_word(), "overloaded");
+    EXPECT_EQ(over->refusal().status, bhttp::status::service_unavailable);
+    EXPECT_EQ(over->counted_as(), metrics::decision_kind::delayed);
+    held->end_hold();
+    // Uncharged: with the place back, the next request waits exactly one slot more (200 ms).
+    const auto next = request(cfg, "/x");
+    EXPECT_EQ(next->result().what, verdict::kind::delayed);
+    EXPECT_EQ(next->result().delay, 200ms);
+}
+
+TEST_F(RequestLimiter, ADryRunRefusalCountsOnceAsDryRunRejected) {
+    config::config cfg;
+    config::rule rule;
+    rule.name = "dry";
+    rule.path = "/d";
+    auto limit = leaky(1, 1, config::shaping_mode::police);
+    limit.dry_run = true;
+    rule.limits = {limit};
+    cfg.rate_limit.rules = {rule};
+    EXPECT_EQ(request(cfg, "/d")->counted_as(), metrics::decision_kind::allowed);
+    const auto second = request(cfg, "/d");
+    EXPECT_EQ(second->result().what, verdict::kind::allowed);
+    EXPECT_EQ(second->counted_as(), metrics::decision_kind::dry_run_rejected);
+    EXPECT_EQ(second->rule_name(), "dry");
+}
+
+TEST_F(RequestLimiter, ARuleWithoutLimitsIsUnlimitedAndUncounted) {
+    config::config cfg;
+    config::rule rule;
+    rule.name = "free";
+    rule.path = "/health";
+    cfg.rate_limit.rules = {rule};
+    const auto l = request(cfg, "/health");
+    EXPECT_EQ(l->decision_word(), "unlimited");
+    EXPECT_FALSE(l->counted_as());
+    EXPECT_EQ(l->response_fields().decision, nullptr);
+}
+
+} // namespace
+} // namespace sluice::http::detail
