@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace sluice::config {
@@ -121,11 +122,20 @@ void read_password_file(mapping& m, std::string& password) {
         m.error("password-file", "and 'password' are both set: keep one");
         return;
     }
-    // POSIX calls, for the true errno (a directory opens, then fails to read with EISDIR).
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // POSIX calls, for the true errno. O_NONBLOCK: opening a FIFO must not wait for a writer
+    // (a reload would hang); only a regular file is read.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         m.error("password-file",
                 "cannot open " + detail::quoted(path) + ": " + std::strerror(errno));
+        return;
+    }
+
+    struct stat status {};
+
+    if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+        ::close(fd);
+        m.error("password-file", detail::quoted(path) + " is not a regular file");
         return;
     }
     std::string content;

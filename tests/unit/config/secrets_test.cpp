@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace sluice::config::test {
@@ -78,7 +79,12 @@ TEST(ConfigSecrets, UnreadablePasswordFileNamesKeyLineAndOsError) {
     EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.password-file", "No such file or directory"));
     EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.password-file", file.path()));
     p = problems_of(with_password_file(file.dir()));
-    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.password-file", "Is a directory"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.password-file", "is not a regular file"));
+    // A FIFO would block the loader until someone writes to it.
+    const auto fifo = file.dir() + "/fifo";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    p = problems_of(with_password_file(fifo));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.password-file", "is not a regular file"));
     p = problems_of(with_password_file(file.write("\n")));
     EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.password-file", "is empty"));
     p = problems_of(with_password_file(file.write(std::string(70'000, 'x'))));
