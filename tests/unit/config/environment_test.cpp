@@ -20,25 +20,6 @@ environment fake(std::map<std::string, std::string> vars) {
     };
 }
 
-config load_with(std::string_view yaml, const environment& env) {
-    return load_string(yaml, source, env);
-}
-
-std::vector<std::string> problems_with(std::string_view yaml, const environment& env) {
-    try {
-        load_with(yaml, env);
-    } catch (const config_error& e) {
-        std::vector<std::string> lines;
-        std::istringstream in(e.what());
-        for (std::string line; std::getline(in, line);) {
-            lines.push_back(line);
-        }
-        return lines;
-    }
-    ADD_FAILURE() << "expected a config_error for:\n" << yaml;
-    return {};
-}
-
 TEST(ConfigEnvironment, SubstitutesText) {
     const auto env = fake({{"A", "x"}, {"EMPTY", ""}, {"B_2", "y z"}});
     const auto expand = [&](std::string_view text) {
@@ -96,7 +77,7 @@ TEST(ConfigEnvironment, ValuesOfEveryTypeAreSubstitutedBeforeReading) {
                            {"RATE", "600r/m"},
                            {"HEADERS", "yes"},
                            {"PROXY", "10.0.0.0/8"}});
-    const auto cfg = load_with(R"(server:
+    const auto cfg = load(R"(server:
   trusted-proxies: ["${PROXY}"]
   idle-timeout: ${TIMEOUT}
 upstream:
@@ -109,7 +90,7 @@ rate-limit:
     password: ${PW}
     host: ${HOST:-redis.internal}
 )",
-                               env);
+                          env);
     EXPECT_EQ(cfg.upstream.host, "10.0.0.1");
     EXPECT_EQ(cfg.server.idle_timeout, 150s);
     ASSERT_EQ(cfg.server.trusted_proxies.size(), 1u);
@@ -123,27 +104,27 @@ rate-limit:
 }
 
 TEST(ConfigEnvironment, DollarDollarIsALiteralDollar) {
-    const auto cfg = load_with(base + "rate-limit:\n  redis:\n    password: a$$b$c\n", fake({}));
+    const auto cfg = load(base + "rate-limit:\n  redis:\n    password: a$$b$c\n", fake({}));
     EXPECT_EQ(cfg.rate_limit.redis.password, "a$b$c");
 }
 
 TEST(ConfigEnvironment, AnAliasedValueIsSubstitutedOnce) {
-    const auto cfg = load_with(base + "rate-limit:\n  redis:\n    host: &h \"$${X}\"\n"
-                                      "    username: *h\n",
-                               fake({{"X", "wrong"}}));
+    const auto cfg = load(base + "rate-limit:\n  redis:\n    host: &h \"$${X}\"\n"
+                                 "    username: *h\n",
+                          fake({{"X", "wrong"}}));
     EXPECT_EQ(cfg.rate_limit.redis.host, "${X}");
     EXPECT_EQ(cfg.rate_limit.redis.username, "${X}");
 }
 
 TEST(ConfigEnvironment, KeysAreNotSubstituted) {
-    const auto p = problems_with(base + "server:\n  ${K}: 1\n", fake({{"K", "workers"}}));
+    const auto p = problems_of(base + "server:\n  ${K}: 1\n", fake({{"K", "workers"}}));
     EXPECT_TRUE(has_problem(p, 4, "server.${K}", "unknown key"));
 }
 
 TEST(ConfigEnvironment, UnsetVariableNamesItAndTheLineOnly) {
-    const auto p = problems_with(base + "rate-limit:\n  redis:\n    port: ${REDIS_PORT}\n"
-                                        "    password: x${REDIS_PW}\n",
-                                 fake({}));
+    const auto p = problems_of(base + "rate-limit:\n  redis:\n    port: ${REDIS_PORT}\n"
+                                      "    password: x${REDIS_PW}\n",
+                               fake({}));
     ASSERT_EQ(p.size(), 2u) << "one problem per value, no follow-up type error";
     EXPECT_TRUE(
         has_problem(p, 5, "rate-limit.redis.port", "environment variable 'REDIS_PORT' is not set"));
@@ -153,14 +134,14 @@ TEST(ConfigEnvironment, UnsetVariableNamesItAndTheLineOnly) {
 
 TEST(ConfigEnvironment, MalformedReferenceNamesTheLine) {
     for (const std::string bad : {"${", "${}", "${1X}", "x${Y"}) {
-        const auto p = problems_with(base + "upstream:\n  timeout: \"" + bad + "\"\n", fake({}));
+        const auto p = problems_of(base + "upstream:\n  timeout: \"" + bad + "\"\n", fake({}));
         EXPECT_TRUE(has_problem(p, 4, "upstream.timeout", "malformed environment variable")) << bad;
     }
 }
 
 TEST(ConfigEnvironment, ResultIsCheckedAsText) {
-    const auto p = problems_with(base + "rate-limit:\n  redis:\n    host: ${H}\n",
-                                 fake({{"H", std::string("\xff\xfe")}}));
+    const auto p = problems_of(base + "rate-limit:\n  redis:\n    host: ${H}\n",
+                               fake({{"H", std::string("\xff\xfe")}}));
     EXPECT_TRUE(has_problem(p, 5, "rate-limit.redis.host", "must be valid UTF-8"));
 }
 
