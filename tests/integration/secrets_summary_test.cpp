@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <string>
 
 namespace sluice::test {
@@ -79,6 +80,34 @@ TEST(SecretsSummary, StartupSummaryNamesRedisProxiesAndMaxDelayButNotThePassword
         10s))
         << sluice.log_text();
     EXPECT_EQ(sluice.log_text().find("never-print-me"), std::string::npos);
+}
+
+TEST(SecretsSummary, ReloadWithAChangedPasswordFileIsRefused) {
+    if (!redis_server::available()) {
+        GTEST_SKIP() << "redis-server is not installed";
+    }
+    redis_server::options options;
+    options.requirepass = secret;
+    redis_server redis(options);
+    recording_upstream upstream;
+    temp_dir dir;
+    const auto file = dir.write_file("redis-password", secret + "\n");
+    sluice_process sluice(redis_yaml(upstream.url(), redis.port(), "password-file: " + file));
+
+    // The file is read again on reload; the connections were made with the old password, so a
+    // new one needs a restart, exactly as a changed `password` does.
+    dir.write_file("redis-password", "rotated-never-print-me\n");
+    sluice.send_signal(SIGHUP);
+    ASSERT_TRUE(sluice.wait_for_log("reload refused", 10s)) << sluice.log_text();
+    const auto log = sluice.log_text();
+    EXPECT_NE(log.find("rate-limit.redis.password"), std::string::npos) << log;
+    EXPECT_EQ(log.find("never-print-me"), std::string::npos) << log;
+    EXPECT_EQ(log.find("configuration reloaded"), std::string::npos) << log;
+
+    // Back to the running password: the reload applies.
+    dir.write_file("redis-password", secret + "\n");
+    sluice.send_signal(SIGHUP);
+    EXPECT_TRUE(sluice.wait_for_log("configuration reloaded", 10s)) << sluice.log_text();
 }
 
 TEST(SecretsSummary, CheckConfigNeverPrintsThePassword) {
