@@ -313,16 +313,33 @@ void application::start_workers() {
 
 void application::log_summary(const tcp::endpoint& bound) const {
     const auto& cfg = *config_;
-    spdlog::info("sluice starting: listen {}, upstream {}:{}, store {}, {} workers, fallback {}, "
-                 "{} rules, max_held {}",
+    // The Redis address, never its credentials: the summary goes wherever the logs go.
+    const auto& redis = cfg.rate_limit.redis;
+    std::string store = "memory";
+    if (cfg.rate_limit.store == config::store_kind::redis) {
+        store = redis.host.starts_with('/') ? fmt::format("redis {}", redis.host)
+                                            : fmt::format("redis {}:{}", redis.host, redis.port);
+    }
+    std::string proxies;
+    for (const auto& block : cfg.server.trusted_proxies) {
+        proxies += proxies.empty() ? "" : " ";
+        proxies += block.to_string();
+    }
+    const auto& fallback = cfg.rate_limit.fallback;
+    const auto max_delay =
+        fallback.max_delay ? fmt::format("{}ms", fallback.max_delay->count()) : std::string("none");
+    spdlog::info("sluice starting: listen {}, upstream {}:{}, store {}, {} workers, fallback {} "
+                 "max-delay={}, {} rules, max_held {}, trusted proxies [{}]",
                  format_endpoint(bound),
                  cfg.upstream.host,
                  cfg.upstream.port,
-                 cfg.rate_limit.store == config::store_kind::memory ? "memory" : "redis",
+                 store,
                  workers_.size(),
-                 describe_limit(cfg.rate_limit.fallback),
+                 describe_limit(fallback),
+                 max_delay,
                  cfg.rate_limit.rules.size(),
-                 cfg.rate_limit.max_held);
+                 cfg.rate_limit.max_held,
+                 proxies);
     for (const auto& rule : cfg.rate_limit.rules) {
         for (const auto& limit : rule.limits) {
             spdlog::info("rule '{}' {}: {}", rule.name, rule.path, describe_limit(limit));

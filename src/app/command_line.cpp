@@ -54,7 +54,7 @@ std::string usage(std::string_view program) {
             "  -h, --help          print this help and exit\n"
             "\n"
             "Signals: SIGHUP reloads the configuration; SIGINT and SIGTERM stop accepting,\n"
-            "let in-flight requests finish (up to server.drain_timeout) and exit.\n";
+            "let in-flight requests finish (up to server.drain-timeout) and exit.\n";
     return text;
 }
 

@@ -3,11 +3,15 @@
 
 #include "loader_detail.hpp"
 
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace sluice::config {
 namespace {
@@ -38,7 +42,7 @@ void read_listen(mapping& m, endpoint_address& out) {
     auto parsed = detail::parse_listen(text);
     if (!parsed.value) {
         m.error("listen",
-                "must be host:port or [v6]:port, got " + detail::quoted(text) + ": " +
+                "must be host:port, [v6]:port or :port, got " + detail::quoted(text) + ": " +
                     parsed.error);
         return;
     }
@@ -101,12 +105,84 @@ void read_upstream(mapping& root, upstream_settings& out) {
     m.finish();
 }
 
+/// The longest secret file read: far above any password, far below a mistaken large file.
+constexpr std::size_t max_secret_bytes = 64 * 1024;
+
+/**
+ * `password-file`: the password is the file's content without one trailing newline (as a
+ * Kubernetes or Docker secret is mounted). Read again on every reload. Messages name the file
+ * and the OS error, never the content.
+ */
+void read_password_file(mapping& m, std::string& password) {
+    std::string path;
+    if (!m.read("password-file", path, false)) {
+        return;
+    }
+    if (m.has("password")) {
+        m.error("password-file", "and 'password' are both set: keep one");
+        return;
+    }
+    // POSIX calls, for the true errno. O_NONBLOCK: opening a FIFO must not wait for a writer
+    // (a reload would hang); only a regular file is read.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        m.error("password-file",
+                "cannot open " + detail::quoted(path) + ": " + std::strerror(errno));
+        return;
+    }
+
+    struct stat status {};
+
+    if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
+        ::close(fd);
+        m.error("password-file", detail::quoted(path) + " is not a regular file");
+        return;
+    }
+    std::string content;
+    std::array<char, 4096> buffer{};
+    int error = 0;
+    while (content.size() <= max_secret_bytes) {
+        const auto n = ::read(fd, buffer.data(), buffer.size());
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            error = n < 0 ? errno : 0;
+            break;
+        }
+        content.append(buffer.data(), static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    if (error != 0) {
+        m.error("password-file",
+                "cannot read " + detail::quoted(path) + ": " + std::strerror(error));
+        return;
+    }
+    if (content.size() > max_secret_bytes) {
+        m.error("password-file",
+                detail::quoted(path) + " is larger than " + std::to_string(max_secret_bytes) +
+                    " bytes");
+        return;
+    }
+    if (content.ends_with("\r\n")) {
+        content.resize(content.size() - 2);
+    } else if (content.ends_with('\n')) {
+        content.pop_back();
+    }
+    if (content.empty()) {
+        m.error("password-file", detail::quoted(path) + " is empty");
+        return;
+    }
+    password = std::move(content);
+}
+
 void read_redis(mapping& parent, redis_settings& out) {
     auto m = section(parent, "redis");
     m.read("host", out.host, false);
     m.read_int("port", out.port, 1, 65535);
     m.read("username", out.username, true);
     m.read("password", out.password, true);
+    read_password_file(m, out.password);
     m.read_int("db", out.db, 0, std::numeric_limits<int>::max());
     m.read_duration("ttl", out.ttl, false);
     m.read_duration("timeout", out.timeout, false);
@@ -192,9 +268,10 @@ std::string second_document_problem(std::string_view yaml, const YAML::Mark& at)
     }
     const auto c = rest.empty() ? '?' : rest.front();
     const bool printable = c > ' ' && c < 0x7f;
-    return std::string("YAML syntax error: unexpected ") +
-           (printable ? "'" + std::string(1, c) + "'" : std::string("text")) +
-           " (only one YAML document is allowed)";
+    std::string what = "YAML syntax error: unexpected ";
+    what += printable ? detail::quoted(std::string_view(&c, 1)) : std::string("text");
+    what += " (only one YAML document is allowed)";
+    return what;
 }
 
 /// YAML text to a document; a syntax error is recorded and yields nothing.
@@ -214,13 +291,13 @@ std::optional<YAML::Node> parse_yaml(std::string_view yaml, problems& report) {
 
 } // namespace
 
-config load_string(std::string_view yaml, const std::string& source) {
+config load_string(std::string_view yaml, const std::string& source, const environment& env) {
     problems report(source);
     config cfg;
     cfg.source = source;
     const auto document = parse_yaml(yaml, report);
     if (document) {
-        detail::check_text(report, yaml, *document);
+        detail::check_text(report, yaml, *document, env);
         mapping root(report, *document, YAML::Mark(), "");
         read_server(root, cfg.server);
         read_upstream(root, cfg.upstream);
@@ -237,7 +314,7 @@ config load_string(std::string_view yaml, const std::string& source) {
     return cfg;
 }
 
-config load_file(const std::string& path) {
+config load_file(const std::string& path, const environment& env) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         throw config_error(path + ": cannot open: " + std::strerror(errno));
@@ -247,7 +324,7 @@ config load_file(const std::string& path) {
     if (in.bad()) {
         throw config_error(path + ": cannot read: " + std::strerror(errno));
     }
-    return load_string(text.str(), path);
+    return load_string(text.str(), path, env);
 }
 
 } // namespace sluice::config

@@ -47,10 +47,10 @@ bool read_parameter(mapping& m, std::string_view name, limit& out) {
         return m.read_int("capacity", out.capacity, 1, max_count);
     }
     if (name == "flowRate") {
-        return m.read_number_above("flowRate", out.flow_rate, 0);
+        return m.read_rate("flowRate", out.flow_rate);
     }
     if (name == "refillRate") {
-        return m.read_number_above("refillRate", out.refill_rate, 0);
+        return m.read_rate("refillRate", out.refill_rate);
     }
     if (name == "limit") {
         return m.read_int("limit", out.limit_count, 1, max_count);

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace sluice::config::detail {
 namespace {
@@ -98,7 +99,7 @@ parsed<endpoint_address> parse_authority(std::string_view text,
         const auto host = text.substr(1, close - 1);
         const auto address = key::ip_address::parse(host);
         if (!address) {
-            return result::fail("'" + std::string(host) + "' is not an IPv6 address");
+            return result::fail(quoted(host) + " is not an IPv6 address");
         }
         out.host = std::string(host);
         const auto rest = text.substr(close + 1);
@@ -118,7 +119,7 @@ parsed<endpoint_address> parse_authority(std::string_view text,
             return result::fail("the host is missing");
         }
         if (!is_host_name(host)) {
-            return result::fail("'" + std::string(host) + "' is not a host name or IPv4 address");
+            return result::fail(quoted(host) + " is not a host name or IPv4 address");
         }
         out.host = std::string(host);
         port_text = has_port ? text.substr(colon + 1) : std::string_view{};
@@ -138,6 +139,35 @@ parsed<endpoint_address> parse_authority(std::string_view text,
     out.port = static_cast<std::uint16_t>(*port);
     return {out, {}};
 }
+
+/// Seconds as whole milliseconds; nullopt beyond the longest duration a configuration may hold.
+std::optional<std::chrono::milliseconds> seconds_to_ms(double seconds) noexcept {
+    const double ms = seconds * 1000;
+    if (std::fabs(ms) > max_duration_ms) {
+        return std::nullopt;
+    }
+    return saturating_ms(std::round(ms)); // |ms| <= 3.2e12: never saturates
+}
+
+/// Size units: decimal (k, M, G, kB, KB, MB, GB) and binary (Ki, Mi, Gi, KiB, MiB, GiB), as
+/// Kubernetes quantities and the IEC prefixes spell them.
+constexpr std::array<std::pair<std::string_view, std::uint64_t>, 16> size_units{
+    {{"", 1},
+     {"B", 1},
+     {"k", 1'000},
+     {"K", 1'000},
+     {"kB", 1'000},
+     {"KB", 1'000},
+     {"M", 1'000'000},
+     {"MB", 1'000'000},
+     {"G", 1'000'000'000},
+     {"GB", 1'000'000'000},
+     {"Ki", std::uint64_t{1} << 10},
+     {"KiB", std::uint64_t{1} << 10},
+     {"Mi", std::uint64_t{1} << 20},
+     {"MiB", std::uint64_t{1} << 20},
+     {"Gi", std::uint64_t{1} << 30},
+     {"GiB", std::uint64_t{1} << 30}}};
 
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
     if (text.size() < prefix.size()) {
@@ -189,58 +219,129 @@ std::optional<bool> parse_bool(std::string_view text) noexcept {
 }
 
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) noexcept {
+    text = trim(text);
+    // A plain number is seconds.
+    if (const auto seconds = parse_number(text)) {
+        return seconds_to_ms(*seconds);
+    }
+    const bool negative = !text.empty() && text.front() == '-';
+    if (negative) {
+        text.remove_prefix(1);
+    }
+    // One or more "NUMBER UNIT" parts, largest unit first, each unit at most once ("1h30m",
+    // "2m30s", "1d"). The sum is checked after every part, so no part can overflow.
+    static constexpr std::array<std::pair<std::string_view, double>, 5> units{
+        {{"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1000}, {"ms", 1}}};
+    std::size_t next_unit = 0;
+    double ms = 0;
+    while (!text.empty()) {
+        const auto [number_text, rest] = split_unit(text);
+        std::size_t unit_length = 0;
+        while (unit_length < rest.size() && is_alpha(rest[unit_length])) {
+            ++unit_length;
+        }
+        const auto unit = rest.substr(0, unit_length);
+        const auto number = parse_number(number_text);
+        if (!number || *number < 0 || unit.empty()) {
+            return std::nullopt;
+        }
+        while (next_unit < units.size() && units[next_unit].first != unit) {
+            ++next_unit;
+        }
+        if (next_unit == units.size()) {
+            return std::nullopt; // unknown, repeated or out of order
+        }
+        ms += *number * units[next_unit].second;
+        if (!(ms <= max_duration_ms)) {
+            return std::nullopt;
+        }
+        ++next_unit;
+        text = trim(rest.substr(unit_length));
+    }
+    if (next_unit == 0) {
+        return std::nullopt; // a lone '-'
+    }
+    return saturating_ms(std::round(negative ? -ms : ms)); // |ms| <= 3.2e12: never saturates
+}
+
+std::optional<double> parse_rate(std::string_view text) noexcept {
     const auto [number_text, unit] = split_unit(trim(text));
     const auto number = parse_number(number_text);
     if (!number) {
         return std::nullopt;
     }
-    double scale = 0;
-    if (unit.empty() || unit == "s") {
-        scale = 1000;
-    } else if (unit == "ms") {
-        scale = 1;
-    } else if (unit == "m") {
-        scale = 60'000;
-    } else if (unit == "h") {
-        scale = 3'600'000;
-    } else {
-        return std::nullopt;
+    if (unit.empty() || unit == "r/s") {
+        return *number;
     }
-    const double ms = *number * scale;
-    // A century is plenty, and keeps every later addition to a time point far from overflow.
-    if (std::fabs(ms) > max_duration_ms) {
-        return std::nullopt;
+    if (unit == "r/m") {
+        return *number / 60;
     }
-    return saturating_ms(std::round(ms)); // |ms| <= 3.2e12: never saturates
+    if (unit == "r/h") {
+        return *number / 3600;
+    }
+    return std::nullopt;
 }
 
 std::optional<std::uint64_t> parse_size(std::string_view text) noexcept {
     const auto [number_text, unit] = split_unit(trim(text));
-    std::uint64_t number = 0;
-    const auto* end = number_text.data() + number_text.size();
-    const auto [ptr, ec] = std::from_chars(number_text.data(), end, number);
-    if (number_text.empty() || ec != std::errc{} || ptr != end) {
-        return std::nullopt;
-    }
     std::uint64_t scale = 0;
-    if (unit.empty() || unit == "B") {
-        scale = 1;
-    } else if (unit == "KiB" || unit == "k" || unit == "K") {
-        scale = 1ULL << 10;
-    } else if (unit == "MiB" || unit == "M") {
-        scale = 1ULL << 20;
-    } else if (unit == "GiB" || unit == "G") {
-        scale = 1ULL << 30;
-    } else {
+    for (const auto& [name, value] : size_units) {
+        if (unit == name) {
+            scale = value;
+        }
+    }
+    if (scale == 0 || number_text.empty() || number_text.front() == '.' ||
+        number_text.back() == '.' || !is_plain_decimal(number_text) || number_text.front() == '-') {
         return std::nullopt;
     }
-    if (number > std::numeric_limits<std::uint64_t>::max() / scale) {
+    // Exact integer arithmetic, fractions included ("1.5M" = 15 * 10^6 / 10): a double would
+    // round large sizes. Trailing zeros of the fraction change nothing, so they are dropped.
+    const auto dot = number_text.find('.');
+    auto whole = number_text.substr(0, dot);
+    auto fraction =
+        dot == std::string_view::npos ? std::string_view{} : number_text.substr(dot + 1);
+    while (!fraction.empty() && fraction.back() == '0') {
+        fraction.remove_suffix(1);
+    }
+    if (fraction.size() > 18) {
         return std::nullopt;
     }
-    return number * scale;
+    std::uint64_t mantissa = 0;
+    std::uint64_t divisor = 1;
+    constexpr auto max = std::numeric_limits<std::uint64_t>::max();
+    for (const auto part : {whole, fraction}) {
+        for (const char c : part) {
+            const auto digit = static_cast<std::uint64_t>(c - '0');
+            if (mantissa > (max - digit) / 10) {
+                return std::nullopt;
+            }
+            mantissa = mantissa * 10 + digit;
+        }
+    }
+    for (std::size_t i = 0; i < fraction.size(); ++i) {
+        divisor *= 10;
+    }
+    // bytes = mantissa * scale / divisor, reduced first so that "18446744073.709551615G" fits.
+    const auto common = std::gcd(scale, divisor);
+    scale /= common;
+    divisor /= common;
+    if (mantissa % divisor != 0) {
+        return std::nullopt; // not a whole number of bytes
+    }
+    mantissa /= divisor;
+    if (mantissa > max / scale) {
+        return std::nullopt;
+    }
+    return mantissa * scale;
 }
 
 parsed<endpoint_address> parse_listen(std::string_view text) {
+    // ":8080" is every IPv4 interface, as in Go's net.Listen and nginx's `listen`.
+    if (text.starts_with(':')) {
+        std::string any = "0.0.0.0";
+        any.append(text);
+        return parse_authority(any, std::nullopt, 0);
+    }
     return parse_authority(text, std::nullopt, 0);
 }
 
@@ -264,6 +365,16 @@ parsed<endpoint_address> parse_upstream_url(std::string_view text) {
                             "'); requests are forwarded with their own path");
     }
     return parse_authority(authority, 80, 1);
+}
+
+std::string quoted(std::string_view text) {
+    // Appended piece by piece: GCC 12 misjudges `"'" + std::string(...)` (a false -Wrestrict).
+    std::string out;
+    out.reserve(text.size() + 2);
+    out += '\'';
+    out.append(text);
+    out += '\'';
+    return out;
 }
 
 std::string format_duration(std::chrono::milliseconds d) {

@@ -37,19 +37,34 @@ std::optional<double> parse_number(std::string_view text) noexcept;
 std::optional<bool> parse_bool(std::string_view text) noexcept;
 
 /**
- * A duration: a plain number is seconds (fractions allowed: "1.5"), or a number followed by
- * `ms`, `s`, `m` or `h` ("500ms", "30s", "5m", "1h", "0.5s"). Rounded to whole milliseconds.
- * Negative values parse (the caller's range check reports them); absurdly large ones do not.
+ * A duration: a plain number is seconds (fractions allowed: "1.5"), or one or more parts
+ * "NUMBER UNIT" with the units `d`, `h`, `m`, `s`, `ms`, largest first and each at most once
+ * ("500ms", "30s", "5m", "1h", "0.5s", "2m30s", "1h30m", "1d"). Rounded to whole milliseconds.
+ * A leading '-' parses (the caller's range check reports it); more than `max_duration_ms` does
+ * not.
  */
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) noexcept;
 
 /**
- * A byte size: a whole number, optionally followed by B, KiB, MiB, GiB or the shorthands k/K, M,
- * G, all 1024-based ("16KiB" = "16k" = 16384). nullopt on overflow.
+ * A rate in requests per second: a plain number ("5", "0.5"), or a number followed by `r/s`,
+ * `r/m` or `r/h` ("10r/s", "600r/m", "100r/h"), as nginx writes rates. Finite; the caller checks
+ * the range.
+ */
+std::optional<double> parse_rate(std::string_view text) noexcept;
+
+/**
+ * A byte size: a number, optionally followed by a unit. Decimal units k/K/kB/KB, M/MB, G/GB
+ * (10^3, 10^6, 10^9) and binary units Ki/KiB, Mi/MiB, Gi/GiB (2^10, 2^20, 2^30), as Kubernetes
+ * quantities spell them; B is bytes. A fraction is allowed when the result is a whole number
+ * of bytes ("1.5M" = 1500000). nullopt on overflow.
  */
 std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
 
-/// "host:port" or "[v6]:port" for a listening socket; port 0 means "any free port".
+/// "'text'".
+std::string quoted(std::string_view text);
+
+/// "host:port", "[v6]:port" or ":port" (0.0.0.0) for a listening socket; port 0 means "any free
+/// port".
 parsed<endpoint_address> parse_listen(std::string_view text);
 
 /// The upstream URL: http://host[:port] with an empty or "/" path. Fills host and port (default

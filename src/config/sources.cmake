@@ -1,4 +1,5 @@
 list(APPEND SLUICE_CORE_SOURCES
+  src/config/environment.cpp
   src/config/loader.cpp
   src/config/rules.cpp
   src/config/scalars.cpp

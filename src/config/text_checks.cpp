@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checks on the text of every scalar in the document, wherever it is read later: yaml-cpp accepts
 // a quoted value that runs to the end of the file, a NUL escape and bytes that are not UTF-8, and
-// each of these would otherwise reach a rule name, a password or a path unnoticed.
+// each of these would otherwise reach a rule name, a password or a path unnoticed. The same walk
+// then replaces environment variable references in every value, so that each is read by type
+// afterwards with its line intact.
+#include "environment_detail.hpp"
 #include "yaml_reader_detail.hpp"
+
+#include <unordered_set>
 
 namespace sluice::config::detail {
 namespace {
@@ -87,9 +92,10 @@ bool quote_closed(std::string_view yaml, std::size_t at) noexcept {
 
 class text_checker {
 public:
-    text_checker(problems& report, std::string_view yaml)
+    text_checker(problems& report, std::string_view yaml, const environment& env)
         : report_(report)
-        , yaml_(yaml) {}
+        , yaml_(yaml)
+        , env_(env) {}
 
     void check(const YAML::Node& node, const std::string& path, int depth) {
         if (depth > max_depth) {
@@ -106,7 +112,9 @@ public:
             return;
         }
         if (node.IsScalar()) {
-            check_scalar(node, path);
+            if (check_scalar(node, path)) {
+                substitute(node, path);
+            }
         } else if (node.IsSequence()) {
             for (std::size_t i = 0; i < node.size(); ++i) {
                 check(node[i], path + "[" + std::to_string(i) + "]", depth + 1);
@@ -126,7 +134,8 @@ public:
     }
 
 private:
-    void check_scalar(const YAML::Node& node, const std::string& path) {
+    /// Reports the scalar's first problem; true when it has none.
+    bool check_scalar(const YAML::Node& node, const std::string& path) {
         const auto& text = node.Scalar();
         const auto pos = node.Mark().pos;
         if (node.Tag() == "!" && pos >= 0 && !quote_closed(yaml_, static_cast<std::size_t>(pos))) {
@@ -135,18 +144,56 @@ private:
             report_.add(node.Mark(), path, "must not contain NUL");
         } else if (!is_utf8(text)) {
             report_.add(node.Mark(), path, "must be valid UTF-8 text");
+        } else {
+            return true;
         }
+        return false;
+    }
+
+    /**
+     * Replaces the environment references in a value. A value reached again through an alias
+     * (same node, same position) is done once: its `$$` already became `$`. A value whose
+     * reference fails is reported here, and later problems with its key are not (they would
+     * only quote the raw reference). The result counts as unquoted: quotes are often needed
+     * around a reference (inside `{ }`), and a number read from one is still a number.
+     */
+    void substitute(const YAML::Node& node, const std::string& path) {
+        if (!has_environment_syntax(node.Scalar())) {
+            return;
+        }
+        const auto pos = node.Mark().pos;
+        if (pos >= 0 && !substituted_.insert(static_cast<std::size_t>(pos)).second) {
+            return;
+        }
+        auto result = substitute_environment(node.Scalar(), env_);
+        if (result.value && !is_utf8(*result.value)) {
+            result = parsed<std::string>::fail(
+                "must be valid UTF-8 text after substituting environment variables");
+        }
+        if (!result.value) {
+            report_.add(node.Mark(), path, result.error);
+            report_.silence(path);
+            return;
+        }
+        YAML::Node target = node; // a handle on the same value
+        target = *result.value;
+        target.SetTag("?");
     }
 
     problems& report_;
     std::string_view yaml_;
+    const environment& env_;
     std::size_t visited_ = 0;
+    std::unordered_set<std::size_t> substituted_;
 };
 
 } // namespace
 
-void check_text(problems& report, std::string_view yaml, const YAML::Node& document) {
-    text_checker(report, yaml).check(document, "", 0);
+void check_text(problems& report,
+                std::string_view yaml,
+                const YAML::Node& document,
+                const environment& env) {
+    text_checker(report, yaml, env).check(document, "", 0);
 }
 
 } // namespace sluice::config::detail

@@ -28,7 +28,8 @@ std::string format_size(std::uint64_t bytes) {
 }
 
 std::string size_range(std::uint64_t min, std::uint64_t max) {
-    const std::string forms = " (plain bytes, or with B, KiB, MiB, GiB)";
+    const std::string forms =
+        " (plain bytes, or with kB, MB, GB (10^3...), KiB, MiB, GiB (2^10...))";
     if (max == std::numeric_limits<std::uint64_t>::max()) {
         return "a size >= " + format_size(min) + forms;
     }
@@ -38,6 +39,9 @@ std::string size_range(std::uint64_t min, std::uint64_t max) {
 } // namespace
 
 void problems::add(const YAML::Mark& at, std::string_view key, std::string_view what) {
+    if (std::find(silenced_.begin(), silenced_.end(), key) != silenced_.end()) {
+        return;
+    }
     entries_.push_back(
         {line_of(at), where(at) + ": key '" + std::string(key) + "': " + std::string(what)});
 }
@@ -63,10 +67,6 @@ std::string problems::joined() const {
 
 std::string problems::where(const YAML::Mark& at) const {
     return source_ + ":" + std::to_string(line_of(at));
-}
-
-std::string quoted(std::string_view text) {
-    return "'" + std::string(text) + "'";
 }
 
 std::string must_be(std::string_view expected, const YAML::Node& got) {
@@ -244,14 +244,14 @@ bool mapping::read_int(std::string_view name,
     return true;
 }
 
-bool mapping::read_number_above(std::string_view name, double& out, double bound) {
-    const auto expected = "a number > " + format_number(bound);
+bool mapping::read_rate(std::string_view name, double& out) {
+    const auto expected = "a rate > 0 such as 5 (per second), 10r/s, 600r/m or 100r/h";
     const auto text = plain_scalar(name, expected);
     if (!text) {
         return false;
     }
-    const auto value = parse_number(*text);
-    if (!value || !(*value > bound)) {
+    const auto value = parse_rate(*text);
+    if (!value || !(*value > 0)) {
         error(name, must_be(expected, get(name)));
         return false;
     }
@@ -263,7 +263,7 @@ bool mapping::read_duration(std::string_view name,
                             std::chrono::milliseconds& out,
                             bool zero_allowed) {
     const std::string expected = std::string("a duration ") + (zero_allowed ? ">= 0" : "> 0") +
-                                 " such as 500ms, 30s, 5m, 1h or 1.5 (seconds)";
+                                 " such as 500ms, 30s, 2m30s, 1h, 1d or 1.5 (seconds)";
     const auto text = scalar(name, expected);
     if (!text) {
         return false;

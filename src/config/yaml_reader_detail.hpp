@@ -11,6 +11,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ public:
 
     /// Records "FILE:LINE: key 'KEY': WHAT" at `at` (a 0-based yaml-cpp mark).
     void add(const YAML::Mark& at, std::string_view key, std::string_view what);
+
+    /// Drops every later problem reported with `key` (its value is known bad already).
+    void silence(std::string key) { silenced_.push_back(std::move(key)); }
 
     /// Records "FILE:LINE: WHAT", for problems that belong to no single key.
     void add_plain(const YAML::Mark& at, std::string_view what);
@@ -49,14 +53,19 @@ private:
 
     std::string source_;
     std::vector<entry> entries_;
+    std::vector<std::string> silenced_;
 };
 
 /**
  * Reports, at its key, every scalar of `document` (keys included) that is a quoted value with no
  * closing quote in `yaml` (yaml-cpp lets one run to the end of the file), that holds a NUL, or
- * that is not valid UTF-8.
+ * that is not valid UTF-8. Then replaces, in place, the environment references in every value
+ * (not in keys) from `env`, reporting unset variables and malformed references.
  */
-void check_text(problems& report, std::string_view yaml, const YAML::Node& document);
+void check_text(problems& report,
+                std::string_view yaml,
+                const YAML::Node& document,
+                const std::function<std::optional<std::string>(const std::string&)>& env);
 
 /**
  * Where a second document starts in `yaml`, or nullopt when the text holds at most one; throws
@@ -71,9 +80,6 @@ int line_of(const YAML::Mark& at) noexcept;
 
 /// What the operator wrote, for "got ..." messages: "'abc'", "a list", "a mapping" or "nothing".
 std::string describe(const YAML::Node& node);
-
-/// "'text'".
-std::string quoted(std::string_view text);
 
 /// "must be EXPECTED, got WHAT", the one shape of every type and range message.
 std::string must_be(std::string_view expected, const YAML::Node& got);
@@ -139,8 +145,8 @@ public:
         return true;
     }
 
-    /// A number strictly greater than `bound`.
-    bool read_number_above(std::string_view name, double& out, double bound);
+    /// A rate in requests per second, > 0: "5", "10r/s", "600r/m", "100r/h".
+    bool read_rate(std::string_view name, double& out);
 
     /// A duration > 0, or >= 0 when `zero_allowed`.
     bool read_duration(std::string_view name, std::chrono::milliseconds& out, bool zero_allowed);

@@ -18,14 +18,15 @@ inline const std::string source = "t.yaml";
 /// The minimal valid start (lines 1-2), for tests that append from line 3.
 inline const std::string base = "upstream:\n  url: http://127.0.0.1:9000\n";
 
-inline config load(std::string_view yaml) {
-    return load_string(yaml, source);
+inline config load(std::string_view yaml, const environment& env = process_environment) {
+    return load_string(yaml, source, env);
 }
 
 /// The lines of the config_error that loading `yaml` throws; a test failure if it loads.
-inline std::vector<std::string> problems_of(std::string_view yaml) {
+inline std::vector<std::string> problems_of(std::string_view yaml,
+                                            const environment& env = process_environment) {
     try {
-        load(yaml);
+        load(yaml, env);
     } catch (const config_error& e) {
         std::vector<std::string> lines;
         std::istringstream in(e.what());

@@ -59,11 +59,14 @@ TEST(ConfigErrors, CapacityMustBePositive) {
 }
 
 TEST(ConfigErrors, FlowRateMustBeAboveZero) {
-    for (const std::string bad : {"0", "-1", "abc", ".inf", "nan"}) {
+    for (const std::string bad :
+         {"0", "-1", "abc", ".inf", "nan", "0r/s", "-5r/m", "0.0r/h", "5r/d", "5 r/sec", "r/s"}) {
         const auto p = problems_of(
             base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: " + bad + "\n");
         EXPECT_TRUE(has_problem(
-            p, 6, "rate-limit.fallback.flowRate", "must be a number > 0, got '" + bad + "'"));
+            p, 6, "rate-limit.fallback.flowRate", "must be a rate > 0 such as 5 (per second)"))
+            << bad;
+        EXPECT_TRUE(has_problem(p, 6, "rate-limit.fallback.flowRate", "got '" + bad + "'"));
     }
 }
 
@@ -74,12 +77,12 @@ TEST(ConfigErrors, FractionalFlowRateIsAccepted) {
 
 TEST(ConfigErrors, BadDuration) {
     const auto p = problems_of(base + "rate-limit:\n  redis:\n    ttl: 5 parsecs\n");
-    EXPECT_TRUE(
-        has_problem(p,
-                    5,
-                    "rate-limit.redis.ttl",
-                    "must be a duration > 0 such as 500ms, 30s, 5m, 1h or 1.5 (seconds), got "
-                    "'5 parsecs'"));
+    EXPECT_TRUE(has_problem(
+        p,
+        5,
+        "rate-limit.redis.ttl",
+        "must be a duration > 0 such as 500ms, 30s, 2m30s, 1h, 1d or 1.5 (seconds), got "
+        "'5 parsecs'"));
 }
 
 TEST(ConfigErrors, ZeroAndNegativeDurations) {
@@ -89,10 +92,10 @@ TEST(ConfigErrors, ZeroAndNegativeDurations) {
 }
 
 TEST(ConfigErrors, BadSizes) {
-    const auto p = problems_of(base + "server:\n  max-header-size: 16KB\n  max-body-size: -1\n"
+    const auto p = problems_of(base + "server:\n  max-header-size: 16kb\n  max-body-size: -1\n"
                                       "  max-uri-length: 0\n  max-chunk-header-size: 0\n"
                                       "  max-trailer-size: 2GiB\n");
-    EXPECT_TRUE(has_problem(p, 4, "server.max-header-size", "got '16KB'"));
+    EXPECT_TRUE(has_problem(p, 4, "server.max-header-size", "got '16kb'"));
     EXPECT_TRUE(has_problem(p, 5, "server.max-body-size", "must be a size >= 0B"));
     EXPECT_TRUE(has_problem(p, 6, "server.max-uri-length", "must be a size between 1B and 1GiB"));
     EXPECT_TRUE(
@@ -108,12 +111,60 @@ admin:
 )");
     EXPECT_TRUE(has_problem(p, 4, "server.listen", "the port is missing"));
     EXPECT_TRUE(has_problem(p, 6, "admin.listen", "an IPv6 address needs brackets"));
-    for (const std::string bad : {"127.0.0.1:70000", "300.1.1.1:80", ":8080", "[zz]:80", "a b:1"}) {
+    for (const std::string bad :
+         {"127.0.0.1:70000", "300.1.1.1:80", ":", ":x", "[zz]:80", "a b:1"}) {
         const auto q = problems_of(base + "server:\n  listen: \"" + bad + "\"\n");
-        EXPECT_TRUE(
-            has_problem(q, 4, "server.listen", "must be host:port or [v6]:port, got '" + bad))
+        EXPECT_TRUE(has_problem(
+            q, 4, "server.listen", "must be host:port, [v6]:port or :port, got '" + bad))
             << bad;
     }
+}
+
+TEST(ConfigErrors, ListenWithoutHostIsEveryInterface) {
+    const auto cfg = load(base + "server:\n  listen: :8080\nadmin:\n  listen: \":9901\"\n");
+    EXPECT_EQ(cfg.server.listen.host, "0.0.0.0");
+    EXPECT_EQ(cfg.server.listen.port, 8080);
+    EXPECT_EQ(cfg.admin.listen.host, "0.0.0.0");
+    EXPECT_EQ(cfg.admin.listen.port, 9901);
+}
+
+TEST(ConfigErrors, FamiliarSpellingsAreRead) {
+    const auto cfg = load(base + R"(server:
+  max-body-size: 10MB
+  max-header-size: 1.5k
+  idle-timeout: 2m30s
+  body-timeout: 1d
+rate-limit:
+  fallback: { algorithm: LEAKY_BUCKET, capacity: 5, flowRate: 600r/m }
+  rules:
+    - name: api
+      match: { path: /api }
+      limits:
+        - { algorithm: TOKEN_BUCKET, capacity: 5, refillRate: 36r/h }
+)");
+    EXPECT_EQ(cfg.server.max_body_bytes, 10'000'000u);
+    EXPECT_EQ(cfg.server.max_header_bytes, 1'500u);
+    EXPECT_EQ(cfg.server.idle_timeout, std::chrono::seconds(150));
+    EXPECT_EQ(cfg.server.body_timeout, std::chrono::hours(24));
+    EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 10.0);
+    ASSERT_EQ(cfg.rate_limit.rules.size(), 1u);
+    EXPECT_EQ(cfg.rate_limit.rules[0].limits[0].refill_rate, 0.01);
+}
+
+TEST(ConfigErrors, FamiliarSpellingsKeepTheRanges) {
+    const auto p = problems_of(base + R"(server:
+  max-header-size: 1.5GB
+  max-uri-length: 0.5
+  idle-timeout: 0m0s
+  body-timeout: 40000d
+rate-limit:
+  fallback: { algorithm: TOKEN_BUCKET, capacity: 5, refillRate: 0r/h }
+)");
+    EXPECT_TRUE(has_problem(p, 4, "server.max-header-size", "must be a size between 1B and 1GiB"));
+    EXPECT_TRUE(has_problem(p, 5, "server.max-uri-length", "got '0.5'"));
+    EXPECT_TRUE(has_problem(p, 6, "server.idle-timeout", "must be a duration > 0"));
+    EXPECT_TRUE(has_problem(p, 7, "server.body-timeout", "got '40000d'"));
+    EXPECT_TRUE(has_problem(p, 9, "rate-limit.fallback.refillRate", "must be a rate > 0"));
 }
 
 TEST(ConfigErrors, AdminCannotShareTheProxyPort) {

@@ -28,21 +28,90 @@ TEST(ConfigScalars, Durations) {
     EXPECT_EQ(parse_duration("99999999999h"), std::nullopt);
 }
 
+TEST(ConfigScalars, CompoundDurations) {
+    EXPECT_EQ(parse_duration("2m30s"), 150s);
+    EXPECT_EQ(parse_duration("1h30m"), 90min);
+    EXPECT_EQ(parse_duration("1d"), 24h);
+    EXPECT_EQ(parse_duration("1d12h"), 36h);
+    EXPECT_EQ(parse_duration("1h 30m"), 90min);
+    EXPECT_EQ(parse_duration("1m0.5s"), 60500ms);
+    EXPECT_EQ(parse_duration("1s500ms"), 1500ms);
+    EXPECT_EQ(parse_duration("-2m30s"), -150s); // parses; the caller's range check rejects it
+    EXPECT_EQ(parse_duration("0d"), 0ms);
+    // Largest unit first, each once; no sign inside; no number without a unit after a part.
+    EXPECT_EQ(parse_duration("30s2m"), std::nullopt);
+    EXPECT_EQ(parse_duration("1m1m"), std::nullopt);
+    EXPECT_EQ(parse_duration("1m-30s"), std::nullopt);
+    EXPECT_EQ(parse_duration("1m30"), std::nullopt);
+    EXPECT_EQ(parse_duration("-"), std::nullopt);
+    EXPECT_EQ(parse_duration("1w"), std::nullopt);
+    // Overflow is an error, never a wrapped value: at most about a century (3.2e12 ms).
+    EXPECT_EQ(parse_duration("37000d"), 37000 * 24h);
+    EXPECT_EQ(parse_duration("38000d"), std::nullopt);
+    EXPECT_EQ(parse_duration("36000d99999h"), std::nullopt);
+    EXPECT_EQ(parse_duration("99999999999999999999999999999999999999d"), std::nullopt);
+}
+
+TEST(ConfigScalars, Rates) {
+    EXPECT_EQ(parse_rate("5"), 5.0);
+    EXPECT_EQ(parse_rate("0.5"), 0.5);
+    EXPECT_EQ(parse_rate("10r/s"), 10.0);
+    EXPECT_EQ(parse_rate("600r/m"), 10.0);
+    EXPECT_EQ(parse_rate("7200r/h"), 2.0);
+    EXPECT_EQ(parse_rate("30 r/m"), 0.5);
+    EXPECT_EQ(parse_rate("0r/s"), 0.0); // parses; the caller's "> 0" rejects it
+    EXPECT_EQ(parse_rate("10/s"), std::nullopt);
+    EXPECT_EQ(parse_rate("10r/d"), std::nullopt);
+    EXPECT_EQ(parse_rate("10rps"), std::nullopt);
+    EXPECT_EQ(parse_rate("r/s"), std::nullopt);
+    EXPECT_EQ(parse_rate("1e3r/s"), std::nullopt);
+}
+
 TEST(ConfigScalars, Sizes) {
     EXPECT_EQ(parse_size("0"), 0u);
     EXPECT_EQ(parse_size("123"), 123u);
     EXPECT_EQ(parse_size("123B"), 123u);
     EXPECT_EQ(parse_size("16KiB"), 16u * 1024);
-    EXPECT_EQ(parse_size("16k"), 16u * 1024);
-    EXPECT_EQ(parse_size("16K"), 16u * 1024);
+    EXPECT_EQ(parse_size("16Ki"), 16u * 1024);
     EXPECT_EQ(parse_size("2MiB"), 2u << 20);
-    EXPECT_EQ(parse_size("2M"), 2u << 20);
+    EXPECT_EQ(parse_size("2Mi"), 2u << 20);
     EXPECT_EQ(parse_size("3GiB"), 3ull << 30);
-    EXPECT_EQ(parse_size("3 G"), 3ull << 30);
-    EXPECT_EQ(parse_size("16KB"), std::nullopt);
-    EXPECT_EQ(parse_size("1.5M"), std::nullopt);
+    EXPECT_EQ(parse_size("3 GiB"), 3ull << 30);
     EXPECT_EQ(parse_size("-1"), std::nullopt);
-    EXPECT_EQ(parse_size("99999999999999G"), std::nullopt);
+    EXPECT_EQ(parse_size("99999999999999GiB"), std::nullopt);
+}
+
+TEST(ConfigScalars, DecimalSizes) {
+    // k, M, G and kB, MB, GB are powers of ten, as in Kubernetes quantities.
+    EXPECT_EQ(parse_size("16k"), 16'000u);
+    EXPECT_EQ(parse_size("16K"), 16'000u);
+    EXPECT_EQ(parse_size("16KB"), 16'000u);
+    EXPECT_EQ(parse_size("16kB"), 16'000u);
+    EXPECT_EQ(parse_size("10MB"), 10'000'000u);
+    EXPECT_EQ(parse_size("2M"), 2'000'000u);
+    EXPECT_EQ(parse_size("3 G"), 3'000'000'000u);
+    EXPECT_EQ(parse_size("3GB"), 3'000'000'000u);
+    // Fractions, when they come to whole bytes.
+    EXPECT_EQ(parse_size("1.5M"), 1'500'000u);
+    EXPECT_EQ(parse_size("1.5MiB"), 3u << 19);
+    EXPECT_EQ(parse_size("0.001k"), 1u);
+    EXPECT_EQ(parse_size("2.50k"), 2'500u);
+    EXPECT_EQ(parse_size("1.0"), 1u);
+    EXPECT_EQ(parse_size("1.5"), std::nullopt);
+    EXPECT_EQ(parse_size("0.0001k"), std::nullopt);
+    EXPECT_EQ(parse_size("1.5KiB1"), std::nullopt);
+    EXPECT_EQ(parse_size(".5M"), std::nullopt);
+    EXPECT_EQ(parse_size("5.M"), std::nullopt);
+    EXPECT_EQ(parse_size("1..5M"), std::nullopt);
+    EXPECT_EQ(parse_size("16mb"), std::nullopt);
+    EXPECT_EQ(parse_size("16TB"), std::nullopt);
+    // Overflow is an error, never a wrapped value.
+    EXPECT_EQ(parse_size("18446744073709551615"), 18446744073709551615u);
+    EXPECT_EQ(parse_size("18446744073709551616"), std::nullopt);
+    EXPECT_EQ(parse_size("18446744073.709551615G"), 18446744073709551615u);
+    EXPECT_EQ(parse_size("18446744073.709551616G"), std::nullopt);
+    EXPECT_EQ(parse_size("18446744074G"), std::nullopt);
+    EXPECT_EQ(parse_size("1.0000000000000000000000001k"), std::nullopt);
 }
 
 TEST(ConfigScalars, Numbers) {
@@ -73,6 +142,13 @@ TEST(ConfigScalars, ListenAddresses) {
     const auto name = parse_listen("localhost:0");
     ASSERT_TRUE(name.value) << name.error;
     EXPECT_EQ(name.value->port, 0);
+    const auto any = parse_listen(":8080");
+    ASSERT_TRUE(any.value) << any.error;
+    EXPECT_EQ(any.value->host, "0.0.0.0");
+    EXPECT_EQ(any.value->port, 8080);
+    EXPECT_FALSE(parse_listen(":").value);
+    EXPECT_FALSE(parse_listen(":99999").value);
+    EXPECT_FALSE(parse_listen("::8080").value);
     EXPECT_FALSE(parse_listen("localhost").value);
     EXPECT_FALSE(parse_listen("[::1]").value);
     EXPECT_FALSE(parse_listen("[::1]8080").value);
