@@ -149,25 +149,29 @@ std::optional<std::chrono::milliseconds> seconds_to_ms(double seconds) noexcept 
     return saturating_ms(std::round(ms)); // |ms| <= 3.2e12: never saturates
 }
 
-/// Size units: decimal (k, M, G, kB, KB, MB, GB) and binary (Ki, Mi, Gi, KiB, MiB, GiB), as
-/// Kubernetes quantities and the IEC prefixes spell them.
+/// Size units, every one 1024-based, as nginx's `k` and `m` are: `16k` in a config written for
+/// nginx means what it meant there, and no existing config changes meaning. (Kubernetes' decimal
+/// `M` = 10^6 would make `1M` here differ from `1m` in nginx.conf by 5%.)
+constexpr std::uint64_t kibi = std::uint64_t{1} << 10;
+constexpr std::uint64_t mebi = std::uint64_t{1} << 20;
+constexpr std::uint64_t gibi = std::uint64_t{1} << 30;
 constexpr std::array<std::pair<std::string_view, std::uint64_t>, 16> size_units{
     {{"", 1},
      {"B", 1},
-     {"k", 1'000},
-     {"K", 1'000},
-     {"kB", 1'000},
-     {"KB", 1'000},
-     {"M", 1'000'000},
-     {"MB", 1'000'000},
-     {"G", 1'000'000'000},
-     {"GB", 1'000'000'000},
-     {"Ki", std::uint64_t{1} << 10},
-     {"KiB", std::uint64_t{1} << 10},
-     {"Mi", std::uint64_t{1} << 20},
-     {"MiB", std::uint64_t{1} << 20},
-     {"Gi", std::uint64_t{1} << 30},
-     {"GiB", std::uint64_t{1} << 30}}};
+     {"k", kibi},
+     {"K", kibi},
+     {"kB", kibi},
+     {"KB", kibi},
+     {"M", mebi},
+     {"MB", mebi},
+     {"G", gibi},
+     {"GB", gibi},
+     {"Ki", kibi},
+     {"KiB", kibi},
+     {"Mi", mebi},
+     {"MiB", mebi},
+     {"Gi", gibi},
+     {"GiB", gibi}}};
 
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
     if (text.size() < prefix.size()) {

@@ -142,8 +142,8 @@ rate-limit:
       limits:
         - { algorithm: TOKEN_BUCKET, capacity: 5, refillRate: 36r/h }
 )");
-    EXPECT_EQ(cfg.server.max_body_bytes, 10'000'000u);
-    EXPECT_EQ(cfg.server.max_header_bytes, 1'500u);
+    EXPECT_EQ(cfg.server.max_body_bytes, 10u << 20);
+    EXPECT_EQ(cfg.server.max_header_bytes, 1'536u);
     EXPECT_EQ(cfg.server.idle_timeout, std::chrono::seconds(150));
     EXPECT_EQ(cfg.server.body_timeout, std::chrono::hours(24));
     EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 10.0);

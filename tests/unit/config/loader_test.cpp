@@ -193,11 +193,11 @@ admin:
     EXPECT_EQ(cfg.server.trusted_proxies[0].prefix, 8);
     EXPECT_EQ(cfg.server.trusted_proxies[1].prefix, 32);
     EXPECT_EQ(cfg.server.workers, 3u);
-    EXPECT_EQ(cfg.server.max_header_bytes, 32'000u); // k is 10^3
+    EXPECT_EQ(cfg.server.max_header_bytes, 32u * 1024); // k is 1024, as in nginx
     EXPECT_EQ(cfg.server.max_uri_bytes, 1024u * 1024);
     EXPECT_EQ(cfg.server.max_chunk_header_bytes, 100u);
     EXPECT_EQ(cfg.server.max_trailer_bytes, 64u * 1024);
-    EXPECT_EQ(cfg.server.max_body_bytes, 2'000'000'000u); // G is 10^9
+    EXPECT_EQ(cfg.server.max_body_bytes, 2ull << 30); // G is 2^30
     EXPECT_EQ(cfg.server.idle_timeout, 1500ms);
     EXPECT_EQ(cfg.server.header_timeout, 500ms);
     EXPECT_EQ(cfg.server.body_timeout, 2min);

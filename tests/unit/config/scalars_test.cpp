@@ -81,24 +81,25 @@ TEST(ConfigScalars, Sizes) {
     EXPECT_EQ(parse_size("99999999999999GiB"), std::nullopt);
 }
 
-TEST(ConfigScalars, DecimalSizes) {
-    // k, M, G and kB, MB, GB are powers of ten, as in Kubernetes quantities.
-    EXPECT_EQ(parse_size("16k"), 16'000u);
-    EXPECT_EQ(parse_size("16K"), 16'000u);
-    EXPECT_EQ(parse_size("16KB"), 16'000u);
-    EXPECT_EQ(parse_size("16kB"), 16'000u);
-    EXPECT_EQ(parse_size("10MB"), 10'000'000u);
-    EXPECT_EQ(parse_size("2M"), 2'000'000u);
-    EXPECT_EQ(parse_size("3 G"), 3'000'000'000u);
-    EXPECT_EQ(parse_size("3GB"), 3'000'000'000u);
+TEST(ConfigScalars, ShorthandSizesAre1024Based) {
+    // k, M, G and kB, MB, GB are 1024-based, as nginx's k and m: a size written for nginx means
+    // the same here, and configs written before these spellings keep their meaning.
+    EXPECT_EQ(parse_size("16k"), 16u * 1024);
+    EXPECT_EQ(parse_size("16K"), 16u * 1024);
+    EXPECT_EQ(parse_size("16KB"), 16u * 1024);
+    EXPECT_EQ(parse_size("16kB"), 16u * 1024);
+    EXPECT_EQ(parse_size("10MB"), 10u << 20);
+    EXPECT_EQ(parse_size("2M"), 2u << 20);
+    EXPECT_EQ(parse_size("3 G"), 3ull << 30);
+    EXPECT_EQ(parse_size("3GB"), 3ull << 30);
     // Fractions, when they come to whole bytes.
-    EXPECT_EQ(parse_size("1.5M"), 1'500'000u);
+    EXPECT_EQ(parse_size("1.5M"), 3u << 19);
     EXPECT_EQ(parse_size("1.5MiB"), 3u << 19);
-    EXPECT_EQ(parse_size("0.001k"), 1u);
-    EXPECT_EQ(parse_size("2.50k"), 2'500u);
+    EXPECT_EQ(parse_size("0.5k"), 512u);
+    EXPECT_EQ(parse_size("2.25k"), 2'304u);
     EXPECT_EQ(parse_size("1.0"), 1u);
     EXPECT_EQ(parse_size("1.5"), std::nullopt);
-    EXPECT_EQ(parse_size("0.0001k"), std::nullopt);
+    EXPECT_EQ(parse_size("0.001k"), std::nullopt); // 1.024 bytes
     EXPECT_EQ(parse_size("1.5KiB1"), std::nullopt);
     EXPECT_EQ(parse_size(".5M"), std::nullopt);
     EXPECT_EQ(parse_size("5.M"), std::nullopt);
@@ -108,9 +109,10 @@ TEST(ConfigScalars, DecimalSizes) {
     // Overflow is an error, never a wrapped value.
     EXPECT_EQ(parse_size("18446744073709551615"), 18446744073709551615u);
     EXPECT_EQ(parse_size("18446744073709551616"), std::nullopt);
-    EXPECT_EQ(parse_size("18446744073.709551615G"), 18446744073709551615u);
-    EXPECT_EQ(parse_size("18446744073.709551616G"), std::nullopt);
-    EXPECT_EQ(parse_size("18446744074G"), std::nullopt);
+    EXPECT_EQ(parse_size("17179869183G"), ((1ull << 34) - 1) << 30);
+    EXPECT_EQ(parse_size("17179869183.5G"), (((1ull << 34) - 1) << 30) + (1ull << 29));
+    EXPECT_EQ(parse_size("17179869184G"), std::nullopt); // 2^64
+    EXPECT_EQ(parse_size("17179869183.99999999999G"), std::nullopt); // not whole bytes
     EXPECT_EQ(parse_size("1.0000000000000000000000001k"), std::nullopt);
 }
 
