@@ -223,8 +223,13 @@ std::optional<absolute_target> split_absolute_form(std::string_view target) {
     }
     rest.remove_prefix(authority_end);
     // RFC 9112 3.2.1: an empty path is sent as "/".
-    out.origin_form =
-        rest.empty() || rest.front() != '/' ? "/" + std::string(rest) : std::string(rest);
+    // Appended, not "/" + std::string(rest): GCC 12 misreads that operator+ as an overlapping
+    // memcpy (-Wrestrict) in a release build.
+    if (rest.empty() || rest.front() != '/') {
+        out.origin_form.reserve(rest.size() + 1);
+        out.origin_form.push_back('/');
+    }
+    out.origin_form.append(rest);
     return out;
 }
 
