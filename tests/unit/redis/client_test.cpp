@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "sluice/redis/backoff.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/command_writer.hpp"
 #include "support/redis_server.hpp"
+#include "support/resp_client.hpp"
 #include "support/run_coro.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -273,11 +275,51 @@ TEST_F(RedisClient, AuthenticatesWithPasswordAndUsername) {
     EXPECT_EQ(anon_ec, errc::bad_reply);
     EXPECT_TRUE(refused.str.starts_with("NOAUTH")) << refused.str;
 
+    // A refused AUTH is a failed connection (issue 12): the commands held behind it fail as
+    // unavailable, none of them is sent, and the client is not connected.
     o.username.clear();
     o.password = "wrong";
     auto wrong = make_client(o);
     auto [wrong_ec, wrong_reply] = run(*wrong, {"PING"});
-    EXPECT_EQ(wrong_ec, errc::bad_reply) << wrong_reply.describe();
+    EXPECT_EQ(wrong_ec, errc::redis_unavailable) << wrong_reply.describe();
+    EXPECT_FALSE(wrong->connected());
+    EXPECT_EQ(wrong->connection_count(), 0u);
+}
+
+// Issue 12: a connection counts as made only once its set-up commands succeeded; a refused one
+// (here a connect command Redis rejects) is dropped and retried on the backoff's schedule, and
+// the commands sent meanwhile fail as unavailable instead of following the refused set-up.
+TEST_F(RedisClient, ARefusedSetUpIsRetriedOnTheBackoffSchedule) {
+    start_server();
+    auto o = options();
+    o.reconnect_min = 40ms;
+    o.reconnect_max = 160ms;
+    auto c = std::make_unique<client>(executor{ioc_.get_executor()}, o);
+    c->add_connect_command({"NO-SUCH-COMMAND"});
+    c->start();
+    auto [ec, r] = run(*c, {"PING"});
+    EXPECT_EQ(ec, errc::redis_unavailable) << r.describe();
+    EXPECT_FALSE(c->connected());
+
+    test::resp_client cli(server_->port());
+    const auto connections = [&] {
+        const auto info = cli.command({"INFO", "stats"}).text;
+        const std::string field = "total_connections_received:";
+        return std::stoll(info.substr(info.find(field) + field.size()));
+    };
+    // Any 800 ms hold at most as many attempts as the backoff's shortest waits allow.
+    const auto window = 800ms;
+    const auto before = connections();
+    const auto window_end = steady::now() + window;
+    while (!test::run_until(
+        ioc_, [&] { return steady::now() >= window_end; }, 2s)) {
+    }
+    const auto made = connections() - before;
+    const auto most = most_attempts_within(window, o.reconnect_min, o.reconnect_max);
+    EXPECT_EQ(most, 12); // 20 + 40 + 80 ms, then 80 ms each: 11 waits fit in 800 ms
+    EXPECT_GE(made, 1) << "no retry";
+    EXPECT_LE(made, most) << "set-up failures retried faster than the backoff allows";
+    EXPECT_EQ(c->connection_count(), 0u);
 }
 
 TEST_F(RedisClient, SelectsTheConfiguredDatabase) {
