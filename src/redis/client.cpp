@@ -363,7 +363,18 @@ struct client::state : std::enable_shared_from_this<client::state> {
         ac_ = nullptr;
         phase_ = phase::waiting; // so that on_disconnect, which runs inside, does not reconnect
         redisAsyncFree(c);
+        forget_failures_if_lasted();
         schedule_reconnect();
+    }
+
+    // A set-up connection that then lasted resets the backoff: the next loss is a new outage.
+    // One lost at once does not (Redis closing every connection right after accepting it, as
+    // it does in protected mode when there is nothing to set up): that is a failure like the
+    // others, and must not be retried at the shortest wait forever.
+    void forget_failures_if_lasted() {
+        if (steady::now() - connected_at_ >= opts_.reconnect_max) {
+            backoff_.reset();
+        }
     }
 
     //--------------------------------------------------------------------------
@@ -477,7 +488,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
     void setup_done() {
         phase_ = phase::connected;
         ++connections_;
-        backoff_.reset();
+        connected_at_ = steady::now();
         connect_timer_.cancel();
         if (outage_logged_) {
             // A flapping Redis would otherwise write one of these per flap.
@@ -642,6 +653,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                       where(),
                       clean ? "closed" : why);
         outage_logged_ = true;
+        forget_failures_if_lasted();
         schedule_reconnect();
     }
 
@@ -749,6 +761,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
     std::uint64_t generation_ = 0;
     std::uint64_t connections_ = 0;
     reconnect_backoff backoff_;
+    steady::time_point connected_at_; // when the current connection's set-up completed
     /// What each set-up command sent on the current connection is ("AUTH", "SCRIPT LOAD"), in
     /// send order, until its reply.
     std::deque<std::string> setup_steps_;

@@ -13,8 +13,9 @@ namespace sluice::redis {
  * jitter". The ceiling doubles from `min` up to `max` with each failed attempt; the wait is half
  * the ceiling plus a random part of at most the other half, so that the workers and instances
  * that lost Redis together do not all return at one instant. Any failure counts, whether the TCP
- * connect was refused or Redis refused the connection's set-up (AUTH, SELECT, SCRIPT LOAD); only
- * a connection that completed its set-up resets it.
+ * connect was refused, Redis refused the connection's set-up (AUTH, SELECT, SCRIPT LOAD), or it
+ * closed the connection right after; only a connection that completed its set-up and then lasted
+ * at least `max` resets it (the client's rule).
  *
  * With the client's defaults (100 ms, 500 ms) the waits are at least 50, 100, 200, then 250 ms:
  * a worker makes at most 4 attempts a second once the ceiling is reached.
@@ -45,7 +46,7 @@ public:
         return milliseconds{half + jitter(rng)};
     }
 
-    /// After a connection that completed its set-up.
+    /// After a connection that completed its set-up and lasted.
     void reset() noexcept { failures_ = 0; }
 
 private:
