@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The application: configuration → workers, each an io_context on its own thread with its own
-// acceptor (SO_REUSEPORT), upstream pool and store handle; plus a control io_context on the main
-// thread for signals (drain, reload) and the memory store's sweep.
+// acceptor (a descriptor of the one listening socket), upstream pool and store handle; plus a
+// control io_context on the main thread for signals (drain, reload) and the memory store's sweep.
 #include "sluice/app/app.hpp"
 
 #include "sluice/app/logging.hpp"
@@ -110,11 +110,7 @@ std::string describe_limit(const config::limit& l) {
     return "?";
 }
 
-std::string format_endpoint(const tcp::endpoint& endpoint) {
-    const auto address = endpoint.address();
-    return address.is_v6() ? fmt::format("[{}]:{}", address.to_string(), endpoint.port())
-                           : fmt::format("{}:{}", address.to_string(), endpoint.port());
-}
+using http::format_endpoint;
 
 tcp::endpoint resolve_listen(const config::endpoint_address& listen) {
     error_code ec;
@@ -256,10 +252,11 @@ void application::start_admin() {
     admin_ = std::make_unique<metrics::admin_server>(
         control_.get_executor(), metrics_, [this] { return ready(); });
     if (const auto ec = admin_->listen(admin.listen)) {
+        // The form of the proxy port's message (see http::open_acceptor), naming the key.
         throw std::runtime_error(fmt::format("cannot listen on admin.listen {}:{}: {}",
                                              admin.listen.host,
                                              admin.listen.port,
-                                             ec.message()));
+                                             http::describe_listen_error(ec)));
     }
     admin_->start();
     spdlog::info("admin listening on {}:{} (/metrics, /healthz, /readyz)",
@@ -273,15 +270,14 @@ void application::start_workers() {
     if (count == 0) {
         count = std::max(1u, std::thread::hardware_concurrency());
     }
-    auto endpoint = resolve_listen(cfg.server.listen);
+    const auto endpoint = resolve_listen(cfg.server.listen);
     for (std::size_t i = 0; i < count; ++i) {
         auto w = std::make_unique<worker>(i);
         const executor ex = w->ioc.get_executor();
-        w->acceptor.emplace(http::open_acceptor(ex, endpoint));
-        if (i == 0 && endpoint.port() == 0) {
-            // Port 0: the first acceptor picked a free port; the others share it.
-            endpoint = w->acceptor->local_endpoint();
-        }
+        // One listening socket (port 0 picks its port once), shared by the workers: see
+        // http::open_acceptor for why not SO_REUSEPORT.
+        w->acceptor.emplace(i == 0 ? http::open_acceptor(ex, endpoint)
+                                   : http::share_acceptor(ex, *workers_.front()->acceptor));
         w->pool = std::make_unique<upstream::pool>(ex);
         make_worker_store(*w);
         w->context.store = w->store.get();
@@ -417,8 +413,7 @@ void application::begin_drain() {
     sweep_timer_.cancel();
     for (auto& w : workers_) {
         net::post(w->ioc, [raw = w.get()] {
-            error_code ignored;
-            raw->acceptor->close(ignored);
+            http::close_acceptor(*raw->acceptor);
             raw->context.begin_drain();
             raw->pool->close_idle();
         });

@@ -5,28 +5,35 @@
 #include "sluice/http/session.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/socket_base.hpp>
-#include <boost/system/system_error.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <chrono>
 #include <exception>
-#include <sys/socket.h>
+#include <fcntl.h>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
 
 namespace sluice::http {
 namespace {
 
-using reuse_port = net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
-
 /// How long an acceptor waits after a failed accept (out of descriptors, say) before the next.
 constexpr std::chrono::milliseconds accept_pause{50};
 
-void check(const error_code& ec, const char* what, const tcp::endpoint& endpoint) {
-    if (ec) {
-        throw boost::system::system_error(ec,
-                                          std::string(what) + " " + endpoint.address().to_string() +
-                                              ":" + std::to_string(endpoint.port()));
+void check(const error_code& ec, const char* step, const tcp::endpoint& endpoint) {
+    if (!ec) {
+        return;
     }
+    // EADDRINUSE is the one an operator meets (a second instance, another server): it reads the
+    // same whichever step reported it; for the others, the step helps.
+    const auto why = ec == net::error::address_in_use
+                         ? describe_listen_error(ec)
+                         : std::string(step) + ": " + describe_listen_error(ec);
+    throw std::runtime_error("cannot listen on " + format_endpoint(endpoint) + ": " + why);
 }
 
 void log_session_exception(std::exception_ptr e) {
@@ -45,20 +52,68 @@ void log_session_exception(std::exception_ptr e) {
 
 } // namespace
 
+std::string format_endpoint(const tcp::endpoint& endpoint) {
+    const auto address = endpoint.address();
+    return address.is_v6() ? fmt::format("[{}]:{}", address.to_string(), endpoint.port())
+                           : fmt::format("{}:{}", address.to_string(), endpoint.port());
+}
+
+std::string describe_listen_error(const error_code& ec) {
+    return ec == net::error::address_in_use ? "address in use" : ec.message();
+}
+
+// One listening socket for all the workers, not one per worker with SO_REUSEPORT: SO_REUSEPORT
+// cannot tell a worker of this process from a second sluice started on the same address, which
+// would join the port silently and halve every limit's effect. Each worker accepts from the one
+// socket through its own dup()'d descriptor in its own reactor (nginx's model before
+// SO_REUSEPORT): a new connection wakes the idle workers and the first to call accept() takes it,
+// the others see EAGAIN and wait again. The kernel no longer spreads connections evenly by hash,
+// but the worker that is free first takes the next one, which suits a proxy whose connections
+// differ in cost.
 tcp_acceptor open_acceptor(const executor& ex, const tcp::endpoint& endpoint) {
     tcp_acceptor acceptor(ex);
     error_code ec;
     acceptor.open(endpoint.protocol(), ec);
-    check(ec, "cannot open a socket for", endpoint);
+    check(ec, "cannot open a socket", endpoint);
     acceptor.set_option(net::socket_base::reuse_address(true), ec);
-    check(ec, "cannot set SO_REUSEADDR on", endpoint);
-    acceptor.set_option(reuse_port(true), ec);
-    check(ec, "cannot set SO_REUSEPORT on", endpoint);
+    check(ec, "cannot set SO_REUSEADDR", endpoint);
     acceptor.bind(endpoint, ec);
     check(ec, "cannot bind", endpoint);
     acceptor.listen(net::socket_base::max_listen_connections, ec);
-    check(ec, "cannot listen on", endpoint);
+    check(ec, "listen failed", endpoint);
     return acceptor;
+}
+
+tcp_acceptor share_acceptor(const executor& ex, tcp_acceptor& first) {
+    const auto endpoint = first.local_endpoint();
+    // CLOEXEC as Asio's own sockets: a child process must not keep the port open.
+    const int fd = ::fcntl(first.native_handle(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        check(error_code(errno, boost::system::system_category()), "dup failed", endpoint);
+    }
+    tcp_acceptor acceptor(ex);
+    error_code ec;
+    acceptor.assign(endpoint.protocol(), fd, ec);
+    if (ec) {
+        ::close(fd);
+        check(ec, "cannot watch the socket", endpoint);
+    }
+    return acceptor;
+}
+
+void close_acceptor(tcp_acceptor& acceptor) noexcept {
+    // Not acceptor.close(): Asio then leaves the descriptor in its epoll set, trusting close() to
+    // remove it, but epoll forgets a socket only when every descriptor of it is closed, and the
+    // other workers still hold theirs. release() removes it first (and ends the pending accept
+    // with operation_aborted); then the descriptor is closed here.
+    if (!acceptor.is_open()) {
+        return;
+    }
+    error_code ec;
+    const int fd = acceptor.release(ec);
+    if (!ec && fd >= 0) {
+        ::close(fd);
+    }
 }
 
 awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker) {

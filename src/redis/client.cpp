@@ -4,6 +4,8 @@
 #include "redis/asio_adapter_detail.hpp"
 #include "redis/reply_detail.hpp"
 #include "sluice/core/log_throttle.hpp"
+#include "sluice/redis/backoff.hpp"
+#include "sluice/redis/command_writer.hpp"
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -21,11 +23,20 @@
 
 // The client is a small state machine around one hiredis context at a time:
 //
-//   idle -> [resolving] -> connecting -> connected -> (lost) -> waiting -> [resolving] -> ...
+//   idle -> [resolving] -> connecting -> setting_up -> connected -> (lost) -> waiting -> ...
 //
-// Commands are accepted while connecting (hiredis buffers them until the socket is up) and
-// connected; otherwise they fail at once. Every command sent is remembered in `pending_`, in
-// send order, with its deadline. hiredis calls each command's callback exactly once: with the
+// Setting up a connection is AUTH, then (once AUTH succeeded) SELECT and the connect commands
+// (SCRIPT LOAD), each reply awaited: nothing is pipelined behind an AUTH that may fail (Redis
+// would answer it with NOAUTH, or with a protocol error for a large unauthenticated argument). The
+// connection counts as established only when every set-up reply is a success. A failure at any
+// step, or no answer within `connect_timeout`, drops the connection and waits the same backoff
+// as a refused connect: a Redis that accepts connections but refuses the set-up (a wrong
+// password, an ACL denying scripts, protected mode) would otherwise be reconnected to in a loop.
+//
+// Commands are accepted while connecting, setting up and connected; otherwise they fail at once.
+// Until the set-up has succeeded they are held here, already formatted, and sent in order when
+// it has (or failed as unavailable when it fails). Every command is remembered in `pending_`, in
+// order, with its deadline. hiredis calls each command's callback exactly once: with the
 // reply, or with NULL when the context goes away. One timer watches the oldest live deadline;
 // a command that passes it completes with `redis_timeout` and keeps its slot, without handler,
 // until its late reply (or NULL) arrives, so that replies keep matching commands. Deadlines are
@@ -45,11 +56,15 @@ struct pending_command {
     std::uint64_t id = 0;
     steady::time_point deadline;
     handler_type handler; // empty once completed early (timed out)
+    /// The command in RESP while it is held (the connection's set-up is not done); empty once
+    /// handed to hiredis.
+    std::string unsent;
 
-    pending_command(std::uint64_t i, steady::time_point d, handler_type h)
+    pending_command(std::uint64_t i, steady::time_point d, handler_type h, std::string held = {})
         : id(i)
         , deadline(d)
-        , handler(std::move(h)) {}
+        , handler(std::move(h))
+        , unsent(std::move(held)) {}
 
     pending_command(pending_command&&) noexcept = default;
 
@@ -57,6 +72,7 @@ struct pending_command {
     pending_command& operator=(pending_command&& other) noexcept {
         id = other.id;
         deadline = other.deadline;
+        unsent = std::move(other.unsent);
         handler_type taken(std::move(other.handler));
         handler.swap(taken);
         return *this;
@@ -69,6 +85,27 @@ void* id_to_privdata(std::uint64_t id) noexcept {
 
 std::uint64_t privdata_to_id(void* privdata) noexcept {
     return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(privdata));
+}
+
+// The command in RESP, to hold it until the connection's set-up is done.
+std::string format_command(std::span<const std::string> args) {
+    std::string out;
+    command_writer w(out, args.size());
+    for (const auto& a : args) {
+        w.arg(std::string_view(a));
+    }
+    return out;
+}
+
+std::string format_command(std::string_view resp) {
+    return std::string(resp);
+}
+
+/// Connection failures and set-up refusals: each distinct line at most once per 10 s, shared by
+/// the workers (they all fail alike).
+keyed_log_throttle& connection_log() {
+    static keyed_log_throttle throttle{std::chrono::seconds(10)};
+    return throttle;
 }
 
 } // namespace
@@ -92,9 +129,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
     enum class phase {
         idle,
         resolving,
-        connecting,
-        connected,
-        waiting, // for the backoff timer
+        connecting, // TCP (or unix) connect in progress
+        setting_up, // connected; AUTH, SELECT or a connect command awaits its reply
+        connected,  // set up: commands go straight to Redis
+        waiting,    // for the backoff timer
         stopped,
     };
 
@@ -105,7 +143,8 @@ struct client::state : std::enable_shared_from_this<client::state> {
         , connect_timer_(e)
         , backoff_timer_(e)
         , resolver_(e)
-        , rng_(std::random_device{}()) {}
+        , rng_(std::random_device{}())
+        , backoff_(opts_.reconnect_min, opts_.reconnect_max) {}
 
     bool is_unix() const { return !opts_.host.empty() && opts_.host.front() == '/'; }
 
@@ -123,9 +162,15 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // `command` is an argument list or a RESP string (a formatted command).
     template <typename Command>
     void submit(const Command& command, handler_type h) {
-        if (ac_ == nullptr || (phase_ != phase::connecting && phase_ != phase::connected) ||
+        if (ac_ == nullptr ||
+            (phase_ != phase::connecting && phase_ != phase::setting_up &&
+             phase_ != phase::connected) ||
             pending_.size() >= opts_.max_pending) {
             complete(std::move(h), errc::redis_unavailable);
+            return;
+        }
+        if (phase_ != phase::connected) {
+            hold(command, std::move(h));
             return;
         }
         send(command, std::move(h));
@@ -177,11 +222,54 @@ struct client::state : std::enable_shared_from_this<client::state> {
             complete(std::move(h), errc::redis_unavailable);
             return;
         }
-        const auto deadline = opts_.command_timeout.count() > 0
-                                  ? steady::now() + opts_.command_timeout
-                                  : steady::time_point::max();
-        pending_.emplace_back(id, deadline, std::move(h));
+        pending_.emplace_back(id, next_deadline(), std::move(h));
         arm_deadline();
+    }
+
+    steady::time_point next_deadline() const {
+        return opts_.command_timeout.count() > 0 ? steady::now() + opts_.command_timeout
+                                                 : steady::time_point::max();
+    }
+
+    // Keeps a command until the connection's set-up is done; it times out as a sent one would.
+    template <typename Command>
+    void hold(const Command& command, handler_type h) {
+        if (command.empty()) {
+            complete(std::move(h), net::error::invalid_argument);
+            return;
+        }
+        pending_.emplace_back(next_id_++, next_deadline(), std::move(h), format_command(command));
+        arm_deadline();
+    }
+
+    // The set-up succeeded: the held commands go to Redis, in order.
+    void send_held() {
+        for (auto& p : pending_) {
+            if (p.unsent.empty()) {
+                continue;
+            }
+            const int rc = redisAsyncFormattedCommand(
+                ac_, &state::on_reply, id_to_privdata(p.id), p.unsent.data(), p.unsent.size());
+            if (rc != REDIS_OK) {
+                break; // disconnecting: fail the rest below
+            }
+            p.unsent.clear();
+        }
+        fail_held();
+    }
+
+    // The connection that was being set up is gone: the held commands fail as unavailable. They
+    // are the tail of `pending_` (the commands sent on the connection are answered, with NULL
+    // replies, when it goes).
+    void fail_held() {
+        while (!pending_.empty() && !pending_.back().unsent.empty()) {
+            handler_type h(std::move(pending_.back().handler));
+            pending_.pop_back();
+            if (h) {
+                complete(std::move(h), errc::redis_unavailable);
+            }
+        }
+        expired_ = std::min(expired_, pending_.size());
     }
 
     static void on_reply(redisAsyncContext* ac, void* raw, void* privdata) {
@@ -275,35 +363,172 @@ struct client::state : std::enable_shared_from_this<client::state> {
         ac_ = nullptr;
         phase_ = phase::waiting; // so that on_disconnect, which runs inside, does not reconnect
         redisAsyncFree(c);
+        forget_failures_if_lasted();
         schedule_reconnect();
     }
 
-    // AUTH, SELECT and the connect commands: their replies are checked, not awaited.
-    void send_preamble() {
+    // A set-up connection that then lasted resets the backoff: the next loss is a new outage.
+    // One lost at once does not (Redis closing every connection right after accepting it, as
+    // it does in protected mode when there is nothing to set up): that is a failure like the
+    // others, and must not be retried at the shortest wait forever.
+    void forget_failures_if_lasted() {
+        if (steady::now() - connected_at_ >= opts_.reconnect_max) {
+            backoff_.reset();
+        }
+    }
+
+    //--------------------------------------------------------------------------
+    // Set-up: AUTH, then SELECT and the connect commands
+
+    void begin_setup() {
+        setup_steps_.clear();
         if (!opts_.password.empty()) {
             std::vector<std::string> auth{"AUTH"};
             if (!opts_.username.empty()) {
                 auth.push_back(opts_.username);
             }
             auth.push_back(opts_.password);
-            send(auth, checker("AUTH"));
+            send_setup(auth, "AUTH");
+            return;
         }
+        send_setup_rest();
+    }
+
+    // After AUTH (or without one): these may be pipelined, the connection is authenticated.
+    void send_setup_rest() {
         if (opts_.db != 0) {
             const std::vector<std::string> select{"SELECT", std::to_string(opts_.db)};
-            send(select, checker("SELECT"));
+            send_setup(select, "SELECT");
         }
         for (const auto& command : connect_commands_) {
-            send(command, checker(command.front() + ' ' + (command.size() > 1 ? command[1] : "")));
+            send_setup(command, describe_command(command));
         }
     }
 
+    static std::string describe_command(const std::vector<std::string>& command) {
+        return command.size() > 1 ? command[0] + ' ' + command[1] : command[0];
+    }
+
+    void send_setup(std::span<const std::string> args, std::string what) {
+        boost::container::small_vector<const char*, 4> argv;
+        boost::container::small_vector<std::size_t, 4> lengths;
+        for (const auto& a : args) {
+            argv.push_back(a.data());
+            lengths.push_back(a.size());
+        }
+        const int rc = redisAsyncCommandArgv(ac_,
+                                             &state::on_setup_reply,
+                                             id_to_privdata(generation_),
+                                             static_cast<int>(argv.size()),
+                                             argv.data(),
+                                             lengths.data());
+        if (rc == REDIS_OK) {
+            setup_steps_.push_back(std::move(what));
+        }
+    }
+
+    static void on_setup_reply(redisAsyncContext* ac, void* raw, void* privdata) {
+        if (auto* self = static_cast<state*>(ac->data)) {
+            self->handle_setup_reply(privdata_to_id(privdata), static_cast<redisReply*>(raw));
+        }
+    }
+
+    void handle_setup_reply(std::uint64_t generation, const redisReply* raw) {
+        if (generation != generation_ || phase_ != phase::setting_up || setup_steps_.empty()) {
+            return; // a connection given up already: its free answers its commands with NULL
+        }
+        const std::string what = std::move(setup_steps_.front());
+        setup_steps_.pop_front();
+        if (raw == nullptr) {
+            return; // the connection is going: its disconnect callback says why
+        }
+        if (raw->type == REDIS_REPLY_ERROR) {
+            setup_refused(what, std::string(raw->str, raw->len));
+            return;
+        }
+        if (what == "AUTH") {
+            send_setup_rest();
+        }
+        if (setup_steps_.empty()) {
+            setup_done();
+        }
+    }
+
+    // Redis refused a step: say so once (the steps after it were not sent, or their errors
+    // follow from this one), and give the connection up. Runs inside a hiredis reply callback,
+    // where hiredis defers the free until the callback returns.
+    void setup_refused(const std::string& what, std::string error) {
+        // Redis does not echo a password, but a proxy in front of it might.
+        if (!opts_.password.empty()) {
+            constexpr std::string_view mask = "***";
+            for (auto at = error.find(opts_.password); at != std::string::npos;
+                 at = error.find(opts_.password, at + mask.size())) {
+                error.replace(at, opts_.password.size(), mask);
+            }
+        }
+        if (what == "AUTH") {
+            log_throttled(connection_log(),
+                          spdlog::level::err,
+                          "redis: authentication failed for user {} on {}: {}",
+                          opts_.username.empty() ? "default" : opts_.username,
+                          where(),
+                          error);
+        } else {
+            log_throttled(connection_log(),
+                          spdlog::level::err,
+                          "redis: {} failed on {}, dropping the connection: {}",
+                          what,
+                          where(),
+                          error);
+        }
+        outage_logged_ = true;
+        abandon("");
+    }
+
+    void setup_done() {
+        phase_ = phase::connected;
+        ++connections_;
+        connected_at_ = steady::now();
+        connect_timer_.cancel();
+        if (outage_logged_) {
+            // A flapping Redis would otherwise write one of these per flap.
+            static log_throttle throttle;
+            log_throttled(throttle, spdlog::level::info, "redis: reconnected to {}", where());
+            outage_logged_ = false;
+        } else {
+            spdlog::debug("redis: connected to {}", where());
+        }
+        send_held();
+    }
+
+    // A connected command's error reply (a connect command added while connected) is logged:
+    // the connection is up, and this command is not what keeps it usable.
     static handler_type checker(std::string what) {
         return [what = std::move(what)](error_code ec, reply r) {
             if (ec == errc::bad_reply) {
-                static log_throttle throttle;
-                log_throttled(throttle, spdlog::level::err, "redis: {} failed: {}", what, r.str);
+                log_throttled(
+                    connection_log(), spdlog::level::err, "redis: {} failed: {}", what, r.str);
             }
         };
+    }
+
+    // Gives up the connection being made or set up (its set-up commands complete with NULL
+    // replies, ignored), fails the held commands and waits for the next attempt. `why` is
+    // logged as a connect failure unless empty (already reported).
+    void abandon(const std::string& why) {
+        redisAsyncContext* c = ac_;
+        ac_ = nullptr;
+        phase_ = phase::waiting; // before the free: its disconnect callback must not reconnect
+        connect_timer_.cancel();
+        if (c != nullptr) {
+            redisAsyncFree(c);
+        }
+        fail_held();
+        if (why.empty()) {
+            schedule_reconnect();
+        } else {
+            connection_failed(why);
+        }
     }
 
     //--------------------------------------------------------------------------
@@ -372,7 +597,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 self->on_connect_timeout(g);
             }
         });
-        send_preamble();
+        begin_setup();
     }
 
     static void on_connect(const redisAsyncContext* ac, int status) {
@@ -385,20 +610,13 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (!ok) {
             // hiredis frees the context right after this; its commands get NULL replies.
             ac_ = nullptr;
+            fail_held();
             connection_failed(why);
             return;
         }
-        phase_ = phase::connected;
-        ++connections_;
-        attempt_ = 0;
-        connect_timer_.cancel();
-        if (outage_logged_) {
-            // A flapping Redis would otherwise write one of these per flap.
-            static log_throttle throttle;
-            log_throttled(throttle, spdlog::level::info, "redis: reconnected to {}", where());
-            outage_logged_ = false;
-        } else {
-            spdlog::debug("redis: connected to {}", where());
+        phase_ = phase::setting_up;
+        if (setup_steps_.empty()) {
+            setup_done(); // nothing to set up
         }
     }
 
@@ -411,28 +629,42 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     void handle_disconnect(bool clean, const std::string& why) {
         ac_ = nullptr;
+        if (phase_ == phase::setting_up) {
+            // Redis closed it before the set-up was done (protected mode, maxclients, a
+            // protocol error): a set-up failure, with its backoff.
+            phase_ = phase::waiting;
+            fail_held();
+            log_throttled(connection_log(),
+                          spdlog::level::warn,
+                          "redis: {} closed the connection during its set-up: {}",
+                          where(),
+                          clean ? "closed" : why);
+            outage_logged_ = true;
+            schedule_reconnect();
+            return;
+        }
         // Only a loss we did not cause reconnects (not stop(), shutdown() or drop_stalled()).
         if (phase_ != phase::connected) {
             return;
         }
-        static log_throttle throttle;
-        log_throttled(throttle,
+        log_throttled(connection_log(),
                       spdlog::level::warn,
                       "redis: connection to {} lost: {}",
                       where(),
                       clean ? "closed" : why);
         outage_logged_ = true;
+        forget_failures_if_lasted();
         schedule_reconnect();
     }
 
     void on_connect_timeout(std::uint64_t generation) {
-        if (generation != generation_ || phase_ != phase::connecting || ac_ == nullptr) {
+        if (generation != generation_ || ac_ == nullptr ||
+            (phase_ != phase::connecting && phase_ != phase::setting_up)) {
             return;
         }
-        redisAsyncContext* c = ac_;
-        ac_ = nullptr;
-        redisAsyncFree(c); // its commands complete with redis_unavailable
-        connection_failed("connect timed out");
+        abandon(phase_ == phase::connecting || setup_steps_.empty()
+                    ? std::string("connect timed out")
+                    : "no reply to " + setup_steps_.front() + " within the connect timeout");
     }
 
     void connection_failed(const std::string& why) {
@@ -441,9 +673,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
         // One warning per outage; the retries that follow are debug noise.
         if (!outage_logged_) {
-            static log_throttle throttle;
-            log_throttled(
-                throttle, spdlog::level::warn, "redis: cannot connect to {}: {}", where(), why);
+            log_throttled(connection_log(),
+                          spdlog::level::warn,
+                          "redis: cannot connect to {}: {}",
+                          where(),
+                          why);
             outage_logged_ = true;
         } else {
             spdlog::debug("redis: cannot connect to {}: {}", where(), why);
@@ -451,16 +685,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
         schedule_reconnect();
     }
 
-    // Exponential backoff with "equal jitter": half the ceiling fixed, half random, so that the
-    // workers and sluice instances that lost Redis together do not all return at one instant.
+    // Any failure to get a connection set up waits here (see reconnect_backoff).
     void schedule_reconnect() {
         phase_ = phase::waiting;
-        const auto ceiling =
-            std::min(opts_.reconnect_max, opts_.reconnect_min * (std::int64_t{1} << attempt_));
-        attempt_ = std::min(attempt_ + 1, 20U);
-        const std::int64_t half = ceiling.count() / 2;
-        std::uniform_int_distribution<std::int64_t> jitter(0, ceiling.count() - half);
-        backoff_timer_.expires_after(milliseconds{half + jitter(rng_)});
+        backoff_timer_.expires_after(backoff_.next(rng_));
         backoff_timer_.async_wait([self = shared_from_this()](error_code ec) {
             if (!ec && self->phase_ == phase::waiting) {
                 self->connect();
@@ -472,6 +700,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (phase_ == phase::stopped) {
             return;
         }
+        // Set up or being set up: hiredis has a connection to drain or to report.
         const bool was_connected = phase_ == phase::connected;
         phase_ = phase::stopped;
         connect_timer_.cancel();
@@ -494,6 +723,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 redisAsyncFree(c);
             }
         }
+        fail_held();
     }
 
     void shutdown() {
@@ -507,6 +737,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
             ac_ = nullptr;
             redisAsyncFree(c); // runs every pending callback with a NULL reply
         }
+        fail_held();
     }
 
     executor ex_;
@@ -529,7 +760,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
     std::uint64_t next_id_ = 1;
     std::uint64_t generation_ = 0;
     std::uint64_t connections_ = 0;
-    unsigned attempt_ = 0;
+    reconnect_backoff backoff_;
+    steady::time_point connected_at_; // when the current connection's set-up completed
+    /// What each set-up command sent on the current connection is ("AUTH", "SCRIPT LOAD"), in
+    /// send order, until its reply.
+    std::deque<std::string> setup_steps_;
     std::vector<std::vector<std::string>> connect_commands_;
 };
 
@@ -567,9 +802,19 @@ void client::add_connect_command(std::vector<std::string> args) {
         return;
     }
     commands.push_back(args);
-    const auto p = state_->phase_.load();
-    if (state_->ac_ != nullptr && (p == state::phase::connecting || p == state::phase::connected)) {
-        state_->send(args, state::checker(args.front()));
+    auto& s = *state_;
+    const auto p = s.phase_.load();
+    if (s.ac_ == nullptr) {
+        return; // the next connection sends it
+    }
+    if (p == state::phase::connected) {
+        s.send(args, state::checker(state::describe_command(args)));
+    } else if ((p == state::phase::connecting || p == state::phase::setting_up) &&
+               std::find(s.setup_steps_.begin(), s.setup_steps_.end(), "AUTH") ==
+                   s.setup_steps_.end()) {
+        // Authenticated (or no AUTH): a set-up step of this connection too. While AUTH is
+        // awaited, it goes out with the rest after it.
+        s.send_setup(args, state::describe_command(args));
     }
 }
 

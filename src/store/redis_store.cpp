@@ -360,10 +360,16 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
                                                     : metrics_->redis_errors_total);
         }
         // Unavailability is the client's to report (once per outage); a bad reply is a bug or
-        // a misconfiguration an operator must see, but not once per request.
-        if (ec == errc::bad_reply) {
-            static log_throttle throttle{std::chrono::seconds(10)};
-            log_throttled(throttle,
+        // a misconfiguration an operator must see, but not once per request. An error reply:
+        // each distinct one once per 10 s (one must not hide another), with its count. A
+        // malformed one (whose text may differ every time): one line per 10 s in all.
+        if (ec == errc::bad_reply && r.is_error()) {
+            static keyed_log_throttle by_error{std::chrono::seconds(10)};
+            log_throttled(
+                by_error, spdlog::level::warn, "redis store: the limits script failed: {}", r.str);
+        } else if (ec == errc::bad_reply) {
+            static log_throttle malformed{std::chrono::seconds(10)};
+            log_throttled(malformed,
                           spdlog::level::warn,
                           "redis store: unexpected reply to the limits script: {}",
                           r.describe());

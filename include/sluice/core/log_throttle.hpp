@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace sluice {
@@ -76,6 +78,103 @@ void log_throttled(log_throttle& throttle,
     auto line = fmt::format(format, std::forward<Args>(args)...);
     if (suppressed > 0) {
         line += fmt::format(" ({} similar lines suppressed)", suppressed);
+    }
+    spdlog::log(level, "{}", line);
+}
+
+/**
+ * A `log_throttle` per distinct line: each different text may be written once per interval, and
+ * the next time it is written it says how many times it was held back. For errors whose text
+ * varies (a Redis error reply, the step that failed): one call site then reports each distinct
+ * error, where a plain throttle would let the first one hide the others. Thread-safe (a mutex:
+ * only failure paths use it). At most `max_lines` texts are remembered; a new one beyond that
+ * forgets the one seen least recently, with its count.
+ */
+class keyed_log_throttle {
+public:
+    explicit keyed_log_throttle(std::chrono::milliseconds interval = std::chrono::seconds(10),
+                                std::size_t max_lines = 64)
+        : interval_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(interval).count())
+        , max_lines_(max_lines) {}
+
+    keyed_log_throttle(const keyed_log_throttle&) = delete;
+    keyed_log_throttle& operator=(const keyed_log_throttle&) = delete;
+
+    /// Whether `line` may be written at `now_ns` (steady clock); when it may, `suppressed` is
+    /// the number of times it was held back since it was last written.
+    bool allow(const std::string& line, std::int64_t now_ns, std::uint64_t& suppressed) {
+        const std::lock_guard lock(mutex_);
+        auto it = lines_.find(line);
+        if (it == lines_.end()) {
+            if (lines_.size() >= max_lines_) {
+                forget_least_recent();
+            }
+            lines_.emplace(line, entry{now_ns + interval_ns_, 0, now_ns});
+            suppressed = 0;
+            return true;
+        }
+        auto& e = it->second;
+        e.last_seen_ns = now_ns;
+        if (now_ns < e.next_ns) {
+            ++e.suppressed;
+            return false;
+        }
+        suppressed = std::exchange(e.suppressed, 0);
+        e.next_ns = now_ns + interval_ns_;
+        return true;
+    }
+
+    /// `allow` at the steady clock's current time.
+    bool allow(const std::string& line, std::uint64_t& suppressed) {
+        const auto now = std::chrono::steady_clock::now().time_since_epoch();
+        return allow(
+            line, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), suppressed);
+    }
+
+private:
+    struct entry {
+        std::int64_t next_ns;
+        std::uint64_t suppressed;
+        std::int64_t last_seen_ns;
+    };
+
+    void forget_least_recent() {
+        auto oldest = lines_.begin();
+        for (auto it = lines_.begin(); it != lines_.end(); ++it) {
+            if (it->second.last_seen_ns < oldest->second.last_seen_ns) {
+                oldest = it;
+            }
+        }
+        if (oldest != lines_.end()) {
+            lines_.erase(oldest);
+        }
+    }
+
+    std::int64_t interval_ns_;
+    std::size_t max_lines_;
+    std::mutex mutex_;
+    std::unordered_map<std::string, entry> lines_;
+};
+
+/**
+ * Logs through `throttle`, keyed by the formatted line: each distinct line at most once per
+ * interval, then with the number of times it was held back.
+ */
+template <typename... Args>
+void log_throttled(keyed_log_throttle& throttle,
+                   spdlog::level::level_enum level,
+                   fmt::format_string<Args...> format,
+                   Args&&... args) {
+    if (!spdlog::should_log(level)) {
+        return;
+    }
+    auto line = fmt::format(format, std::forward<Args>(args)...);
+    std::uint64_t suppressed = 0;
+    if (!throttle.allow(line, suppressed)) {
+        return;
+    }
+    if (suppressed > 0) {
+        line += fmt::format(" ({} identical lines suppressed)", suppressed);
     }
     spdlog::log(level, "{}", line);
 }

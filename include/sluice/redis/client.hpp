@@ -59,12 +59,14 @@ struct client_options {
     int db = 0;           // SELECT db when not 0
     /// A command without a reply after this completes with `errc::redis_timeout`.
     milliseconds command_timeout{50};
-    /// A connection not established after this is dropped and retried.
+    /// A connection not established and set up (AUTH, SELECT, connect commands) after this is
+    /// dropped and retried.
     milliseconds connect_timeout{1'000};
     /// A connection that leaves a command unanswered this long past its deadline is taken for
     /// dead (a hung server, a silent network): it is dropped and re-established.
     milliseconds stall_timeout{1'000};
-    /// Reconnect backoff: doubles from `reconnect_min` up to `reconnect_max`, with jitter. The
+    /// Reconnect backoff (see `reconnect_backoff`): doubles from `reconnect_min` up to
+    /// `reconnect_max`, with jitter, after any failure to get a connection set up. The
     /// ceiling bounds how long limits stay unenforced after Redis comes back (at most
     /// `reconnect_max` plus the connect): half a second, so well within one; a refused connect
     /// costs next to nothing, a few per second per worker are no load.
@@ -84,8 +86,12 @@ struct client_options {
  * thread (one `io_context` run by one thread). Commands pipeline on one connection. After the
  * connection is lost the client reconnects by itself, with exponential backoff and jitter;
  * while it is not connected, commands fail at once with `errc::redis_unavailable` (they are not
- * queued), so callers can apply their failure mode without waiting. Each new connection first
- * sends AUTH, SELECT and the registered connect commands, pipelined ahead of any other command.
+ * queued), so callers can apply their failure mode without waiting. Each new connection is first
+ * set up: AUTH (when a password is set) and, once it succeeded, SELECT and the registered
+ * connect commands. Commands sent while a connection is being made or set up are held, and sent
+ * once it is set up (or fail with `errc::redis_unavailable` if it is not). A set-up step Redis
+ * refuses is logged (`redis: authentication failed for user X ...`; each distinct error at most
+ * once per 10 s) and counts as a failed connection, with its backoff.
  * Nothing here blocks: host names are resolved with Asio's resolver.
  */
 class client {
@@ -152,16 +158,17 @@ public:
     }
 
     /**
-     * Registers a command to send first on every connection, after AUTH and SELECT (e.g.
-     * `SCRIPT LOAD`); sent at once too when connected now. An identical command registered
-     * twice is kept once. Error replies are logged.
+     * Registers a command to send as part of every connection's set-up, after AUTH and SELECT
+     * (e.g. `SCRIPT LOAD`): an error reply fails the set-up. Sent at once too when a connection
+     * is up or being set up (then an error reply on an established connection is only logged).
+     * An identical command registered twice is kept once.
      */
     void add_connect_command(std::vector<std::string> args);
 
-    /// True when the TCP (or unix) connection is established. Safe from any thread.
+    /// True when a connection is established and set up. Safe from any thread.
     bool connected() const noexcept;
 
-    /// Connections established so far (1 after the first, 2 after a reconnect, ...).
+    /// Connections established and set up so far (1 after the first, 2 after a reconnect, ...).
     std::uint64_t connection_count() const noexcept;
 
     const executor& get_executor() const noexcept { return ex_; }

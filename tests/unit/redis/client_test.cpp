@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "sluice/redis/backoff.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/command_writer.hpp"
 #include "support/redis_server.hpp"
+#include "support/resp_client.hpp"
 #include "support/run_coro.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -9,10 +11,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <arpa/inet.h>
+#include <atomic>
 #include <cstdio>
 #include <memory>
+#include <netinet/in.h>
 #include <optional>
+#include <poll.h>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <thread>
 #include <tuple>
+#include <unistd.h>
 
 namespace sluice::redis {
 namespace {
@@ -47,10 +57,12 @@ protected:
 
     void start_server(test::redis_server::options o = {}) { server_.emplace(std::move(o)); }
 
-    client_options options() const {
+    client_options options() const { return options_for(server_->port()); }
+
+    static client_options options_for(std::uint16_t port) {
         client_options o;
-        o.host = server_->host();
-        o.port = server_->port();
+        o.host = "127.0.0.1";
+        o.port = port;
         o.command_timeout = 2s;
         o.reconnect_min = 20ms;
         o.reconnect_max = 200ms;
@@ -273,11 +285,130 @@ TEST_F(RedisClient, AuthenticatesWithPasswordAndUsername) {
     EXPECT_EQ(anon_ec, errc::bad_reply);
     EXPECT_TRUE(refused.str.starts_with("NOAUTH")) << refused.str;
 
+    // A refused AUTH is a failed connection (issue 12): the commands held behind it fail as
+    // unavailable, none of them is sent, and the client is not connected.
     o.username.clear();
     o.password = "wrong";
     auto wrong = make_client(o);
     auto [wrong_ec, wrong_reply] = run(*wrong, {"PING"});
-    EXPECT_EQ(wrong_ec, errc::bad_reply) << wrong_reply.describe();
+    EXPECT_EQ(wrong_ec, errc::redis_unavailable) << wrong_reply.describe();
+    EXPECT_FALSE(wrong->connected());
+    EXPECT_EQ(wrong->connection_count(), 0u);
+}
+
+// Issue 12: a connection counts as made only once its set-up commands succeeded; a refused one
+// (here a connect command Redis rejects) is dropped and retried on the backoff's schedule, and
+// the commands sent meanwhile fail as unavailable instead of following the refused set-up.
+TEST_F(RedisClient, ARefusedSetUpIsRetriedOnTheBackoffSchedule) {
+    start_server();
+    auto o = options();
+    o.reconnect_min = 40ms;
+    o.reconnect_max = 160ms;
+    auto c = std::make_unique<client>(executor{ioc_.get_executor()}, o);
+    c->add_connect_command({"NO-SUCH-COMMAND"});
+    c->start();
+    auto [ec, r] = run(*c, {"PING"});
+    EXPECT_EQ(ec, errc::redis_unavailable) << r.describe();
+    EXPECT_FALSE(c->connected());
+
+    test::resp_client cli(server_->port());
+    const auto connections = [&] {
+        const auto info = cli.command({"INFO", "stats"}).text;
+        const std::string field = "total_connections_received:";
+        return std::stoll(info.substr(info.find(field) + field.size()));
+    };
+    // Any 800 ms hold at most as many attempts as the backoff's shortest waits allow.
+    const auto window = 800ms;
+    const auto before = connections();
+    const auto window_end = steady::now() + window;
+    while (!test::run_until(
+        ioc_, [&] { return steady::now() >= window_end; }, 2s)) {
+    }
+    const auto made = connections() - before;
+    const auto most = most_attempts_within(window, o.reconnect_min, o.reconnect_max);
+    EXPECT_EQ(most, 12); // 20 + 40 + 80 ms, then 80 ms each: 11 waits fit in 800 ms
+    EXPECT_GE(made, 1) << "no retry";
+    EXPECT_LE(made, most) << "set-up failures retried faster than the backoff allows";
+    EXPECT_EQ(c->connection_count(), 0u);
+}
+
+/// A server that answers every connection as a Redis in protected mode does: an error, then
+/// close. Counts the connections it accepted.
+class refusing_server {
+public:
+    refusing_server()
+        : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        // The sockaddr casts are how the BSD socket API is spelled.
+        if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+            ::listen(fd_, 64) != 0 ||
+            ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+            throw std::runtime_error("refusing_server: cannot listen");
+        }
+        port_ = ntohs(address.sin_port);
+        thread_ = std::thread([this] { run(); });
+    }
+
+    ~refusing_server() {
+        stop_ = true;
+        thread_.join();
+        ::close(fd_);
+    }
+
+    std::uint16_t port() const { return port_; }
+
+    long long accepted() const { return accepted_; }
+
+private:
+    void run() {
+        static constexpr char denied[] = "-DENIED Redis is running in protected mode\r\n";
+        while (!stop_) {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, 10) != 1) {
+                continue; // wakes every 10 ms to see whether to stop
+            }
+            const int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (client < 0) {
+                continue;
+            }
+            ++accepted_;
+            (void)::send(client, denied, sizeof denied - 1, MSG_NOSIGNAL);
+            ::close(client);
+        }
+    }
+
+    int fd_;
+    std::uint16_t port_ = 0;
+    std::atomic<bool> stop_{false};
+    std::atomic<long long> accepted_{0};
+    std::thread thread_;
+};
+
+// Issue 12: a server that closes every connection right after accepting it (protected mode,
+// nothing to set up) is retried on the backoff's schedule, not at its shortest wait forever: a
+// connection lost at once does not reset the backoff.
+TEST_F(RedisClient, AConnectionClosedAtOnceIsRetriedOnTheBackoffSchedule) {
+    refusing_server refusing;
+    auto o = options_for(refusing.port());
+    o.reconnect_min = 40ms;
+    o.reconnect_max = 160ms;
+    auto c = make_client(o);
+    auto [ec, r] = run(*c, {"PING"});
+    EXPECT_TRUE(ec) << r.describe();
+
+    const auto window = 800ms;
+    const auto before = refusing.accepted();
+    const auto window_end = steady::now() + window;
+    while (!test::run_until(
+        ioc_, [&] { return steady::now() >= window_end; }, 2s)) {
+    }
+    const auto made = refusing.accepted() - before;
+    const auto most = most_attempts_within(window, o.reconnect_min, o.reconnect_max);
+    EXPECT_GE(made, 1) << "no retry";
+    EXPECT_LE(made, most) << "retried faster than the backoff allows";
 }
 
 TEST_F(RedisClient, SelectsTheConfiguredDatabase) {
