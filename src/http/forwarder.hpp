@@ -7,7 +7,7 @@
 #include "http/message_types.hpp"
 #include "http/message_writer.hpp"
 #include "sluice/config/config.hpp"
-#include "sluice/core/timed_stream.hpp"
+#include "sluice/io/timed_stream.hpp"
 #include "sluice/http/worker_context.hpp"
 #include "sluice/upstream/pool.hpp"
 

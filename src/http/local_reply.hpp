@@ -5,7 +5,7 @@
 // body, close gracefully (local_reply.cpp).
 
 #include "http/message_types.hpp"
-#include "sluice/core/timed_stream.hpp"
+#include "sluice/io/timed_stream.hpp"
 #include "sluice/limiter/decision.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>

@@ -6,7 +6,7 @@
 
 #include "http/message_types.hpp"
 #include "sluice/config/config.hpp"
-#include "sluice/core/timed_stream.hpp"
+#include "sluice/io/timed_stream.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 

@@ -3,7 +3,7 @@
 
 // The types of the messages sluice parses and writes, with their per-request header arena.
 
-#include "sluice/core/net.hpp"
+#include "sluice/io/net.hpp"
 
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/buffer_body.hpp>

@@ -4,7 +4,7 @@
 // Writing a message header and its body's framing (message_writer.cpp).
 
 #include "http/message_types.hpp"
-#include "sluice/core/timed_stream.hpp"
+#include "sluice/io/timed_stream.hpp"
 
 #include <cstddef>
 #include <string>

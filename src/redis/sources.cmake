@@ -17,5 +17,4 @@ list(APPEND SLUICE_NET_SOURCES
   src/redis/asio_adapter.cpp
   src/redis/client.cpp
   src/redis/reply.cpp
-  src/store/redis_store.cpp
   ${_sluice_limits_cpp})

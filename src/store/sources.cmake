@@ -1,1 +1,3 @@
-list(APPEND SLUICE_NET_SOURCES src/store/memory_store.cpp)
+list(APPEND SLUICE_NET_SOURCES
+  src/store/memory_store.cpp
+  src/store/redis_store.cpp)

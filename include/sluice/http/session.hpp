@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include "sluice/core/net.hpp"
+#include "sluice/io/net.hpp"
 #include "sluice/http/worker_context.hpp"
 
 namespace sluice::http {

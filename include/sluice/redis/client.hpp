@@ -3,7 +3,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/errc.hpp"
-#include "sluice/core/net.hpp"
+#include "sluice/io/net.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "sluice/config/config.hpp"
-#include "sluice/core/net.hpp"
+#include "sluice/io/net.hpp"
 #include "sluice/metrics/metrics.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/store/memory_store.hpp"

@@ -2,8 +2,8 @@
 #pragma once
 
 #include "sluice/config/config.hpp"
-#include "sluice/core/net.hpp"
-#include "sluice/core/timed_stream.hpp"
+#include "sluice/io/net.hpp"
+#include "sluice/io/timed_stream.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 

@@ -14,7 +14,7 @@
 //
 // One deadline covers both directions: sluice never reads and writes one stream at once.
 
-#include "sluice/core/net.hpp"
+#include "sluice/io/net.hpp"
 
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>

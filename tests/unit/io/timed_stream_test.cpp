@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sluice/core/timed_stream.hpp"
+#include "sluice/io/timed_stream.hpp"
 #include "support/run_coro.hpp"
 
 #include <boost/asio/io_context.hpp>
