@@ -45,10 +45,8 @@ constexpr milliseconds linger_timeout{2'000};
 
 } // namespace
 
-awaitable<error_code> write_local_reply(timed_stream& stream,
-                                        const local_reply& reply,
-                                        const reply_context& context,
-                                        bool keep_alive) {
+bhttp::response<bhttp::string_body>
+make_local_response(const local_reply& reply, const reply_context& context, bool keep_alive) {
     bhttp::response<bhttp::string_body> res{reply.status, context.version < 11 ? 10u : 11u};
     res.set(bhttp::field::content_type, "application/json");
     res.set(bhttp::field::cache_control, "no-store");
@@ -68,7 +66,14 @@ awaitable<error_code> write_local_reply(timed_stream& stream,
     }
     res.keep_alive(keep_alive);
     res.prepare_payload();
+    return res;
+}
 
+awaitable<error_code> write_local_reply(timed_stream& stream,
+                                        const local_reply& reply,
+                                        const reply_context& context,
+                                        bool keep_alive) {
+    auto res = make_local_response(reply, context, keep_alive);
     stream.expires_after(context.write_timeout);
     if (context.head) {
         // A response to HEAD has the headers of the full one and no body.

@@ -10,6 +10,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
 
 #include <cstdint>
 #include <string>
@@ -44,6 +45,14 @@ struct reply_context {
     rate_limit_context limits;
     milliseconds write_timeout{30'000};
 };
+
+/**
+ * The response `reply` stands for: its status in the request's HTTP version, a JSON body (the
+ * reply's own, or {"error":"<word for the status>"}), `Retry-After` when set, the rate-limit
+ * fields of `context.limits`, and `Connection: close` unless `keep_alive`.
+ */
+bhttp::response<bhttp::string_body>
+make_local_response(const local_reply& reply, const reply_context& context, bool keep_alive);
 
 /**
  * Writes `reply`, with `Connection: close` unless `keep_alive`. Returns the write's error.

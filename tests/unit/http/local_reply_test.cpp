@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// The answers sluice makes itself, as they go on the wire.
+#include "http/local_reply.hpp"
+
+#include <boost/beast/http/write.hpp>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+namespace sluice::http::detail {
+namespace {
+
+std::string wire(const bhttp::response<bhttp::string_body>& res) {
+    std::ostringstream out;
+    out << res;
+    return out.str();
+}
+
+TEST(LocalReply, RejectionCarriesItsBodyRetryAfterAndRateLimitFields) {
+    limiter::decision d;
+    d.limit = 50;
+    d.remaining = 0;
+    d.window = std::chrono::seconds(10);
+    d.reset_after = std::chrono::milliseconds(2'500);
+    reply_context context;
+    context.limits = {"api", &d, false};
+    const local_reply reply{
+        bhttp::status::too_many_requests,
+        R"({"error":"rate_limited","limit":"api","limit_index":0,"retry_after":3})",
+        3};
+    const auto res = make_local_response(reply, context, true);
+    EXPECT_EQ(res.result(), bhttp::status::too_many_requests);
+    EXPECT_EQ(res.version(), 11u);
+    EXPECT_EQ(res[bhttp::field::retry_after], "3");
+    EXPECT_EQ(res[bhttp::field::content_type], "application/json");
+    EXPECT_EQ(res["RateLimit-Policy"], R"("api";q=50;w=10)");
+    EXPECT_EQ(res["RateLimit"], R"("api";r=0;t=3)");
+    EXPECT_EQ(res.count("X-RateLimit-Limit"), 0u);
+    EXPECT_TRUE(res.keep_alive());
+    EXPECT_EQ(res.body(), reply.body);
+    EXPECT_EQ(res[bhttp::field::content_length], std::to_string(reply.body.size()));
+}
+
+TEST(LocalReply, WithoutABodyTheStatusIsNamedAndNothingElseIsAdded) {
+    reply_context context;
+    const auto res = make_local_response({bhttp::status::bad_gateway, {}, 0}, context, false);
+    EXPECT_EQ(res.body(), R"({"error":"bad_gateway"})");
+    EXPECT_EQ(res.count(bhttp::field::retry_after), 0u);
+    EXPECT_EQ(res.count("RateLimit"), 0u);
+    EXPECT_FALSE(res.keep_alive());
+    EXPECT_NE(wire(res).find("Connection: close\r\n"), std::string::npos) << wire(res);
+}
+
+TEST(LocalReply, AnswersInTheRequestsVersion) {
+    reply_context context;
+    context.version = 10;
+    const auto res =
+        make_local_response({bhttp::status::service_unavailable, {}, 1}, context, true);
+    EXPECT_EQ(wire(res).rfind("HTTP/1.0 503 Service Unavailable\r\n", 0), 0u) << wire(res);
+    EXPECT_EQ(res.body(), R"({"error":"unavailable"})");
+    EXPECT_EQ(res[bhttp::field::retry_after], "1");
+}
+
+} // namespace
+} // namespace sluice::http::detail
