@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+// Streamed responses (issue 14): a Server-Sent Events stream reaches the client event by event,
+// as the upstream sends it, through either store; upstream.timeout bounds the wait between two
+// pieces of a stream, not the stream's whole length.
+
+#include "integration_util.hpp"
+#include "support/limit_probe.hpp"
+#include "support/redis_server.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <optional>
+#include <string>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+/**
+ * An upstream that answers its one connection's request with a chunked `text/event-stream` of
+ * `count` events, one every `period` (the first at once), and records when it sent each.
+ */
+class event_stream_upstream {
+public:
+    event_stream_upstream(int count, std::chrono::milliseconds period)
+        : count_(count)
+        , period_(period) {
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof addr;
+        if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), length) != 0 ||
+            ::listen(listener_, 4) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+            throw std::runtime_error("event_stream_upstream: cannot listen");
+        }
+        port_ = ntohs(addr.sin_port);
+        thread_ = std::thread([this] { serve(); });
+    }
+
+    ~event_stream_upstream() {
+        ::shutdown(listener_, SHUT_RDWR);
+        ::close(listener_);
+        thread_.join();
+    }
+
+    std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
+
+    /// When event i was sent (written to the socket), for the events sent so far.
+    std::vector<clock_type::time_point> sent() const {
+        std::lock_guard lock(mutex_);
+        return sent_;
+    }
+
+private:
+    void serve() {
+        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) {
+            return;
+        }
+        const int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        std::string request;
+        char buffer[4096];
+        while (request.find("\r\n\r\n") == std::string::npos) {
+            const auto n = ::recv(fd, buffer, sizeof buffer, 0);
+            if (n <= 0) {
+                ::close(fd);
+                return;
+            }
+            request.append(buffer, static_cast<std::size_t>(n));
+        }
+        send_all(fd,
+                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                 "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
+        auto next = clock_type::now();
+        for (int i = 0; i < count_; ++i) {
+            std::this_thread::sleep_until(next); // the stream's own pace, not a wait for sluice
+            const auto event = fmt::format("data: {}\n\n", i);
+            const auto chunk = fmt::format("{:x}\r\n{}\r\n", event.size(), event);
+            {
+                std::lock_guard lock(mutex_);
+                sent_.push_back(clock_type::now());
+            }
+            if (!send_all(fd, chunk)) {
+                break;
+            }
+            next += period_;
+        }
+        send_all(fd, "0\r\n\r\n");
+        // Wait for sluice to close (or the test to end).
+        while (::recv(fd, buffer, sizeof buffer, 0) > 0) {
+        }
+        ::close(fd);
+    }
+
+    static bool send_all(int fd, std::string_view bytes) {
+        while (!bytes.empty()) {
+            const auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+            if (n <= 0) {
+                return false;
+            }
+            bytes.remove_prefix(static_cast<std::size_t>(n));
+        }
+        return true;
+    }
+
+    int count_;
+    std::chrono::milliseconds period_;
+    int listener_ = -1;
+    std::uint16_t port_ = 0;
+    std::thread thread_;
+    mutable std::mutex mutex_;
+    std::vector<clock_type::time_point> sent_;
+};
+
+/// Reads the response to GET /events from sluice on `port`, and notes when each event's
+/// "data: i" line arrived. Stops at the terminating chunk or after `deadline`.
+std::vector<std::optional<clock_type::time_point>>
+receive_events(std::uint16_t port, int count, std::chrono::milliseconds deadline) {
+    auto stream = fd_stream::connect_loopback(port);
+    stream.timeout(deadline);
+    stream.write_all("GET /events HTTP/1.1\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n");
+    std::vector<std::optional<clock_type::time_point>> received(static_cast<std::size_t>(count));
+    std::string text;
+    std::size_t scanned = 0;
+    const auto end = clock_type::now() + deadline;
+    char buffer[4096];
+    while (clock_type::now() < end && text.find("\r\n0\r\n\r\n") == std::string::npos) {
+        error_code ec;
+        const auto n = stream.read_some(boost::asio::buffer(buffer), ec);
+        const auto at = clock_type::now();
+        if (ec) {
+            break;
+        }
+        text.append(buffer, n);
+        for (auto found = text.find("data: ", scanned); found != std::string::npos;
+             found = text.find("data: ", scanned)) {
+            const auto line_end = text.find('\n', found);
+            if (line_end == std::string::npos) {
+                break;
+            }
+            const int i = std::stoi(text.substr(found + 6, line_end - found - 6));
+            if (i >= 0 && i < count && !received[static_cast<std::size_t>(i)]) {
+                received[static_cast<std::size_t>(i)] = at;
+            }
+            scanned = line_end;
+        }
+    }
+    EXPECT_NE(text.find("Content-Type: text/event-stream"), std::string::npos) << text;
+    return received;
+}
+
+class StreamingTest : public ::testing::TestWithParam<const char*> {
+protected:
+    std::string rate_limit_yaml() {
+        // A shaping limit that admits at once: the stream goes through the limiter's path.
+        std::string yaml = "  fallback: { capacity: 100, flowRate: 100, mode: shape }\n";
+        if (std::string(GetParam()) == "redis") {
+            if (!redis_server::available()) {
+                return {};
+            }
+            redis_ = std::make_unique<redis_server>();
+            yaml += redis_store_yaml(redis_->port());
+        }
+        return yaml;
+    }
+
+    std::unique_ptr<redis_server> redis_;
+};
+
+// Ten events 200 ms apart: each reaches the client within 50 ms of the upstream sending it
+// (sluice neither buffers a stream nor waits to fill a read), and all of them arrive.
+TEST_P(StreamingTest, EventsArriveAsTheUpstreamSendsThem) {
+    constexpr int count = 10;
+    event_stream_upstream upstream(count, 200ms);
+    const auto rate_limit = rate_limit_yaml();
+    if (rate_limit.empty()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit));
+    const auto received = receive_events(sluice.port(), count, 10s);
+    const auto sent = upstream.sent();
+    ASSERT_EQ(sent.size(), static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) {
+        const auto& at = received[static_cast<std::size_t>(i)];
+        ASSERT_TRUE(at.has_value()) << "event " << i << " never arrived";
+        const auto lag = std::chrono::duration_cast<std::chrono::milliseconds>(
+            *at - sent[static_cast<std::size_t>(i)]);
+        EXPECT_LT(lag, 50ms) << "event " << i;
+    }
+}
+
+// upstream.timeout (1 s) is the longest wait for the next piece of a stream, not the stream's
+// whole length: six events 600 ms apart (3 s in all) go through to the end.
+TEST_P(StreamingTest, UpstreamTimeoutBoundsTheGapNotTheStream) {
+    constexpr int count = 6;
+    event_stream_upstream upstream(count, 600ms);
+    const auto rate_limit = rate_limit_yaml();
+    if (rate_limit.empty()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    auto yaml = compose_yaml(upstream.url(), rate_limit);
+    const auto url_line = fmt::format("  url: \"{}\"\n", upstream.url());
+    ASSERT_NE(yaml.find(url_line), std::string::npos) << yaml;
+    yaml.insert(yaml.find(url_line) + url_line.size(), "  timeout: 1s\n");
+    sluice_process sluice(yaml);
+    const auto started = clock_type::now();
+    const auto received = receive_events(sluice.port(), count, 10s);
+    for (int i = 0; i < count; ++i) {
+        EXPECT_TRUE(received[static_cast<std::size_t>(i)].has_value()) << "event " << i;
+    }
+    // The stream outlasted the timeout three times over.
+    EXPECT_GE(clock_type::now() - started, 3s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores,
+                         StreamingTest,
+                         ::testing::Values("memory", "redis"),
+                         [](const auto& param_info) { return std::string(param_info.param); });
+
+} // namespace
+} // namespace sluice::test
