@@ -9,8 +9,75 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <cerrno>
+#include <memory>
+#include <optional>
+#include <sys/socket.h>
+
 namespace sluice::http::detail {
 namespace {
+
+/**
+ * Watches a client while its response is relayed: when it closes its side (or its connection
+ * fails), the upstream exchange is cancelled at once, even while the upstream is silent, so that
+ * a backend generating a stream for nobody stops. (Without it sluice noticed only at its next
+ * write, which on a slow stream can be minutes later.) A client that sends more bytes (a
+ * pipelined request) is there: the watch ends, the bytes stay unread in the socket.
+ */
+class client_watch {
+public:
+    client_watch(tcp_socket& client, tcp_socket& upstream)
+        : client_(client)
+        , state_(std::make_shared<state>(upstream)) {
+        arm(client_, state_);
+    }
+
+    client_watch(const client_watch&) = delete;
+    client_watch& operator=(const client_watch&) = delete;
+
+    ~client_watch() {
+        // The handler may still be queued: it sees `over` and touches nothing else.
+        state_->over = true;
+        error_code ignored;
+        client_.cancel(ignored);
+    }
+
+    bool client_left() const noexcept { return state_->left; }
+
+private:
+    struct state {
+        explicit state(tcp_socket& s) noexcept
+            : upstream(s) {}
+
+        tcp_socket& upstream;
+        bool over = false;
+        bool left = false;
+    };
+
+    static void arm(tcp_socket& client, const std::shared_ptr<state>& st) {
+        client.async_wait(net::socket_base::wait_read, [&client, st](const error_code& ec) {
+            if (st->over || ec == net::error::operation_aborted) {
+                return;
+            }
+            char byte = 0;
+            const auto n =
+                ec ? -1 : ::recv(client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n > 0) {
+                return; // more from the client: it is there
+            }
+            if (n < 0 && !ec && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+                arm(client, st);
+                return;
+            }
+            st->left = true;
+            error_code ignored;
+            st->upstream.cancel(ignored);
+        });
+    }
+
+    tcp_socket& client_;
+    std::shared_ptr<state> state_;
+};
 
 /// An upstream response header may be larger than a request's (cookies): allow this much.
 constexpr std::uint32_t response_header_limit = 64 * 1024;
@@ -189,6 +256,11 @@ awaitable<failure> response_relay::run() {
         }
     }
     auto& body = rp_.get().body();
+    // Only once the request is all in: before that, the client's bytes are its body.
+    std::optional<client_watch> watch;
+    if (a_.parser.is_done()) {
+        watch.emplace(a_.client.socket(), conn_.stream.socket());
+    }
     for (;;) {
         do {
             body.data = buf_.data();
@@ -200,6 +272,9 @@ awaitable<failure> response_relay::run() {
             body.data = buf_.data();
             body.more = !rp_.is_done();
             if (rec && rec != bhttp::error::need_buffer) {
+                if (watch && watch->client_left()) {
+                    co_return failure::client_gone;
+                }
                 co_return failure::upstream; // mid-body: the response has started, close
             }
         } while (body.size == 0 && body.more);

@@ -5,6 +5,7 @@
 
 #include "integration_util.hpp"
 #include "support/limit_probe.hpp"
+#include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
 
 #include <fmt/format.h>
@@ -18,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <optional>
+#include <poll.h>
 #include <string>
 #include <sys/socket.h>
 #include <thread>
@@ -61,6 +63,12 @@ public:
 
     std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
 
+    /// When sluice closed the connection while the stream was waiting for its next event.
+    std::optional<clock_type::time_point> closed_at() const {
+        std::lock_guard lock(mutex_);
+        return closed_at_;
+    }
+
     /// When event i was sent (written to the socket), for the events sent so far.
     std::vector<clock_type::time_point> sent() const {
         std::lock_guard lock(mutex_);
@@ -90,7 +98,10 @@ private:
                  "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
         auto next = clock_type::now();
         for (int i = 0; i < count_; ++i) {
-            std::this_thread::sleep_until(next); // the stream's own pace, not a wait for sluice
+            // The stream's own pace, watching for sluice closing the connection meanwhile.
+            if (!wait_until(fd, next)) {
+                break;
+            }
             const auto event = fmt::format("data: {}\n\n", i);
             const auto chunk = fmt::format("{:x}\r\n{}\r\n", event.size(), event);
             {
@@ -107,6 +118,26 @@ private:
         while (::recv(fd, buffer, sizeof buffer, 0) > 0) {
         }
         ::close(fd);
+    }
+
+    /// Waits until `when`; false (and the time noted) if the connection closed first.
+    bool wait_until(int fd, clock_type::time_point when) {
+        for (;;) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(when - clock_type::now());
+            if (left <= 0ms) {
+                return true;
+            }
+            pollfd p{fd, POLLIN, 0};
+            if (::poll(&p, 1, static_cast<int>(left.count()) + 1) > 0) {
+                char byte = 0;
+                if (::recv(fd, &byte, 1, 0) <= 0) {
+                    std::lock_guard lock(mutex_);
+                    closed_at_ = clock_type::now();
+                    return false;
+                }
+            }
+        }
     }
 
     static bool send_all(int fd, std::string_view bytes) {
@@ -127,6 +158,7 @@ private:
     std::thread thread_;
     mutable std::mutex mutex_;
     std::vector<clock_type::time_point> sent_;
+    std::optional<clock_type::time_point> closed_at_;
 };
 
 /// Reads the response to GET /events from sluice on `port`, and notes when each event's
@@ -227,6 +259,35 @@ TEST_P(StreamingTest, UpstreamTimeoutBoundsTheGapNotTheStream) {
     }
     // The stream outlasted the timeout three times over.
     EXPECT_GE(clock_type::now() - started, 3s);
+}
+
+// A client that leaves mid-stream makes sluice close the upstream connection within 100 ms,
+// while the upstream is silent (an event every 2 s): the backend can stop generating. (sluice
+// used to notice only at its next write to the client, here 2 s later.)
+TEST_P(StreamingTest, AClientLeavingMidStreamClosesTheUpstreamAtOnce) {
+    event_stream_upstream upstream(5, 2s);
+    const auto rate_limit = rate_limit_yaml();
+    if (rate_limit.empty()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit));
+    auto client = fd_stream::connect_loopback(sluice.port());
+    client.timeout(5s);
+    client.write_all("GET /events HTTP/1.1\r\nHost: test\r\n\r\n");
+    std::string text;
+    char buffer[4096];
+    while (text.find("data: 0") == std::string::npos) {
+        error_code ec;
+        const auto n = client.read_some(boost::asio::buffer(buffer), ec);
+        ASSERT_FALSE(ec) << ec.message() << "\n" << text;
+        text.append(buffer, n);
+    }
+    client.close();
+    const auto left = clock_type::now();
+    ASSERT_TRUE(eventually([&] { return upstream.closed_at().has_value(); }, 1500ms))
+        << "the upstream connection stayed open";
+    EXPECT_LT(*upstream.closed_at() - left, 100ms);
+    EXPECT_EQ(upstream.sent().size(), 1u) << "nothing more was sent for the departed client";
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores,
