@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// The response relay's header step on its own (prepare_response): what an upstream response's
+// header becomes before it goes to the client. No socket is connected: the forward arguments
+// only need to exist.
+#include "http/forwarder_detail.hpp"
+#include "sluice/upstream/pool.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+namespace sluice::http::detail {
+namespace {
+
+class ResponseRelayHeader : public ::testing::Test {
+protected:
+    /// The upstream's response header `text`, parsed, then prepared for a client that spoke
+    /// HTTP/1.`minor`; returns whether the client connection stays open.
+    bool prepare(const std::string& text, unsigned minor = 1, bool draining = false) {
+        draining_ = draining;
+        args_.reply.version = 10 + minor;
+        make_parser(response_, arena_.allocator());
+        error_code ec;
+        response_->header_limit(64 * 1024);
+        response_->put(net::buffer(text), ec);
+        EXPECT_TRUE(!ec || ec == bhttp::error::need_buffer) << ec.message();
+        return prepare_response(args_, *response_);
+    }
+
+    const header_fields& fields() const { return response_->get().base(); }
+
+    net::io_context ioc_;
+    executor ex_{ioc_.get_executor()};
+    timed_stream client_{ex_};
+    beast::flat_buffer client_buffer_;
+    header_arena arena_;
+    request_parser request_{
+        std::piecewise_construct, std::make_tuple(), std::make_tuple(arena_.allocator())};
+    upstream::pool pool_{ex_};
+    config::config config_;
+    header_scratch scratch_;
+    buffer_pool buffers_{relay_buffer_size, 1};
+    bool draining_ = false;
+    forward_args args_{client_,
+                       client_buffer_,
+                       request_,
+                       arena_,
+                       pool_,
+                       config_,
+                       "203.0.113.7",
+                       {},
+                       true,
+                       false,
+                       &draining_,
+                       scratch_,
+                       buffers_};
+    std::optional<response_parser> response_;
+};
+
+TEST_F(ResponseRelayHeader, HopByHopFieldsGoAndRateLimitFieldsAreAdded) {
+    limiter::decision d;
+    d.limit = 10;
+    d.remaining = 4;
+    d.reset_after = std::chrono::milliseconds(1'500);
+    args_.reply.limits = {"api", &d, false};
+    EXPECT_TRUE(prepare("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: X-Private\r\n"
+                        "X-Private: 1\r\nKeep-Alive: timeout=5\r\nRateLimit: \"up\";r=1\r\n\r\n"));
+    EXPECT_EQ(fields().count("X-Private"), 0u);
+    EXPECT_EQ(fields().count("Keep-Alive"), 0u);
+    EXPECT_EQ(fields().count(bhttp::field::connection), 0u);
+    EXPECT_EQ(fields().count("RateLimit"), 0u) << "the upstream's own is replaced";
+    EXPECT_NE(scratch_.lines.find("RateLimit-Policy: \"api\";q=10\r\n"), std::string::npos)
+        << scratch_.lines;
+    EXPECT_NE(scratch_.lines.find("RateLimit: \"api\";r=4;t=2\r\n"), std::string::npos)
+        << scratch_.lines;
+    EXPECT_EQ(scratch_.lines.find("Connection:"), std::string::npos) << scratch_.lines;
+}
+
+// A body the upstream ends by closing (or chunks) is chunked for an HTTP/1.1 client, which keeps
+// its connection; an HTTP/1.0 client knows no chunking, so its body ends when sluice closes.
+TEST_F(ResponseRelayHeader, ABodyWithoutLengthIsChunkedFor11AndEndsWithTheConnectionFor10) {
+    EXPECT_TRUE(prepare("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"));
+    EXPECT_TRUE(response_->get().chunked());
+    EXPECT_FALSE(prepare("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n", 0));
+    EXPECT_FALSE(response_->get().chunked());
+    // Closing is HTTP/1.0's default: no Connection field says so.
+    EXPECT_EQ(scratch_.lines.find("Connection:"), std::string::npos) << scratch_.lines;
+    EXPECT_EQ(response_->get().version(), 10u);
+}
+
+TEST_F(ResponseRelayHeader, ADrainingWorkerClosesTheClientConnection) {
+    EXPECT_FALSE(prepare("HTTP/1.1 204 No Content\r\n\r\n", 1, true));
+    EXPECT_NE(scratch_.lines.find("Connection: close\r\n"), std::string::npos) << scratch_.lines;
+}
+
+} // namespace
+} // namespace sluice::http::detail
