@@ -46,10 +46,12 @@ std::string format_access(const access_record& r, config::logging_settings::form
         field("path", r.path);
         field("key", r.key);
         field("decision", r.decision);
-        out += fmt::format(R"("status":{},"upstream_ms":{},"delay_ms":{})",
+        out += fmt::format(R"("status":{},"upstream_ms":{},"delay_ms":{},"end":")",
                            r.status,
                            r.upstream_time.count(),
                            r.delay.count());
+        out += r.end; // one of a few fixed words
+        out += '"';
         return out;
     }
     const auto field = [&out](std::string_view name, std::string_view value) {
@@ -65,11 +67,12 @@ std::string format_access(const access_record& r, config::logging_settings::form
     field("path", r.path);
     field("key", r.key);
     field("decision", r.decision);
-    out += fmt::format(" status={} upstream_ms={} delay_ms={}",
+    out += fmt::format(" status={} upstream_ms={} delay_ms={} end={}",
                        r.status == 0 ? std::string("-") : std::to_string(r.status),
                        r.upstream_time.count() < 0 ? std::string("-")
                                                    : std::to_string(r.upstream_time.count()),
-                       r.delay.count());
+                       r.delay.count(),
+                       r.end);
     return out;
 }
 

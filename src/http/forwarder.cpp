@@ -307,6 +307,7 @@ awaitable<forward_result> forward(forward_args& a) {
         // The response has started (or the client left): the only honest end is to close.
         close_connection(conn);
         result.keep_alive = false;
+        result.cut_short = f == failure::client_gone ? "client_left" : "upstream_broke";
         co_return result;
     }
     if (upstream_keep_alive && rp->is_done() && !*a.draining) {

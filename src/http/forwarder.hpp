@@ -7,8 +7,8 @@
 #include "http/message_types.hpp"
 #include "http/message_writer.hpp"
 #include "sluice/config/config.hpp"
-#include "sluice/io/timed_stream.hpp"
 #include "sluice/http/worker_context.hpp"
+#include "sluice/io/timed_stream.hpp"
 #include "sluice/upstream/pool.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -35,6 +35,8 @@ struct forward_result {
     /// The client connection may carry another request.
     bool keep_alive = false;
     upstream_outcome upstream = upstream_outcome::client_failed;
+    /// How the exchange ended when not in full: "client_left", "upstream_broke"; empty otherwise.
+    std::string_view cut_short;
     /// From the start of forwarding to the end of the response.
     milliseconds upstream_time{-1};
 };

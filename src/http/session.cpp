@@ -129,6 +129,9 @@ forward_args forward_args_for(connection_state& c, request_state& r) {
 ending forwarded(request_state& r, const forward_result& result) {
     r.record.status = result.status;
     r.record.upstream_time = result.upstream_time;
+    if (!result.cut_short.empty()) {
+        r.record.end = result.cut_short;
+    }
     r.upstream = result.upstream;
     if (result.status == 0) {
         return ending::close;

@@ -288,6 +288,8 @@ TEST_P(StreamingTest, AClientLeavingMidStreamClosesTheUpstreamAtOnce) {
         << "the upstream connection stayed open";
     EXPECT_LT(*upstream.closed_at() - left, 100ms);
     EXPECT_EQ(upstream.sent().size(), 1u) << "nothing more was sent for the departed client";
+    EXPECT_TRUE(sluice.wait_for_log("path=/events", 2s)) << sluice.log_text();
+    EXPECT_NE(sluice.log_text().find("end=client_left"), std::string::npos) << sluice.log_text();
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores,

@@ -19,13 +19,17 @@ struct access_record {
     unsigned status = 0;                         // 0: no response was sent (the client left first)
     std::chrono::milliseconds upstream_time{-1}; // -1: not forwarded
     std::chrono::milliseconds delay{0};
+    /// How a forwarded exchange ended when not in full: "client_left" (the client went before
+    /// the response was all written: sluice closed the upstream connection at once),
+    /// "upstream_broke" (the upstream's response stopped short); "-" otherwise.
+    std::string_view end = "-";
 };
 
 /**
  * One access-log line (without the logger's own prefix). Text:
  * `client=203.0.113.7 method=GET path=/v1/x key=rate-limit:203.0.113.7:/v1/x decision=allowed
- * status=200 upstream_ms=3 delay_ms=0`, with '-' for an empty field. JSON: the same fields as the
- * members of an object *without* the braces (`"client":"…","method":…`), so that the JSON log
+ * status=200 upstream_ms=3 delay_ms=0 end=-`, with '-' for an empty field. JSON: the same fields as
+ * the members of an object *without* the braces (`"client":"…","method":…`), so that the JSON log
  * formatter can add time and level around them.
  */
 std::string format_access(const access_record& record, config::logging_settings::format_kind kind);

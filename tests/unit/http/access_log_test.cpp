@@ -25,7 +25,7 @@ access_record forwarded() {
 TEST(FormatAccess, TextIsOneLineOfNameValuePairs) {
     EXPECT_EQ(format_access(forwarded(), format::text),
               "client=203.0.113.7 method=GET path=/v1/x key=rate-limit:203.0.113.7:/v1/x "
-              "decision=delayed status=200 upstream_ms=12 delay_ms=400");
+              "decision=delayed status=200 upstream_ms=12 delay_ms=400 end=-");
 }
 
 TEST(FormatAccess, TextShowsDashesForWhatDidNotHappen) {
@@ -35,7 +35,7 @@ TEST(FormatAccess, TextShowsDashesForWhatDidNotHappen) {
     r.path = "/bad path";
     EXPECT_EQ(format_access(r, format::text),
               "client=::1 method=GET path=/bad%20path key=- decision=- status=- upstream_ms=- "
-              "delay_ms=0");
+              "delay_ms=0 end=-");
 }
 
 TEST(FormatAccess, JsonIsObjectMembersWithEscapedStrings) {
@@ -44,7 +44,14 @@ TEST(FormatAccess, JsonIsObjectMembersWithEscapedStrings) {
     EXPECT_EQ(format_access(r, format::json),
               R"("client":"203.0.113.7","method":"GET","path":"/a\"b",)"
               R"("key":"rate-limit:203.0.113.7:/v1/x","decision":"delayed",)"
-              R"("status":200,"upstream_ms":12,"delay_ms":400)");
+              R"("status":200,"upstream_ms":12,"delay_ms":400,"end":"-")");
+}
+
+TEST(FormatAccess, SaysWhenTheClientLeftMidResponse) {
+    auto r = forwarded();
+    r.end = "client_left";
+    EXPECT_NE(format_access(r, format::text).find(" end=client_left"), std::string::npos);
+    EXPECT_NE(format_access(r, format::json).find(R"("end":"client_left")"), std::string::npos);
 }
 
 } // namespace
