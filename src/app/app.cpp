@@ -150,7 +150,8 @@ std::string redis_restart_keys(const config::config& running, const config::conf
     check(a.host != b.host, "host");
     check(a.port != b.port, "port");
     check(a.username != b.username, "username");
-    check(a.password != b.password, "password");
+    // A secret rotated in its file names the file's key: that is what the operator changed.
+    check(a.password != b.password, b.password_file.empty() ? "password" : "password-file");
     check(a.db != b.db, "db");
     check(a.timeout != b.timeout, "timeout");
     check(a.connect_timeout != b.connect_timeout, "connect-timeout");

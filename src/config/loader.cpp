@@ -113,8 +113,7 @@ constexpr std::size_t max_secret_bytes = 64 * 1024;
  * Kubernetes or Docker secret is mounted). Read again on every reload. Messages name the file
  * and the OS error, never the content.
  */
-void read_password_file(mapping& m, std::string& password) {
-    std::string path;
+void read_password_file(mapping& m, std::string& password, std::string& path) {
     if (!m.read("password-file", path, false)) {
         return;
     }
@@ -182,7 +181,7 @@ void read_redis(mapping& parent, redis_settings& out) {
     m.read_int("port", out.port, 1, 65535);
     m.read("username", out.username, true);
     m.read("password", out.password, true);
-    read_password_file(m, out.password);
+    read_password_file(m, out.password, out.password_file);
     m.read_int("db", out.db, 0, std::numeric_limits<int>::max());
     m.read_duration("ttl", out.ttl, false);
     m.read_duration("timeout", out.timeout, false);

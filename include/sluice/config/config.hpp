@@ -94,6 +94,9 @@ struct redis_settings {
     std::uint16_t port = 6379;
     std::string username;
     std::string password;
+    /// Where `password` was read from (rate-limit.redis.password-file); empty when written in the
+    /// config itself. The path only, for messages: never the secret.
+    std::string password_file;
     int db = 0;
     milliseconds ttl{60'000};
     milliseconds timeout{50};
