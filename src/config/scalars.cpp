@@ -155,23 +155,22 @@ std::optional<std::chrono::milliseconds> seconds_to_ms(double seconds) noexcept 
 constexpr std::uint64_t kibi = std::uint64_t{1} << 10;
 constexpr std::uint64_t mebi = std::uint64_t{1} << 20;
 constexpr std::uint64_t gibi = std::uint64_t{1} << 30;
-constexpr std::array<std::pair<std::string_view, std::uint64_t>, 16> size_units{
-    {{"", 1},
-     {"B", 1},
-     {"k", kibi},
-     {"K", kibi},
-     {"kB", kibi},
-     {"KB", kibi},
-     {"M", mebi},
-     {"MB", mebi},
-     {"G", gibi},
-     {"GB", gibi},
-     {"Ki", kibi},
-     {"KiB", kibi},
-     {"Mi", mebi},
-     {"MiB", mebi},
-     {"Gi", gibi},
-     {"GiB", gibi}}};
+constexpr std::array<std::pair<std::string_view, std::uint64_t>, 16> size_units{{{"", 1},
+                                                                                 {"B", 1},
+                                                                                 {"k", kibi},
+                                                                                 {"K", kibi},
+                                                                                 {"kB", kibi},
+                                                                                 {"KB", kibi},
+                                                                                 {"M", mebi},
+                                                                                 {"MB", mebi},
+                                                                                 {"G", gibi},
+                                                                                 {"GB", gibi},
+                                                                                 {"Ki", kibi},
+                                                                                 {"KiB", kibi},
+                                                                                 {"Mi", mebi},
+                                                                                 {"MiB", mebi},
+                                                                                 {"Gi", gibi},
+                                                                                 {"GiB", gibi}}};
 
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
     if (text.size() < prefix.size()) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include "sluice/io/net.hpp"
 #include "sluice/http/worker_context.hpp"
+#include "sluice/io/net.hpp"
 
 namespace sluice::http {
 

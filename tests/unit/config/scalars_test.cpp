@@ -111,7 +111,7 @@ TEST(ConfigScalars, ShorthandSizesAre1024Based) {
     EXPECT_EQ(parse_size("18446744073709551616"), std::nullopt);
     EXPECT_EQ(parse_size("17179869183G"), ((1ull << 34) - 1) << 30);
     EXPECT_EQ(parse_size("17179869183.5G"), (((1ull << 34) - 1) << 30) + (1ull << 29));
-    EXPECT_EQ(parse_size("17179869184G"), std::nullopt); // 2^64
+    EXPECT_EQ(parse_size("17179869184G"), std::nullopt);             // 2^64
     EXPECT_EQ(parse_size("17179869183.99999999999G"), std::nullopt); // not whole bytes
     EXPECT_EQ(parse_size("1.0000000000000000000000001k"), std::nullopt);
 }
