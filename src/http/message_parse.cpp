@@ -81,6 +81,11 @@ error_code put_buffered(beast::flat_buffer& buffer,
     if (chunks && ec == bhttp::error::need_more) {
         if (const auto bad = check_unparsed(data, limits)) {
             ec = bad;
+        } else if (data.size() == chunk_window(limits)) {
+            // Beast had the whole window and still waits for a line's end: what it waits for
+            // lies beyond the limits, however check_unparsed read the lines (a bare LF, which
+            // Beast does not take for a line's end, once let such a body grow without bound).
+            ec = bhttp::error::header_limit;
         }
     } else if (chunks && !ec && parser.is_done()) {
         ec = check_trailer(data.substr(0, used), limits);

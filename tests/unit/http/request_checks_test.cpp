@@ -188,5 +188,17 @@ TEST(PutBuffered, ATrailerValueOver64KiBIsRefusedNotThrown) {
     EXPECT_EQ(ec, error_code(bhttp::error::header_limit));
 }
 
+// A chunk line ended by a bare LF looks complete to a line scan but not to Beast, which waits
+// for CRLF: given the whole window and still waiting, the body is refused rather than buffered
+// without end (found by fuzz/request_head_fuzz.cpp).
+TEST(PutBuffered, AWindowFullOfWhatBeastCannotEndIsRefused) {
+    const chunk_limits limits{64, 256};
+    // The line ends (for a scan) exactly at the line limit, so what follows fits the trailer limit.
+    EXPECT_EQ(
+        parse_chunked("5\r\nhello\r\n0=" + std::string(63, 'x') + "\n" + std::string(2000, 'y'),
+                      limits),
+        error_code(bhttp::error::header_limit));
+}
+
 } // namespace
 } // namespace sluice::http::detail
