@@ -104,6 +104,9 @@ double allowance(const config::limit& l, double first, double last) {
         const auto w = static_cast<double>(l.window.count());
         return static_cast<double>(l.limit_count) * std::ceil((last - first + 1) / w);
     }
+    case config::algorithm::concurrency:
+        // Not generated here: its slots come back by release, not with time.
+        return static_cast<double>(l.limit_count);
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "sluice/metrics/metrics.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_store.hpp"
+#include "sluice/store/slot_waiters.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -106,6 +107,12 @@ std::string describe_limit(const config::limit& l) {
                            l.limit_count,
                            l.window.count(),
                            l.dry_run ? " dry-run" : "");
+    case config::algorithm::concurrency:
+        return fmt::format("CONCURRENCY limit={} {} lease={}ms{}",
+                           l.limit_count,
+                           l.mode == config::shaping_mode::shape ? "shape" : "police",
+                           l.lease.count(),
+                           l.dry_run ? " dry-run" : "");
     }
     return "?";
 }
@@ -177,6 +184,8 @@ private:
     /// the failure mode lets requests through without it).
     bool ready() const;
     void start_admin();
+    /// Redis store with a CONCURRENCY limit anywhere: subscribes to the freed slots.
+    void start_slot_announcements();
 
     void start_workers();
     void log_summary(const tcp::endpoint& bound) const;
@@ -192,6 +201,8 @@ private:
     command_line command_;
     config_ptr config_;
     steady_clock_source clock_;
+    /// The requests waiting for a CONCURRENCY slot, whatever the store.
+    store::slot_waiters slot_waiters_;
     std::unique_ptr<store::memory_store> memory_store_;
     metrics::registry metrics_;
     std::shared_ptr<spdlog::logger> access_log_;
@@ -200,6 +211,9 @@ private:
     net::io_context control_{1};
     /// After control_, whose executor its acceptor uses: destroyed before it.
     std::unique_ptr<metrics::admin_server> admin_;
+    /// Redis store: hears of CONCURRENCY slots freed by any instance (redis_store::slot_channel)
+    /// and wakes this instance's waiters for them. On control_'s thread; after control_.
+    std::unique_ptr<redis::client> slot_announcements_;
     signal_set signals_{control_.get_executor(), SIGINT, SIGTERM, SIGHUP};
     steady_timer sweep_timer_{control_.get_executor()};
     steady_timer drain_timer_{control_.get_executor()};
@@ -245,6 +259,20 @@ bool application::ready() const {
     });
 }
 
+void application::start_slot_announcements() {
+    const auto& cfg = *config_;
+    if (cfg.rate_limit.store != config::store_kind::redis) {
+        return;
+    }
+    // One connection per process, whatever the rules: a reload may add a CONCURRENCY limit, and
+    // an idle subscription costs Redis nothing.
+    slot_announcements_ = std::make_unique<redis::client>(
+        control_.get_executor(), redis::client_options::from_settings(cfg.rate_limit.redis));
+    slot_announcements_->subscribe(store::redis_store::slot_channel(cfg.rate_limit.redis),
+                                   [this](const std::string& key) { slot_waiters_.notify(key); });
+    slot_announcements_->start();
+}
+
 void application::start_admin() {
     const auto& admin = config_->admin;
     if (!admin.enabled) {
@@ -282,6 +310,7 @@ void application::start_workers() {
         w->pool = std::make_unique<upstream::pool>(ex);
         make_worker_store(*w);
         w->context.store = w->store.get();
+        w->context.waiters = &slot_waiters_;
         w->context.pool = w->pool.get();
         w->context.held = &metrics_.held_now;
         w->context.metrics = &metrics_;
@@ -428,6 +457,9 @@ void application::worker_finished() {
         if (admin_) {
             admin_->stop();
         }
+        if (slot_announcements_) {
+            slot_announcements_->stop();
+        }
         drain_timer_.cancel();
         sweep_timer_.cancel();
         error_code ignored;
@@ -482,9 +514,11 @@ int application::run() {
         memory_store_shards,
         store::memory_store_limits{config_->rate_limit.memory.max_keys,
                                    &metrics_.memory_store_evictions_total});
+    memory_store_->set_waiters(&slot_waiters_);
     // A start-up failure from here on (the admin port in use, say) leaves by an exception with
     // the worker threads running: each worker's destructor stops and joins its thread, so the
     // process ends with the error and exit code 1, not with std::terminate.
+    start_slot_announcements();
     start_workers();
     listening_ = true;
     start_admin();

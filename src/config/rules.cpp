@@ -29,6 +29,8 @@ std::vector<std::string_view> parameters_of(algorithm algo) {
     case algorithm::fixed_window:
     case algorithm::sliding_window:
         return {"limit", "window"};
+    case algorithm::concurrency:
+        return {"limit"};
     }
     return {};
 }
@@ -219,12 +221,38 @@ void read_key(mapping& m, limit& out) {
     }
 }
 
-/// mode, max-delay, dry-run and key.
+/// A lease shorter than this could lapse between two renewals (every lease / 3) on a slow Redis.
+constexpr std::chrono::milliseconds min_lease{1'000};
+
+/// CONCURRENCY's `lease`; an error on any other algorithm.
+void read_lease(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
+    if (!m.has("lease")) {
+        return;
+    }
+    if (algo_known && out.algo != algorithm::concurrency) {
+        m.error("lease", "applies only to CONCURRENCY, not " + algo_name);
+        return;
+    }
+    std::chrono::milliseconds lease{0};
+    if (!m.read_duration("lease", lease, false)) {
+        return;
+    }
+    if (lease < min_lease) {
+        m.error("lease",
+                "must be at least 1s (a held slot is renewed every lease / 3), got " +
+                    describe(m.get("lease")));
+        return;
+    }
+    out.lease = lease;
+}
+
+/// mode, max-delay, lease, dry-run and key.
 void read_options(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
-    const bool leaky = out.algo == algorithm::leaky_bucket;
+    // The algorithms that may make a request wait: for its slot in the queue, or for a free slot.
+    const bool leaky = out.algo == algorithm::leaky_bucket || out.algo == algorithm::concurrency;
     if (m.has("mode")) {
         if (algo_known && !leaky) {
-            m.error("mode", "applies only to LEAKY_BUCKET, not " + algo_name);
+            m.error("mode", "applies only to LEAKY_BUCKET and CONCURRENCY, not " + algo_name);
         } else {
             m.read_enum<shaping_mode>(
                 "mode",
@@ -235,13 +263,14 @@ void read_options(mapping& m, limit& out, const std::string& algo_name, bool alg
     if (m.has("max-delay")) {
         std::chrono::milliseconds delay{0};
         if (algo_known && !leaky) {
-            m.error("max-delay", "applies only to LEAKY_BUCKET, not " + algo_name);
+            m.error("max-delay", "applies only to LEAKY_BUCKET and CONCURRENCY, not " + algo_name);
         } else if (out.mode == shaping_mode::police) {
             m.error("max-delay", "applies only to mode: shape (police never holds a request)");
         } else if (m.read_duration("max-delay", delay, true)) {
             out.max_delay = delay;
         }
     }
+    read_lease(m, out, algo_name, algo_known);
     m.read("dry-run", out.dry_run);
     read_key(m, out);
 }
@@ -390,7 +419,8 @@ limit parse_limit(problems& report,
                                              {"TOKEN_BUCKET", algorithm::token_bucket},
                                              {"FIXED_WINDOW", algorithm::fixed_window},
                                              {"FIXED_COUNTER", algorithm::fixed_window},
-                                             {"SLIDING_WINDOW", algorithm::sliding_window}});
+                                             {"SLIDING_WINDOW", algorithm::sliding_window},
+                                             {"CONCURRENCY", algorithm::concurrency}});
         if (algo_known) {
             algo_name = m.get("algorithm").Scalar();
         }

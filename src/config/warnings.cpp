@@ -37,6 +37,8 @@ retention retention_of(const limit& l) {
                     format_duration(needed) + ")",
                 "a quiet client's bucket state would be forgotten and refilled early"};
     }
+    case algorithm::concurrency:
+        // Slot sets expire with their leases in Redis, not after `ttl`.
     case algorithm::fixed_window:
     case algorithm::sliding_window:
         // Window keys expire with their own window in Redis, not after `ttl`: nothing to warn.

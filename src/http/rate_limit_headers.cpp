@@ -74,8 +74,11 @@ void format_rate_limit(Out& out, std::string_view name, const limiter::decision&
     append_sf_string(out, name);
     append_text(out, ";r=");
     append_int(out, std::max<std::int64_t>(d.remaining, 0));
-    append_text(out, ";t=");
-    append_int(out, ceil_seconds(d.reset_after));
+    // A concurrency limit frees slots when responses end, not on a clock: no reset to state.
+    if (!d.in_flight) {
+        append_text(out, ";t=");
+        append_int(out, ceil_seconds(d.reset_after));
+    }
 }
 
 // An append target on the stack, big enough for the usual rate-limit lines; `full` once
@@ -144,8 +147,10 @@ void for_each_field(std::string_view name,
     field(x_ratelimit_fields[0]);
     append_int(value, std::max<std::int64_t>(decision.remaining, 0));
     field(x_ratelimit_fields[1]);
-    append_int(value, ceil_seconds(decision.reset_after));
-    field(x_ratelimit_fields[2]);
+    if (!decision.in_flight) {
+        append_int(value, ceil_seconds(decision.reset_after));
+        field(x_ratelimit_fields[2]);
+    }
 }
 
 template <typename Out>
@@ -268,7 +273,8 @@ std::string rejection_body(std::string_view name, int limit_index, std::int64_t 
     body += R"(","limit_index":)";
     body += std::to_string(limit_index);
     body += R"(,"retry_after":)";
-    body += std::to_string(retry_after);
+    // 0: no estimate (a concurrency limit frees slots when responses end, not on a clock).
+    body += retry_after > 0 ? std::to_string(retry_after) : std::string("null");
     body += '}';
     return body;
 }

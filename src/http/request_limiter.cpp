@@ -17,6 +17,7 @@ metrics::decision_kind to_metric(verdict::kind what) noexcept {
     case verdict::kind::allowed:
         return metrics::decision_kind::allowed;
     case verdict::kind::delayed:
+    case verdict::kind::queued:
         return metrics::decision_kind::delayed;
     case verdict::kind::rejected:
         return metrics::decision_kind::rejected;
@@ -40,9 +41,12 @@ bool any_dry_run_rejected(std::span<const config::limit> limits, const store::ou
     return false;
 }
 
-// An enforced limit that may hold a request: a leaky bucket in shape mode.
+// An enforced limit that may hold a request: a leaky bucket in shape mode holds it for its
+// slot, a concurrency limit in shape mode until a slot frees.
 bool may_hold(const config::limit& limit) noexcept {
-    return !limit.dry_run && limit.algo == config::algorithm::leaky_bucket &&
+    return !limit.dry_run &&
+           (limit.algo == config::algorithm::leaky_bucket ||
+            limit.algo == config::algorithm::concurrency) &&
            limit.mode == config::shaping_mode::shape;
 }
 
@@ -91,9 +95,42 @@ void request_limiter::derive_checks(const config::config& cfg, const limited_req
         return it == message.end() ? std::nullopt : std::optional<std::string_view>(it->value());
     };
     auto keys = key::request_limit_keys(rule, limits_, rule_name_, client_part, req.path, lookup);
+    queue_keys_.clear();
     for (std::size_t i = 0; i < limits_.size(); ++i) {
+        if (limits_[i].algo == config::algorithm::concurrency && may_hold(limits_[i])) {
+            queue_keys_.emplace_back(static_cast<int>(i), keys[i]);
+        }
         pending_.push_back({std::move(keys[i]), &limits_[i]});
     }
+}
+
+bool request_limiter::join_line(worker_context& w) {
+    if (held_cap_reached_ || w.waiters == nullptr) {
+        return false;
+    }
+    for (const auto& [index, key] : queue_keys_) {
+        if (w.waiters->waiting(key)) {
+            pending_.clear();
+            v_ = {};
+            v_.what = verdict::kind::queued;
+            v_.wait_for = index;
+            waited_ = true;
+            word_ = to_string(v_.what);
+            counted_as_ = metrics::decision_kind::delayed;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool request_limiter::decide_now(worker_context& w) {
+    auto now = w.store->try_acquire_now(pending_);
+    if (!now) {
+        return false;
+    }
+    pending_.clear();
+    settle(std::move(*now));
+    return true;
 }
 
 // Takes the request's place among the held requests before the store decides it, when one of
@@ -135,28 +172,83 @@ bool request_limiter::try_now(worker_context& w,
         first_key_ = pending_.front().key;
     }
     reserve_hold(w);
-    auto now = w.store->try_acquire_now(pending_);
-    if (!now) {
-        return false;
+    store_ = w.store;
+    worker_ = &w;
+    if (join_line(w)) {
+        return true;
     }
+    return decide_now(w);
+}
+
+bool request_limiter::try_again(worker_context& w, const limited_request& req) {
     pending_.clear();
-    settle(std::move(*now));
-    return true;
+    outcome_ = {};
+    v_ = {};
+    fields_ = {};
+    dry_run_rejected_ = false;
+    derive_checks(*cfg_, req);
+    return decide_now(w);
+}
+
+void request_limiter::give_up() noexcept {
+    const int index = v_.wait_for;
+    v_ = {};
+    v_.what = verdict::kind::rejected;
+    v_.refused_by = index;
+    held_.reset();
+    word_ = to_string(v_.what);
+    counted_as_ = metrics::decision_kind::rejected;
+}
+
+std::string_view request_limiter::wait_key() const noexcept {
+    for (const auto& [index, key] : queue_keys_) {
+        if (index == v_.wait_for) {
+            return key;
+        }
+    }
+    return {};
+}
+
+const config::limit* request_limiter::wait_limit() const noexcept {
+    if (v_.wait_for < 0 || static_cast<std::size_t>(v_.wait_for) >= limits_.size()) {
+        return nullptr;
+    }
+    return &limits_[static_cast<std::size_t>(v_.wait_for)];
+}
+
+void request_limiter::release_slots() noexcept {
+    if (slots_.empty() || store_ == nullptr) {
+        return;
+    }
+    store_->release(slots_);
+    if (in_flight_ != nullptr) {
+        in_flight_->fetch_sub(static_cast<std::int64_t>(slots_.size()), std::memory_order_relaxed);
+    }
+    slots_.clear();
 }
 
 void request_limiter::settle(store::outcome outcome) {
     const auto& cfg = *cfg_;
     outcome_ = std::move(outcome);
+    slots_ = std::move(outcome_.slots);
+    if (!slots_.empty() && worker_ != nullptr) {
+        in_flight_ = &worker_->rule_counters(rule_name_).in_flight;
+        in_flight_->fetch_add(static_cast<std::int64_t>(slots_.size()), std::memory_order_relaxed);
+    }
     v_ = decide(limits_, outcome_, cfg.rate_limit.redis.on_failure);
-    if (v_.what != verdict::kind::delayed) {
+    if (v_.what != verdict::kind::delayed && v_.what != verdict::kind::queued) {
         held_.reset();
     }
+    waited_ = waited_ || v_.what == verdict::kind::queued;
     overloaded_ = held_cap_reached_ && v_.what == verdict::kind::rejected &&
                   refused_only_for_waiting(limits_, outcome_);
-    word_ = overloaded_ ? "overloaded" : to_string(v_.what);
+    // A request admitted after waiting for a slot was delayed, like a shaped one.
+    const auto shown =
+        waited_ && v_.what == verdict::kind::allowed ? verdict::kind::delayed : v_.what;
+    word_ = overloaded_ ? "overloaded" : to_string(shown);
     // As before the cap was checked first: the limiter would have delayed it (then
     // sluice_held_overflow_total counts the refusal).
-    counted_as_ = to_metric(overloaded_ ? verdict::kind::delayed : v_.what);
+    counted_as_ = to_metric(overloaded_ ? verdict::kind::delayed : shown);
     dry_run_rejected_ = any_dry_run_rejected(limits_, outcome_);
     if (v_.headers_from >= 0) {
         fields_ = {rule_name_,

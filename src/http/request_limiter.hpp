@@ -65,6 +65,9 @@ public:
     request_limiter(const request_limiter&) = delete;
     request_limiter& operator=(const request_limiter&) = delete;
 
+    /// Gives back the CONCURRENCY slots the request holds: its response is over.
+    ~request_limiter() { release_slots(); }
+
     /**
      * Finds the rule, derives the store keys, takes a place among the held requests when a limit
      * may hold the request (`rate-limit.max-held`, checked before anything is charged), and has
@@ -73,6 +76,23 @@ public:
      * request's snapshot) and `w` outlive the limiter.
      */
     bool try_now(worker_context& w, const config::config& cfg, const limited_request& req);
+
+    /**
+     * After a wait for a slot (`verdict::kind::queued`): decides the request again, as
+     * `try_now` but without joining the line of waiters first (the request is in it).
+     */
+    bool try_again(worker_context& w, const limited_request& req);
+
+    /// A queued request that waited its `max-delay` without a slot: refused, naming the limit.
+    void give_up() noexcept;
+
+    /// queued: the key of the slot to wait for, its limit, and when waiting ends (nullopt:
+    /// never, though `rate-limit.max-held` and the client still bound it).
+    std::string_view wait_key() const noexcept;
+    const config::limit* wait_limit() const noexcept;
+
+    /// Gives back the request's slots now (idempotent).
+    void release_slots() noexcept;
 
     /// The checks the store could not decide at once.
     store::checks take_pending() noexcept { return std::move(pending_); }
@@ -116,6 +136,10 @@ public:
 private:
     void derive_checks(const config::config& cfg, const limited_request& req);
     void reserve_hold(worker_context& w);
+    /// A request that arrives while others wait for a slot of one of its keys joins the line
+    /// rather than taking a slot first.
+    bool join_line(worker_context& w);
+    bool decide_now(worker_context& w);
 
     const config::config* cfg_ = nullptr;
     std::string_view rule_name_;
@@ -127,6 +151,17 @@ private:
     verdict v_;
     rate_limit_context fields_;
     std::string_view word_ = "-";
+    /// The store that gave `slots_`, and the slots to give back.
+    store::store* store_ = nullptr;
+    store::slots slots_;
+    worker_context* worker_ = nullptr;
+    /// The rule's in-flight gauge, counting `slots_` while they are held.
+    metrics::gauge* in_flight_ = nullptr;
+    /// The keys of the rule's CONCURRENCY limits in mode shape, by limit index: the lines a
+    /// queued request waits in.
+    boost::container::small_vector<std::pair<int, std::string>, 1> queue_keys_;
+    /// The request was queued at least once: admitted after, it counts as delayed.
+    bool waited_ = false;
     std::optional<metrics::decision_kind> counted_as_;
     bool dry_run_rejected_ = false;
     std::optional<held_count> held_;

@@ -22,6 +22,7 @@ namespace sluice::http {
 namespace {
 
 using namespace detail;
+using std::chrono::steady_clock;
 
 /// A held request reads ahead at most this much (body or pipelined requests) while it waits.
 constexpr std::size_t hold_read_ahead = 64 * 1024;
@@ -105,6 +106,83 @@ awaitable<bool> hold(connection_state& c, milliseconds delay) {
     }
     co_await wait_timer(timer);
     co_return true;
+}
+
+/// How often a request waiting for a slot asks the store again without being woken: the slot
+/// of an instance that died frees only when its lease lapses, and nothing announces that. A
+/// third of the lease, as the renewals, within [100 ms, 1 s].
+milliseconds recheck_interval(const config::limit& limit) {
+    return std::clamp(limit.lease / 3, milliseconds{100}, milliseconds{1'000});
+}
+
+/// What a wait for a slot came to.
+enum class slot_wait {
+    decided,   // decided again: admitted, refused by another limit, or the store failed
+    timed_out, // max-delay passed without a free slot
+    left,      // the client left
+};
+
+// Waits in the line of the slot's key (CONCURRENCY, mode shape) until woken by a freed slot or
+// the recheck interval, then decides the request again, until it is no longer queued. Every
+// limit of the request is decided again each time: nothing was charged while it was queued.
+awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
+    using namespace net::experimental::awaitable_operators;
+    const auto* limit = r.limiter.wait_limit();
+    const auto started = steady_clock::now();
+    const auto deadline = limit != nullptr && limit->max_delay
+                              ? std::optional(started + *limit->max_delay)
+                              : std::nullopt;
+    const auto recheck = recheck_interval(limit != nullptr ? *limit : config::limit{});
+    c.stream.expires_never(); // as in `hold`: the header's deadline must not cut the wait
+    steady_timer timer(c.stream.get_executor());
+    bool woken = false; // a wake-up may come while the store decides: it must not be lost
+    auto wake = [&woken, &timer] {
+        woken = true;
+        timer.cancel();
+    };
+    std::string ticket_key(r.limiter.wait_key());
+    auto ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
+    bool watching = true;
+    while (r.limiter.result().what == verdict::kind::queued) {
+        if (!woken) {
+            auto wake_at = steady_clock::now() + recheck;
+            if (deadline && *deadline < wake_at) {
+                wake_at = *deadline;
+            }
+            timer.expires_at(wake_at);
+            if (watching) {
+                auto first = co_await (wait_timer(timer) || watch_client(c));
+                if (first.index() == 1) {
+                    if (std::get<1>(first)) {
+                        co_return slot_wait::left;
+                    }
+                    watching = false; // it sent a body's worth: wait without watching
+                    co_await wait_timer(timer);
+                }
+            } else {
+                co_await wait_timer(timer);
+            }
+        }
+        woken = false;
+        if (deadline && steady_clock::now() >= *deadline) {
+            co_return slot_wait::timed_out;
+        }
+        const limited_request req{r.parser.get(), r.record.path, c.peer};
+        if (!r.limiter.try_again(c.w, req)) {
+            r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
+        }
+        if (r.limiter.result().what != verdict::kind::queued) {
+            break;
+        }
+        if (r.limiter.wait_key() != ticket_key) {
+            ticket_key = r.limiter.wait_key();
+            ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
+        } else if (ticket.rearm()) {
+            woken = true; // a slot freed while it decided: try again at once
+        }
+    }
+    c.w.metrics->slot_wait.observe(steady_clock::now() - started);
+    co_return slot_wait::decided;
 }
 
 // What `forward` needs for this request. The caller keeps it until forward completes.
@@ -257,6 +335,19 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
                       spdlog::level::warn,
                       "rate-limit.max-held ({}) reached: answering 503",
                       r.cfg->rate_limit.max_held);
+    }
+    if (verdict.what == verdict::kind::queued) {
+        const auto waited = co_await wait_for_slot(c, r);
+        if (waited == slot_wait::left) {
+            r.limiter.end_hold();
+            metrics::bump(c.w.metrics->held_abandoned_total);
+            r.record.status = 499; // nginx's "client closed request"
+            co_return ending::close;
+        }
+        if (waited == slot_wait::timed_out) {
+            r.limiter.give_up();
+        }
+        note_decision(r);
     }
     if (verdict.what == verdict::kind::rejected || verdict.what == verdict::kind::failed_closed) {
         const auto reply = r.limiter.refusal();

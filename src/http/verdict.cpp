@@ -26,6 +26,13 @@ int most_restrictive(std::span<const config::limit> limits,
     return best;
 }
 
+// A refusal that only means "wait for a slot": a CONCURRENCY limit in mode shape that may wait.
+bool may_queue(const config::limit& limit) noexcept {
+    return limit.algo == config::algorithm::concurrency &&
+           limit.mode == config::shaping_mode::shape &&
+           (!limit.max_delay || limit.max_delay->count() > 0);
+}
+
 } // namespace
 
 verdict decide(std::span<const config::limit> limits,
@@ -44,6 +51,8 @@ verdict decide(std::span<const config::limit> limits,
 
     std::chrono::milliseconds longest_retry{0};
     bool refused = false;
+    bool only_queues = true;   // every refusal may wait for a slot
+    bool rate_refused = false; // a limit with a clock refused: Retry-After has an estimate
     for (std::size_t i = 0; i < limits.size(); ++i) {
         const auto& d = outcome.decisions[i];
         if (limits[i].dry_run) {
@@ -55,14 +64,24 @@ verdict decide(std::span<const config::limit> limits,
             }
             refused = true;
             longest_retry = std::max(longest_retry, d.retry_after);
+            rate_refused = rate_refused || !d.in_flight;
+            if (!may_queue(limits[i])) {
+                only_queues = false;
+            } else if (v.wait_for < 0) {
+                v.wait_for = static_cast<int>(i);
+            }
         } else {
             v.delay = std::max(v.delay, d.delay);
         }
     }
-    if (refused) {
-        v.what = verdict::kind::rejected;
+    if (refused && only_queues) {
+        v.what = verdict::kind::queued;
         v.delay = std::chrono::milliseconds{0};
-        v.retry_after = retry_after_seconds(longest_retry);
+    } else if (refused) {
+        v.what = verdict::kind::rejected;
+        v.wait_for = -1;
+        v.delay = std::chrono::milliseconds{0};
+        v.retry_after = rate_refused ? retry_after_seconds(longest_retry) : 0;
     } else if (v.delay.count() > 0) {
         v.what = verdict::kind::delayed;
     }
@@ -89,6 +108,9 @@ bool refused_only_for_waiting(std::span<const config::limit> limits,
             continue;
         }
         refused = true;
+        if (may_queue(limit)) {
+            continue;
+        }
         const bool shapes = limit.algo == config::algorithm::leaky_bucket &&
                             limit.mode == config::shaping_mode::shape;
         // Without max-delay, a refusal with room can only be the forbidden wait. With it, the
@@ -107,6 +129,8 @@ std::string_view to_string(verdict::kind what) noexcept {
         return "allowed";
     case verdict::kind::delayed:
         return "delayed";
+    case verdict::kind::queued:
+        return "queued";
     case verdict::kind::rejected:
         return "rejected";
     case verdict::kind::failed_open:

@@ -34,8 +34,21 @@ decision acquire(state& current, bool exists, const config::limit& limit, double
         auto& s = hold<sliding_window_state>(current, exists);
         return sliding_window_acquire(s, exists, limit, now_ms);
     }
+    case config::algorithm::concurrency: {
+        auto& s = hold<concurrency_state>(current, exists);
+        return concurrency_acquire(s, limit);
+    }
     }
     return {};
+}
+
+bool release(state& current) noexcept {
+    auto* s = std::get_if<concurrency_state>(&current);
+    if (s == nullptr) {
+        return false;
+    }
+    concurrency_release(*s);
+    return s->in_flight == 0;
 }
 
 } // namespace sluice::limiter

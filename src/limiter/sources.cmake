@@ -1,5 +1,6 @@
 list(APPEND SLUICE_CORE_SOURCES
   src/limiter/algorithm.cpp
+  src/limiter/concurrency.cpp
   src/limiter/fixed_window.cpp
   src/limiter/leaky_bucket.cpp
   src/limiter/sliding_window.cpp

@@ -183,6 +183,10 @@ constexpr histogram_metric histogram_metrics[] = {
      "Upstream time of answered requests, from the start of forwarding (connection included) to "
      "the response's last byte relayed to the client.",
      &registry::upstream_latency},
+    {"sluice_concurrency_wait_seconds",
+     "Time requests waited for a free CONCURRENCY slot (mode shape), until admitted or refused "
+     "by another limit; a wait that ended in max-delay or the client leaving is not counted.",
+     &registry::slot_wait},
     {"sluice_redis_command_duration_seconds",
      "Redis round-trip time of limiter scripts.",
      &registry::redis_latency},
@@ -205,6 +209,20 @@ std::string registry::render() const {
                                escape_label(name),
                                load(counters->by_decision[k]));
             }
+        }
+    }
+
+    header(out,
+           "sluice_concurrency_in_flight",
+           "gauge",
+           "Requests holding a CONCURRENCY slot of the rule's limits on this instance now.");
+    {
+        std::lock_guard lock(rules_mutex_);
+        for (const auto& [name, counters] : rules_) {
+            fmt::format_to(std::back_inserter(out),
+                           "sluice_concurrency_in_flight{{rule=\"{}\"}} {}\n",
+                           escape_label(name),
+                           counters->in_flight.load(std::memory_order_relaxed));
         }
     }
 

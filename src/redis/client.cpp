@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -498,7 +499,52 @@ struct client::state : std::enable_shared_from_this<client::state> {
         } else {
             spdlog::debug("redis: connected to {}", where());
         }
+        if (!channel_.empty()) {
+            subscribe_now();
+        }
         send_held();
+    }
+
+    //--------------------------------------------------------------------------
+    // Subscription
+
+    // hiredis keeps the callback of a SUBSCRIBE for its channel and calls it for the
+    // confirmation and for every message after it, until the context goes (then with NULL).
+    void subscribe_now() {
+        std::array<const char*, 2> argv{"SUBSCRIBE", channel_.c_str()};
+        const std::array<std::size_t, 2> lengths{9, channel_.size()};
+        redisAsyncCommandArgv(ac_,
+                              &state::on_message,
+                              id_to_privdata(generation_),
+                              static_cast<int>(argv.size()),
+                              argv.data(),
+                              lengths.data());
+    }
+
+    static void on_message(redisAsyncContext* ac, void* raw, void* privdata) {
+        if (auto* self = static_cast<state*>(ac->data)) {
+            self->handle_message(privdata_to_id(privdata), static_cast<redisReply*>(raw));
+        }
+    }
+
+    // A message is ["message", channel, payload]; a confirmation ["subscribe", channel, count].
+    void handle_message(std::uint64_t generation, const redisReply* raw) {
+        if (raw == nullptr || generation != generation_ || raw->type != REDIS_REPLY_ARRAY ||
+            raw->elements != 3 || raw->element[0]->type != REDIS_REPLY_STRING ||
+            raw->element[2]->type == REDIS_REPLY_NIL) {
+            return;
+        }
+        const std::string_view kind(raw->element[0]->str, raw->element[0]->len);
+        if (kind == "subscribe") {
+            subscriptions_.fetch_add(1, std::memory_order_relaxed);
+        } else if (kind == "message" && raw->element[2]->type == REDIS_REPLY_STRING &&
+                   on_message_) {
+            net::post(ex_,
+                      [handler = on_message_,
+                       payload = std::string(raw->element[2]->str, raw->element[2]->len)] {
+                          handler(payload);
+                      });
+        }
     }
 
     // A connected command's error reply (a connect command added while connected) is logged:
@@ -766,6 +812,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
     /// send order, until its reply.
     std::deque<std::string> setup_steps_;
     std::vector<std::vector<std::string>> connect_commands_;
+    /// The channel every connection subscribes to (`subscribe`); empty: none.
+    std::string channel_;
+    std::function<void(std::string)> on_message_;
+    std::atomic<std::uint64_t> subscriptions_{0};
 };
 
 //------------------------------------------------------------------------------
@@ -816,6 +866,15 @@ void client::add_connect_command(std::vector<std::string> args) {
         // awaited, it goes out with the rest after it.
         s.send_setup(args, state::describe_command(args));
     }
+}
+
+void client::subscribe(std::string channel, std::function<void(std::string)> on_message) {
+    state_->channel_ = std::move(channel);
+    state_->on_message_ = std::move(on_message);
+}
+
+std::uint64_t client::subscription_count() const noexcept {
+    return state_->subscriptions_.load(std::memory_order_relaxed);
 }
 
 bool client::connected() const noexcept {

@@ -12,15 +12,16 @@
 --           floored to whole ms, as TIME is and as the memory store floors its clock)
 -- ARGV[2]   ttl in ms (rate-limit.redis.ttl): the buckets' PEXPIRE on every write
 -- ARGV[3]   L, the number of limit definitions that follow, six fields each:
---   algorithm  1 LEAKY_BUCKET, 2 TOKEN_BUCKET, 3 FIXED_WINDOW, 4 SLIDING_WINDOW
---   p1         buckets: capacity;                     windows: limit (requests per window)
---   p2         buckets: flowRate / refillRate per s;  windows: window in ms
+--   algorithm  1 LEAKY_BUCKET, 2 TOKEN_BUCKET, 3 FIXED_WINDOW, 4 SLIDING_WINDOW, 5 CONCURRENCY
+--   p1         buckets: capacity;                     windows, CONCURRENCY: limit
+--   p2         buckets: flowRate / refillRate per s;  windows: window in ms; CONCURRENCY: lease ms
 --   mode       0 shape, 1 police (LEAKY_BUCKET only)
 --   max_delay  ms, or -1 for none (LEAKY_BUCKET only)
 --   dry_run    1: decided and reported, but never blocks the request
 -- then one argument, the requests, packed: per request n, its number of keys, then per key its
 -- number in KEYS and its limit's definition number (1..L), every number a 32-bit little-endian
--- unsigned integer. (Packed rather than one argument per number, and with each key once: a
+-- unsigned integer; then the lease prefix, unique to this call: the i-th request of the batch
+-- takes its CONCURRENCY slots under the member <prefix><i>. (Packed rather than one argument per number, and with each key once: a
 -- batch is mostly one client's burst on one key, and every argument costs Redis an object and a
 -- Lua string, and the client its formatting.)
 --
@@ -37,6 +38,9 @@
 --   FIXED_WINDOW    hash {count, window_start (ms, a multiple of the window)}, expiring one
 --                   window after the window's end (PEXPIRE of the time left in it plus the
 --                   window, relative to the script's now; see WINDOW_GRACE)
+--   CONCURRENCY     sorted set of the slots taken, scored by when each lease lapses (ms), members
+--                   the lease ids; renewed (src/redis/slots.lua) while the request runs, removed
+--                   when it ends; PEXPIRE one lease after the newest slot taken
 --   SLIDING_WINDOW  sorted set of the admissions in the window, scored by time (ms), members
 --                   "<time>#<n>" (the n-th admission at that time: unique, since a time's
 --                   members only ever leave together), never more than `limit` of them;
@@ -62,7 +66,7 @@
 -- the same epsilons, so both stores decide alike to the bit; keep them in step.
 
 local floor, ceil, max = math.floor, math.ceil, math.max
-local LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, SLIDING_WINDOW = 1, 2, 3, 4
+local LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, CONCURRENCY = 1, 2, 3, 4, 5
 local SHAPE = 0
 local GROUP = 6
 -- How many window lengths a window's key outlives its window (see the data layout above).
@@ -343,12 +347,47 @@ function sliding_window.write(key, p, _, _, allowed, reset, _, written, fresh)
 end
 
 ---------------------------------------------------------------------------------------------------
+-- CONCURRENCY: src/limiter/concurrency.cpp. The slots taken are the leases that have not lapsed
+-- (score > now): a slot whose instance died frees itself when its lease lapses. Reports the free
+-- slots, no reset and no retry estimate; level is the slots taken after the request.
+
+local concurrency = {}
+local lease_prefix, request_number = '', 0
+
+function concurrency.decide(key, p, now)
+  release(key) -- a hash cached under this key (another algorithm's) goes to Redis first
+  local held = redis.pcall('ZCOUNT', key, '(' .. format_number(now), '+inf')
+  local fresh = type(held) ~= 'number' -- another type under the key: no state
+  if fresh then
+    held = 0
+  end
+  local allowed = 0
+  if held < p.p1 then
+    allowed = 1
+    held = held + 1
+  end
+  return allowed, p.p1 - held, 0, 0, 0, held, lease_prefix .. request_number, fresh
+end
+
+function concurrency.write(key, p, _, now, allowed, _, _, member, fresh)
+  if fresh then
+    redis.call('DEL', key)
+  end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', format_number(now))
+  if allowed == 1 then
+    redis.call('ZADD', key, format_number(now + p.p2), member)
+    redis.call('PEXPIRE', key, p.p2)
+  end
+end
+
+---------------------------------------------------------------------------------------------------
 
 local algorithms = {
   [LEAKY_BUCKET] = leaky_bucket,
   [TOKEN_BUCKET] = token_bucket,
   [FIXED_WINDOW] = fixed_window,
   [SLIDING_WINDOW] = sliding_window,
+  [CONCURRENCY] = concurrency,
 }
 
 -- The reply: six packed integers per key (see the top), a string per key, joined at the end.
@@ -396,9 +435,11 @@ local ttl = tonumber(ARGV[2])
 
 -- The packed requests.
 local requests = ARGV[4 + GROUP * count]
-if requests == nil or #ARGV ~= 4 + GROUP * count or #requests == 0 or #requests % 4 ~= 0 then
-  return fail('expected the packed requests after ' .. count .. ' limit definitions')
+if requests == nil or #ARGV ~= 5 + GROUP * count or #requests == 0 or #requests % 4 ~= 0 then
+  return fail('expected the packed requests and the lease prefix after ' .. count ..
+              ' limit definitions')
 end
+lease_prefix = ARGV[5 + GROUP * count]
 local function number_at(p)
   local b1, b2, b3, b4 = byte(requests, p, p + 3)
   return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
@@ -421,6 +462,7 @@ while p <= size do
     return fail('bad request group at byte ' .. p)
   end
   p = p + 4
+  request_number = request_number + 1
   if n == 1 then
     -- The common case, without phase 1's bookkeeping.
     local key, d = key_and_definition(p)

@@ -3,6 +3,7 @@
 
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/limiter/algorithm.hpp"
+#include "sluice/store/slot_waiters.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -190,6 +191,7 @@ struct memory_store::impl {
 
     const sluice::clock& clock;
     memory_store_limits limits;
+    slot_waiters* waiters = nullptr;
     std::vector<shard> shards;
     log_throttle full_warning{std::chrono::minutes(1)};
 };
@@ -245,7 +247,8 @@ outcome memory_store::acquire_now(const checks& request_checks) {
             owner.touch(found->second); // a rejected request is use too
         }
         auto d = limiter::acquire(p.state, exists, *c.limit, now);
-        p.idle_at_ms = now + static_cast<double>(d.reset_after.count());
+        // A key holding slots is never forgotten: its slots come back by `release`.
+        p.idle_at_ms = d.in_flight ? infinity : now + static_cast<double>(d.reset_after.count());
         admitted = admitted && (d.allowed || c.limit->dry_run);
         result.decisions.push_back(d);
         writes.push_back(std::move(p));
@@ -267,8 +270,37 @@ outcome memory_store::acquire_now(const checks& request_checks) {
                 impl_->insert(*writes[i].owner, request_checks[i].key, writes[i], now);
             }
         }
+        for (std::size_t i = 0; i < request_checks.size(); ++i) {
+            if (result.decisions[i].in_flight && result.decisions[i].allowed) {
+                const auto& l = *request_checks[i].limit;
+                result.slots.push_back({request_checks[i].key, {}, l.lease});
+            }
+        }
     }
     return result;
+}
+
+void memory_store::release(std::span<const slot> taken) noexcept {
+    for (const auto& s : taken) {
+        const hashed_key key{s.key, key_hash{}(std::string_view{s.key})};
+        auto& owner = impl_->shards[impl_->shard_index(key)];
+        {
+            std::lock_guard lock(owner.mutex);
+            const auto found = owner.entries.find(key);
+            // Gone only when evicted from a full store: that key's count started over already.
+            if (found != owner.entries.end() && limiter::release(found->second.state)) {
+                found->second.idle_at_ms = -infinity;
+                owner.idle_floor_ms = -infinity;
+            }
+        }
+        if (impl_->waiters != nullptr) {
+            impl_->waiters->notify(s.key);
+        }
+    }
+}
+
+void memory_store::set_waiters(slot_waiters* waiters) noexcept {
+    impl_->waiters = waiters;
 }
 
 std::size_t memory_store::sweep() {

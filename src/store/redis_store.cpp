@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string_view>
 
 namespace sluice::store {
@@ -41,6 +42,8 @@ int algorithm_code(config::algorithm a) noexcept {
         return 3;
     case config::algorithm::sliding_window:
         return 4;
+    case config::algorithm::concurrency:
+        return 5;
     }
     return 0;
 }
@@ -76,6 +79,10 @@ void describe_policy(const config::limit& l, limiter::decision& d) noexcept {
         d.limit = l.limit_count;
         d.window = l.window;
         break;
+    case config::algorithm::concurrency:
+        d.limit = l.limit_count;
+        d.in_flight = true;
+        break;
     }
 }
 
@@ -90,6 +97,8 @@ std::pair<std::string, std::string> parameters(const config::limit& l) {
     case config::algorithm::fixed_window:
     case config::algorithm::sliding_window:
         break;
+    case config::algorithm::concurrency:
+        return {std::to_string(l.limit_count), std::to_string(l.lease.count())};
     }
     return {std::to_string(l.limit_count), std::to_string(l.window.count())};
 }
@@ -149,6 +158,17 @@ void append_u32(redis::command_writer& w, std::size_t v) {
     w.append(std::string_view(bytes, sizeof bytes));
 }
 
+// A prefix no other store shares, in this process or another: 64 random bits. Built once per
+// store, at start-up.
+std::string make_lease_prefix() {
+    std::random_device source;
+    const std::uint64_t bits = (std::uint64_t{source()} << 32) | source();
+    char text[24];
+    const int n =
+        std::snprintf(text, sizeof text, "%016llx:", static_cast<unsigned long long>(bits));
+    return std::string(text, static_cast<std::size_t>(std::max(n, 0)));
+}
+
 } // namespace
 
 /// Requests sharing one script call, and the call's arguments once it is built.
@@ -165,6 +185,8 @@ struct redis_store::batch {
     std::string command;
     std::chrono::steady_clock::time_point sent;
     bool retried = false;
+    /// Unique to this batch: its i-th request's slots are leased as `<lease_prefix><i>`.
+    std::string lease_prefix;
 
     /**
      * The script call deciding this batch, with `verb` and `script` EVALSHA and the sha1, or EVAL
@@ -207,7 +229,7 @@ struct redis_store::batch {
 
         command.clear();
         redis::command_writer w(command,
-                                3 + keys.size() + 3 + definitions.size() * definition_size + 1);
+                                3 + keys.size() + 3 + definitions.size() * definition_size + 2);
         w.arg(verb);
         w.arg(script);
         w.arg(static_cast<std::int64_t>(keys.size()));
@@ -230,6 +252,7 @@ struct redis_store::batch {
             }
         }
         w.end_arg();
+        w.arg(lease_prefix);
     }
 };
 
@@ -251,8 +274,12 @@ redis_store::redis_store(redis::client& client,
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
     , local_fallback_(local_fallback)
-    , self_(std::make_shared<redis_store*>(this)) {
+    , self_(std::make_shared<redis_store*>(this))
+    , channel_(slot_channel(settings))
+    , lease_prefix_(make_lease_prefix())
+    , renew_timer_(client_.get_executor()) {
     client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
+    client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::slots_script.text)});
 }
 
 redis_store::redis_store(executor ex,
@@ -264,8 +291,12 @@ redis_store::redis_store(executor ex,
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
     , local_fallback_(local_fallback)
-    , self_(std::make_shared<redis_store*>(this)) {
+    , self_(std::make_shared<redis_store*>(this))
+    , channel_(slot_channel(settings))
+    , lease_prefix_(make_lease_prefix())
+    , renew_timer_(client_.get_executor()) {
     client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
+    client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::slots_script.text)});
     client_.start();
 }
 
@@ -317,6 +348,7 @@ void redis_store::flush() {
         return;
     }
     const auto b = std::move(open_); // leaves open_ empty: the next request opens a new batch
+    b->lease_prefix = lease_prefix_ + std::to_string(++batches_) + ':';
     b->format("EVALSHA", redis::limits_script.sha1, now_override_, ttl_);
     send(b);
 }
@@ -380,11 +412,148 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
         return;
     }
     std::size_t field = 0;
+    std::size_t request_number = 0;
     for (auto& w : b.waiters) {
         auto out = decisions_at(r.str, field, w.request_checks);
         field += w.request_checks.size() * reply_fields;
+        take_slots(w.request_checks, out, b.lease_prefix + std::to_string(++request_number));
         resume(w.handler, std::move(out));
     }
+}
+
+void redis_store::take_slots(const checks& request_checks, outcome& out, const std::string& id) {
+    for (std::size_t i = 0; i < request_checks.size(); ++i) {
+        const auto& d = out.decisions[i];
+        if (!d.allowed && !request_checks[i].limit->dry_run) {
+            return; // refused: the script took nothing
+        }
+    }
+    for (std::size_t i = 0; i < request_checks.size(); ++i) {
+        const auto& l = *request_checks[i].limit;
+        if (out.decisions[i].in_flight && out.decisions[i].allowed) {
+            out.slots.push_back({request_checks[i].key, id, l.lease});
+            live_slots_.emplace(live_name(request_checks[i].key, id), out.slots.back());
+        }
+    }
+    if (!live_slots_.empty()) {
+        schedule_renewal();
+    }
+}
+
+std::string redis_store::live_name(std::string_view key, std::string_view lease_id) {
+    std::string name;
+    name.reserve(key.size() + 1 + lease_id.size());
+    name.append(key);
+    name.push_back('\0'); // never in a key: header values cannot hold it
+    name.append(lease_id);
+    return name;
+}
+
+std::string redis_store::slot_channel(const config::redis_settings& settings) {
+    // Channels are shared by every database of a server: the number keeps them apart.
+    return "sluice:slot-freed:" + std::to_string(settings.db);
+}
+
+void redis_store::run_slots_script(std::vector<std::string> args, const char* what) {
+    client_.async_command(
+        args, [alive = std::weak_ptr(self_), args, what](error_code ec, redis::reply r) mutable {
+            const auto self = alive.lock();
+            if (!self || !ec) {
+                return;
+            }
+            if (is_noscript(ec, r) && args[0] == "EVALSHA") {
+                // The script cache was emptied since this connection loaded it: EVAL loads it
+                // again.
+                args[0] = "EVAL";
+                args[1] = std::string(redis::slots_script.text);
+                (*self)->run_slots_script(std::move(args), what);
+                return;
+            }
+            // The slot lapses with its lease instead: limits stay safe, a waiter may wait
+            // longer.
+            static keyed_log_throttle failures{std::chrono::seconds(10)};
+            log_throttled(failures,
+                          spdlog::level::warn,
+                          "redis store: could not {} concurrency slots ({}): they lapse with "
+                          "their lease",
+                          what,
+                          ec == errc::bad_reply ? r.str : ec.message());
+        });
+}
+
+void redis_store::release(std::span<const slot> taken) noexcept {
+    // Slots without a lease id came from the local fallback (failure-mode local).
+    boost::container::small_vector<slot, 1> local;
+    boost::container::small_vector<const slot*, 2> remote;
+    for (const auto& s : taken) {
+        if (s.lease_id.empty()) {
+            local.push_back(s);
+        } else {
+            live_slots_.erase(live_name(s.key, s.lease_id));
+            remote.push_back(&s);
+        }
+    }
+    if (!local.empty() && local_fallback_ != nullptr) {
+        local_fallback_->release(local);
+    }
+    if (remote.empty()) {
+        return;
+    }
+    std::vector<std::string> args{
+        "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(remote.size())};
+    for (const auto* s : remote) {
+        args.push_back(s->key);
+    }
+    args.emplace_back("release");
+    args.push_back(channel_);
+    for (const auto* s : remote) {
+        args.push_back(s->lease_id);
+    }
+    run_slots_script(std::move(args), "give back");
+}
+
+void redis_store::schedule_renewal() {
+    if (renewing_) {
+        return;
+    }
+    // Every slot is renewed each third of the shortest lease held: a renewal may be lost or
+    // late once without the lease lapsing.
+    auto shortest = std::chrono::milliseconds::max();
+    for (const auto& [name, s] : live_slots_) {
+        shortest = std::min(shortest, s.lease);
+    }
+    renewing_ = true;
+    renew_timer_.expires_after(std::max(shortest / 3, std::chrono::milliseconds{1}));
+    renew_timer_.async_wait([alive = std::weak_ptr(self_)](error_code ec) {
+        const auto self = alive.lock();
+        if (!self || ec) {
+            return;
+        }
+        auto& owner = **self;
+        owner.renewing_ = false;
+        owner.renew_all();
+        if (!owner.live_slots_.empty()) {
+            owner.schedule_renewal();
+        }
+    });
+}
+
+void redis_store::renew_all() {
+    if (live_slots_.empty()) {
+        return;
+    }
+    std::vector<std::string> args{
+        "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(live_slots_.size())};
+    for (const auto& [name, s] : live_slots_) {
+        args.push_back(s.key);
+    }
+    args.emplace_back("renew");
+    args.push_back(now_override_ ? format_double(*now_override_) : std::string());
+    for (const auto& [name, s] : live_slots_) {
+        args.push_back(s.lease_id);
+        args.push_back(std::to_string(s.lease.count()));
+    }
+    run_slots_script(std::move(args), "renew");
 }
 
 void redis_store::apply_reloadable(const config::redis_settings& settings) noexcept {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace sluice::test {
 namespace {
@@ -69,6 +70,46 @@ TEST(CheckConfig, BadValueExitsNonZeroNamingKeyAndLine) {
     EXPECT_TRUE(names_key_at_line(result.output, "rate-limit.fallback.capacity", line))
         << "expected line " << line << " and the key on one line of:\n"
         << result.output;
+}
+
+// CONCURRENCY's bad inputs (issue 14): each is refused, naming its key and its line.
+TEST(CheckConfig, ConcurrencyMistakesNameTheKeyAndLine) {
+    struct mistake {
+        std::string limit; // the limit's flow mapping
+        std::string key;   // the key the message must name
+        std::string words; // and a word of its explanation
+    };
+
+    const std::vector<mistake> mistakes{
+        {"{ algorithm: CONCURRENCY, limit: 0 }", "limit", "an integer between 1"},
+        {"{ algorithm: CONCURRENCY, limit: 4, lease: -30s }", "lease", "duration > 0"},
+        {"{ algorithm: CONCURRENCY, limit: 4, lease: 200ms }", "lease", "at least 1s"},
+        {"{ algorithm: CONCURRENCY, limit: 4, mode: police, max-delay: 5s }",
+         "max-delay",
+         "police"},
+        {"{ algorithm: CONCURRENCY, limit: 4, capacity: 50 }", "capacity", "does not apply"},
+        {"{ algorithm: CONCURRENCY, limit: 4, flowRate: 5 }", "flowRate", "does not apply"},
+        {"{ algorithm: CONCURRENCY }", "limit", "CONCURRENCY takes limit"},
+        {"{ algorithm: LEAKY_BUCKET, capacity: 5, flowRate: 1, lease: 30s }",
+         "lease",
+         "only to CONCURRENCY"},
+    };
+    temp_dir dir;
+    for (const auto& m : mistakes) {
+        SCOPED_TRACE(m.limit);
+        const std::string yaml = "upstream:\n  url: http://127.0.0.1:9\nrate-limit:\n  rules:\n"
+                                 "    - name: slots\n      match: { path: /v1/* }\n      limits:\n"
+                                 "        - " +
+                                 m.limit + "\n";
+        const command_result result = check_config(dir, yaml);
+        ASSERT_FALSE(result.timed_out);
+        ASSERT_TRUE(result.exit_code) << "killed by a signal: " << result.status;
+        EXPECT_NE(*result.exit_code, 0) << result.output;
+        EXPECT_TRUE(names_key_at_line(
+            result.output, "rate-limit.rules[0].limits[0]." + m.key, line_of(yaml, m.limit)))
+            << result.output;
+        EXPECT_NE(result.output.find(m.words), std::string::npos) << result.output;
+    }
 }
 
 TEST(CheckConfig, UnknownKeyExitsNonZeroNamingKeyAndLine) {

@@ -21,9 +21,13 @@ enum class algorithm {
     token_bucket,
     fixed_window,
     sliding_window,
+    /// Requests in flight at once, not per second: a slot is held from admission until the
+    /// response is over.
+    concurrency,
 };
 
-/// Leaky bucket only: `shape` holds admitted requests until their slot; `police` forwards at once.
+/// LEAKY_BUCKET: `shape` holds admitted requests until their slot; `police` forwards at once.
+/// CONCURRENCY: `shape` waits for a free slot, in arrival order; `police` refuses at once.
 enum class shaping_mode {
     shape,
     police,
@@ -62,13 +66,17 @@ struct limit {
     double flow_rate = 5;
     /// TOKEN_BUCKET: tokens per second (fractions allowed).
     double refill_rate = 0;
-    /// FIXED_WINDOW, SLIDING_WINDOW: requests per window.
+    /// FIXED_WINDOW, SLIDING_WINDOW: requests per window. CONCURRENCY: requests in flight.
     std::int64_t limit_count = 0;
     /// FIXED_WINDOW, SLIDING_WINDOW: the window length.
     milliseconds window{0};
     shaping_mode mode = shaping_mode::shape;
-    /// Reject at once when the shaping delay would exceed this.
+    /// Reject at once when the shaping delay (CONCURRENCY: the wait for a slot) would exceed
+    /// this.
     std::optional<milliseconds> max_delay;
+    /// CONCURRENCY: a slot not renewed for this long is free (its instance died); held slots
+    /// are renewed every lease / 3.
+    milliseconds lease{30'000};
     bool dry_run = false;
     std::vector<key_part> key{{key_part::kind::ip, {}}, {key_part::kind::endpoint, {}}};
     /// 1-based line in the config file, for messages; 0 when built in code.

@@ -16,6 +16,8 @@ struct verdict {
     enum class kind {
         allowed,       // forward at once
         delayed,       // hold for `delay`, then forward (shaping)
+        queued,        // wait for a free slot of limit `wait_for` (CONCURRENCY, shape), then
+                       // decide again
         rejected,      // 429
         failed_open,   // the store could not decide; forward (failure mode open)
         failed_closed, // the store could not decide; 503 (failure mode closed)
@@ -23,8 +25,12 @@ struct verdict {
     kind what = kind::allowed;
     /// delayed: how long to hold the request (the longest wait among enforced limits).
     std::chrono::milliseconds delay{0};
-    /// rejected, failed_closed: the Retry-After seconds (the longest among refusing limits).
+    /// rejected, failed_closed: the Retry-After seconds (the longest among refusing limits);
+    /// 0 (no Retry-After) when only CONCURRENCY limits refused: when a slot frees depends on
+    /// the upstream, so there is no honest estimate.
     std::int64_t retry_after = 0;
+    /// queued: the index of the CONCURRENCY limit whose slot to wait for, else -1.
+    int wait_for = -1;
     /// rejected: the index of the refusing enforced limit with the longest wait (named in the
     /// 429's body), else -1.
     int refused_by = -1;
@@ -39,6 +45,8 @@ struct verdict {
  * - an enforced limit (not `dry_run`) that refuses makes it `rejected`; Retry-After is the
  *   longest `retry_after` among the refusing enforced limits, in whole seconds rounded up, at
  *   least 1; a dry-run limit never rejects and never delays;
+ * - but when every enforced limit that refuses is a CONCURRENCY limit in mode shape whose
+ *   `max-delay` is not 0, it is `queued` (waiting for the first of them) instead;
  * - otherwise the longest `delay` among enforced limits makes it `delayed` when above zero;
  * - a store error (`outcome.ec`, or a decision count that does not match) gives `failed_open` or
  *   `failed_closed` after `on_failure` (`local` is the store's own business; if an error still
@@ -56,14 +64,16 @@ verdict decide(std::span<const config::limit> limits,
  * `max-delay: 0`, because `rate-limit.max-held` was reached): whether each enforced limit that
  * refused would have admitted the request with a wait, i.e. is a shaping LEAKY_BUCKET that had
  * room (remaining >= 1) and whose wait (the refusal's `retry_after`) fits the `max-delay` of
- * `limits`, the limits as configured. Such a request is refused for the cap (503), not for its
- * limits (429). False when there is no such refusal.
+ * `limits`, the limits as configured, or a CONCURRENCY limit in mode shape whose configured
+ * `max-delay` is not 0 (it would have queued). Such a request is refused for the cap (503), not for
+ * its limits (429). False when there is no such refusal.
  */
 bool refused_only_for_waiting(std::span<const config::limit> limits,
                               const store::outcome& outcome) noexcept;
 
-/// The access-log word for a verdict: allowed, delayed, rejected, failed_open, failed_closed
-/// (as the metric's decision label spells them).
+/// The access-log word for a verdict: allowed, delayed, queued, rejected, failed_open,
+/// failed_closed (as the metric's decision label spells them; queued is never logged: a queued
+/// request ends as one of the others).
 std::string_view to_string(verdict::kind what) noexcept;
 
 } // namespace sluice::http

@@ -5,6 +5,7 @@
 #include "sluice/io/net.hpp"
 #include "sluice/io/timed_stream.hpp"
 #include "sluice/metrics/metrics.hpp"
+#include "sluice/store/slot_waiters.hpp"
 #include "sluice/store/store.hpp"
 #include "sluice/upstream/pool.hpp"
 
@@ -114,6 +115,9 @@ struct worker_context {
     /// reload; each request copies it once, so a reload never changes a request midway.
     std::shared_ptr<const config::config> config;
     store::store* store = nullptr;
+    /// The requests waiting for a CONCURRENCY slot, process-wide; never null once the worker
+    /// runs.
+    store::slot_waiters* waiters = nullptr;
     upstream::pool* pool = nullptr;
     /// Requests held for shaping, across all workers; capped by `rate_limit.max_held`.
     std::atomic<std::int64_t>* held = nullptr;

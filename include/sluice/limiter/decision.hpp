@@ -26,6 +26,9 @@ struct decision {
     milliseconds retry_after{0};
     /// Admitted, shaping only: hold the request this long before forwarding it.
     milliseconds delay{0};
+    /// A CONCURRENCY decision: `remaining` counts free slots; no window, nothing resets on a
+    /// clock (no `t`), no `retry_after`.
+    bool in_flight = false;
 
     friend bool operator==(const decision&, const decision&) = default;
 };

@@ -58,6 +58,9 @@ struct rule_counters {
     std::array<counter, decision_kind_count> by_decision{};
 
     void count(decision_kind kind) noexcept { bump(by_decision[static_cast<std::size_t>(kind)]); }
+
+    /// CONCURRENCY slots of the rule's limits held by this instance's requests now.
+    gauge in_flight{0};
 };
 
 /// Every metric sluice exports. One instance per process, owned by the app.
@@ -78,6 +81,7 @@ public:
     counter held_total{0};
     counter held_overflow_total{0};  // refused with 503: rate-limit.max-held reached
     counter held_abandoned_total{0}; // the client left while held: never forwarded
+    histogram slot_wait;             // queued for a CONCURRENCY slot: until decided again
 
     // Upstream.
     // What the forwarder saw of the upstream; a client's failure counts in none of these.

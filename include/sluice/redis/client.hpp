@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -164,6 +165,19 @@ public:
      * An identical command registered twice is kept once.
      */
     void add_connect_command(std::vector<std::string> args);
+
+    /**
+     * Makes this client a subscriber: every connection, once set up, sends `SUBSCRIBE channel`,
+     * and the payload of each message published on it is passed to `on_message`, posted to the
+     * client's executor. Call before `start()`. A subscribing client carries nothing else (Redis
+     * accepts only subscription commands on such a connection). Redis keeps no message for a
+     * subscriber that is not connected: what is published during a reconnect is lost, so a
+     * user must not depend on every message arriving.
+     */
+    void subscribe(std::string channel, std::function<void(std::string)> on_message);
+
+    /// Subscriptions Redis confirmed so far (one per connection). Safe from any thread.
+    std::uint64_t subscription_count() const noexcept;
 
     /// True when a connection is established and set up. Safe from any thread.
     bool connected() const noexcept;

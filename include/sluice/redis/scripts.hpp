@@ -17,4 +17,7 @@ struct script {
  */
 extern const script limits_script;
 
+/// src/redis/slots.lua: gives back or renews CONCURRENCY slots (see its header).
+extern const script slots_script;
+
 } // namespace sluice::redis

@@ -10,6 +10,8 @@
 
 namespace sluice::store {
 
+class slot_waiters;
+
 /// The memory store's bound on memory (`rate-limit.memory`).
 struct memory_store_limits {
     /// Keys held at most; 0: no cap. Split evenly across the shards.
@@ -49,6 +51,12 @@ public:
 
     /// `acquire_now`: this store always decides without suspending.
     std::optional<outcome> try_acquire_now(const checks& request_checks) override;
+
+    /// Gives slots back; wakes a waiter of each key (see `set_waiters`).
+    void release(std::span<const slot> taken) noexcept override;
+
+    /// Where the requests waiting for a slot of this store are (may be null: nobody waits).
+    void set_waiters(slot_waiters* waiters) noexcept;
 
     /// Forgets keys whose state has fully reset. Returns how many were forgotten.
     std::size_t sweep();

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <unordered_map>
+#include <vector>
 
 namespace sluice::store {
 
@@ -59,6 +61,10 @@ public:
 
     awaitable<outcome> acquire(checks request_checks) override;
 
+    /// Gives back slots: Redis ones by script (which publishes the freed key to every
+    /// instance's waiters), the local fallback's to it.
+    void release(std::span<const slot> taken) noexcept override;
+
     /// Requests decided by one script call at most: bounds how long one call keeps Redis busy.
     static constexpr std::size_t max_batch = 128;
 
@@ -75,6 +81,13 @@ public:
      */
     void apply_reloadable(const config::redis_settings& settings) noexcept;
 
+    /// The pub/sub channel on which a freed CONCURRENCY slot's key is announced (see
+    /// src/redis/slots.lua); every instance's waiters listen on it.
+    static std::string slot_channel(const config::redis_settings& settings);
+
+    /// CONCURRENCY slots this store holds for running requests (renewed until given back).
+    std::size_t live_slots() const noexcept { return live_slots_.size(); }
+
     /// Counts Redis latency and errors in `registry` (which must outlive the store); optional.
     void set_metrics(metrics::registry* registry) noexcept { metrics_ = registry; }
 
@@ -87,6 +100,12 @@ private:
     void send(batch_ptr b);
     void complete(batch& b, error_code ec, const redis::reply& r);
     outcome fail(checks& request_checks, error_code ec);
+    /// Records the slots an admitted request took, leased as `id`.
+    void take_slots(const checks& request_checks, outcome& out, const std::string& id);
+    static std::string live_name(std::string_view key, std::string_view lease_id);
+    void run_slots_script(std::vector<std::string> args, const char* what);
+    void schedule_renewal();
+    void renew_all();
 
     std::unique_ptr<redis::client> owned_client_;
     redis::client& client_;
@@ -99,6 +118,15 @@ private:
     batch_ptr open_;
     /// Lets posted flushes and reply callbacks notice that the store is gone.
     std::shared_ptr<redis_store*> self_;
+    std::string channel_;
+    /// This store's part of every lease id, and the batches sent so far (the next part).
+    std::string lease_prefix_;
+    std::uint64_t batches_ = 0;
+    /// The slots running requests hold, by `live_name`: renewed together every third of the
+    /// shortest lease among them.
+    std::unordered_map<std::string, slot> live_slots_;
+    steady_timer renew_timer_;
+    bool renewing_ = false;
 };
 
 /**

@@ -7,7 +7,9 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include <chrono>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace sluice::store {
@@ -21,10 +23,24 @@ struct check {
 
 using checks = boost::container::small_vector<check, 2>;
 
+/// A slot a CONCURRENCY limit gave a request, to give back with `store::release` once.
+struct slot {
+    std::string key;
+    /// Redis: the lease's member in the key's slot set; empty for a slot of the memory store.
+    std::string lease_id;
+    /// How long the slot stays taken unless renewed (Redis; the limit's `lease`).
+    std::chrono::milliseconds lease{0};
+};
+
+using slots = boost::container::small_vector<slot, 1>;
+
 /// One decision per check, in order; `ec` set when the store could not decide at all.
 struct outcome {
     error_code ec;
     boost::container::small_vector<limiter::decision, 2> decisions;
+    /// The slots taken for the admitted request's CONCURRENCY limits (dry-run ones included);
+    /// the caller gives them back with `release` when the request is over.
+    store::slots slots;
 };
 
 /**
@@ -50,6 +66,13 @@ public:
         (void)request_checks;
         return std::nullopt;
     }
+
+    /**
+     * Gives back slots `acquire` took, each exactly once, from the thread that acquired them.
+     * Never fails the caller: a store that cannot reach its backend lets the slot's lease lapse.
+     * The store wakes the key's waiters (see `slot_waiters`) once the slot is free.
+     */
+    virtual void release(std::span<const slot> taken) noexcept = 0;
 };
 
 } // namespace sluice::store

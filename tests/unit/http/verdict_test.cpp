@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 namespace sluice::http {
@@ -44,6 +45,56 @@ store::outcome outcome_of(std::vector<limiter::decision> decisions) {
     store::outcome o;
     o.decisions.assign(decisions.begin(), decisions.end());
     return o;
+}
+
+config::limit slots(config::shaping_mode mode, std::optional<milliseconds> max_delay = {}) {
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 2;
+    l.mode = mode;
+    l.max_delay = max_delay;
+    return l;
+}
+
+limiter::decision no_slot() {
+    limiter::decision d;
+    d.limit = 2;
+    d.in_flight = true;
+    return d;
+}
+
+// CONCURRENCY in mode shape: a refusal by it alone means "wait for a slot", naming the limit
+// to wait for; with another limit refusing too, or in police mode, or with max-delay 0, it is a
+// rejection, with no Retry-After unless a limit with a clock refused.
+TEST(Decide, AConcurrencyRefusalQueuesInShapeModeOnly) {
+    const std::vector shaped{enforced(), slots(config::shaping_mode::shape)};
+    auto v = decide(shaped, outcome_of({admit(5), no_slot()}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::queued);
+    EXPECT_EQ(v.wait_for, 1);
+
+    const std::vector policed{slots(config::shaping_mode::police)};
+    v = decide(policed, outcome_of({no_slot()}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::rejected);
+    EXPECT_EQ(v.retry_after, 0) << "no honest estimate: no Retry-After";
+    EXPECT_EQ(v.refused_by, 0);
+
+    const std::vector never_wait{slots(config::shaping_mode::shape, milliseconds(0))};
+    v = decide(never_wait, outcome_of({no_slot()}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::rejected);
+
+    v = decide(
+        shaped, outcome_of({refuse(milliseconds(1'500)), no_slot()}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::rejected);
+    EXPECT_EQ(v.retry_after, 2) << "the window's wait is a real estimate";
+    EXPECT_EQ(v.wait_for, -1);
+}
+
+// At rate-limit.max-held, a request that would have waited for a slot is refused for the cap.
+TEST(RefusedOnlyForWaiting, AConcurrencyLimitThatWouldHaveQueued) {
+    const std::vector configured{slots(config::shaping_mode::shape)};
+    EXPECT_TRUE(refused_only_for_waiting(configured, outcome_of({no_slot()})));
+    const std::vector policed{slots(config::shaping_mode::police)};
+    EXPECT_FALSE(refused_only_for_waiting(policed, outcome_of({no_slot()})));
 }
 
 TEST(Decide, AllowsWhenEveryLimitAdmits) {

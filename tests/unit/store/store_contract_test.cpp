@@ -44,6 +44,11 @@ public:
         return store_.acquire_now(c);
     }
 
+    void release(const slots& taken, double now_ms) {
+        clock_.set(now_ms);
+        store_.release(taken);
+    }
+
 private:
     manual_clock clock_;
     memory_store store_{clock_};
@@ -86,6 +91,14 @@ public:
             }
         }
         return calls;
+    }
+
+    // Gives slots back and waits until Redis ran the release: a command sent after it on the
+    // same connection is answered after it.
+    void release(const slots& taken, double now_ms) {
+        store_->set_time_override_for_test(now_ms);
+        store_->release(taken);
+        command({"PING"});
     }
 
     // Runs a command on the store's own connection.
@@ -275,6 +288,80 @@ TYPED_TEST(StoreContract, AnotherAlgorithmsStateCountsAsNone) {
         // And the state written is this algorithm's own: the next request counts it.
         EXPECT_EQ(this->decide_one(key, *next, 1000).remaining, quota - 2);
     }
+}
+
+// CONCURRENCY: `limit` slots; a refusal takes none; a slot given back is free at once and is
+// never given back twice; the decision reports free slots, the quota, no window, no reset and
+// no retry estimate.
+TYPED_TEST(StoreContract, ConcurrencySlotsAreTakenAndGivenBack) {
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 2;
+    const std::string key = "rate-limit:contract:concurrency";
+    const checks one{check{key, &l}};
+
+    auto first = this->backend_->decide(one, 1000);
+    ASSERT_EQ(first.decisions.size(), 1u);
+    EXPECT_TRUE(first.decisions[0].allowed);
+    EXPECT_EQ(first.decisions[0].remaining, 1);
+    EXPECT_EQ(first.decisions[0].limit, 2);
+    EXPECT_TRUE(first.decisions[0].in_flight);
+    EXPECT_EQ(first.decisions[0].window, 0ms);
+    ASSERT_EQ(first.slots.size(), 1u);
+    EXPECT_EQ(first.slots[0].key, key);
+
+    auto second = this->backend_->decide(one, 1000);
+    ASSERT_EQ(second.slots.size(), 1u);
+    EXPECT_EQ(second.decisions[0].remaining, 0);
+
+    auto third = this->backend_->decide(one, 1000);
+    ASSERT_EQ(third.decisions.size(), 1u);
+    EXPECT_FALSE(third.decisions[0].allowed);
+    EXPECT_EQ(third.decisions[0].remaining, 0);
+    EXPECT_EQ(third.decisions[0].retry_after, 0ms);
+    EXPECT_TRUE(third.slots.empty()) << "a refusal takes no slot";
+
+    this->backend_->release(first.slots, 1100);
+    auto fourth = this->backend_->decide(one, 1100);
+    EXPECT_TRUE(fourth.decisions[0].allowed) << "the slot given back is free";
+    EXPECT_EQ(fourth.decisions[0].remaining, 0);
+    EXPECT_FALSE(this->backend_->decide(one, 1100).decisions[0].allowed);
+
+    this->backend_->release(second.slots, 1200);
+    this->backend_->release(fourth.slots, 1200);
+    EXPECT_EQ(this->decide_one(key, l, 1200).remaining, 1);
+}
+
+// A concurrency limit with a rate limit in one request: a request the window refuses takes no
+// slot, and one the concurrency limit refuses is not counted by the window.
+TYPED_TEST(StoreContract, ConcurrencyChargesWithTheOtherLimitsOrNot) {
+    config::limit slots_limit;
+    slots_limit.algo = config::algorithm::concurrency;
+    slots_limit.limit_count = 1;
+    config::limit window;
+    window.algo = config::algorithm::fixed_window;
+    window.limit_count = 2;
+    window.window = 60'000ms;
+    const checks both{check{"mixed-slots:c", &slots_limit}, check{"mixed-slots:w", &window}};
+
+    auto first = this->backend_->decide(both, 1000);
+    ASSERT_EQ(first.decisions.size(), 2u);
+    EXPECT_TRUE(first.decisions[0].allowed && first.decisions[1].allowed);
+    ASSERT_EQ(first.slots.size(), 1u);
+    // The slot is taken: refused, and the window does not count it.
+    auto busy = this->backend_->decide(both, 1000);
+    EXPECT_FALSE(busy.decisions[0].allowed);
+    EXPECT_TRUE(busy.slots.empty());
+    this->backend_->release(first.slots, 1000);
+    auto again = this->backend_->decide(both, 1000);
+    EXPECT_TRUE(again.decisions[0].allowed && again.decisions[1].allowed);
+    EXPECT_EQ(again.decisions[1].remaining, 0);
+    this->backend_->release(again.slots, 1000);
+    // The window refuses: no slot is taken (the next request of the slot alone finds it free).
+    auto refused = this->backend_->decide(both, 1000);
+    EXPECT_FALSE(refused.decisions[1].allowed);
+    EXPECT_TRUE(refused.slots.empty());
+    EXPECT_EQ(this->decide_one("mixed-slots:c", slots_limit, 1000).remaining, 0);
 }
 
 //------------------------------------------------------------------------------

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/store/slot_waiters.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <deque>
+
+namespace sluice::store {
+
+struct slot_waiters::node {
+    io_executor ex;
+    /// Cleared when the ticket leaves; only ever read and cleared on `ex`'s thread.
+    std::function<void()> wake;
+    /// Guarded by the registry's mutex.
+    bool woken = false;
+    /// Woken, and a slot freed after that: try again when rearmed. Guarded by the mutex.
+    bool again = false;
+    std::string key;
+};
+
+struct slot_waiters::line {
+    std::deque<std::shared_ptr<node>> waiters;
+};
+
+slot_waiters::slot_waiters() = default;
+slot_waiters::~slot_waiters() = default;
+
+slot_waiters::ticket& slot_waiters::ticket::operator=(ticket&& other) noexcept {
+    if (this != &other) {
+        leave();
+        owner_ = std::exchange(other.owner_, nullptr);
+        node_ = std::move(other.node_);
+    }
+    return *this;
+}
+
+slot_waiters::ticket::~ticket() {
+    leave();
+}
+
+bool slot_waiters::ticket::rearm() {
+    if (owner_ == nullptr) {
+        return false;
+    }
+    std::lock_guard lock(owner_->mutex_);
+    if (std::exchange(node_->again, false)) {
+        return true;
+    }
+    node_->woken = false;
+    return false;
+}
+
+void slot_waiters::ticket::leave() noexcept {
+    if (owner_ == nullptr) {
+        return;
+    }
+    node_->wake = nullptr; // a wake-up already posted finds nothing to run
+    std::lock_guard lock(owner_->mutex_);
+    const auto found = owner_->lines_.find(node_->key);
+    if (found != owner_->lines_.end()) {
+        auto& waiters = found->second->waiters;
+        const auto it = std::find(waiters.begin(), waiters.end(), node_);
+        if (it != waiters.end()) {
+            waiters.erase(it);
+            --owner_->size_;
+        }
+        if (waiters.empty()) {
+            owner_->lines_.erase(found);
+        }
+    }
+    owner_ = nullptr;
+    node_.reset();
+}
+
+slot_waiters::ticket
+slot_waiters::join(std::string key, const io_executor& ex, std::function<void()> wake) {
+    auto n = std::make_shared<node>(node{ex, std::move(wake), false, false, std::move(key)});
+    std::lock_guard lock(mutex_);
+    auto& l = lines_.try_emplace(n->key).first->second;
+    if (!l) {
+        l = std::make_unique<line>();
+    }
+    l->waiters.push_back(n);
+    ++size_;
+    ticket t;
+    t.owner_ = this;
+    t.node_ = std::move(n);
+    return t;
+}
+
+bool slot_waiters::notify(std::string_view key) {
+    std::shared_ptr<node> chosen;
+    {
+        std::lock_guard lock(mutex_);
+        const auto found = lines_.find(key);
+        if (found == lines_.end()) {
+            return false;
+        }
+        auto& waiters = found->second->waiters;
+        for (auto& n : waiters) {
+            if (!n->woken) {
+                n->woken = true;
+                chosen = n;
+                break;
+            }
+        }
+        if (!chosen) {
+            // Every waiter is deciding already, perhaps on what it saw before this slot freed.
+            for (auto& n : waiters) {
+                if (!n->again) {
+                    n->again = true;
+                    return true;
+                }
+            }
+            return false;
+        }
+    }
+    net::post(chosen->ex, [weak = std::weak_ptr<node>(chosen)] {
+        if (const auto n = weak.lock(); n && n->wake) {
+            n->wake();
+        }
+    });
+    return true;
+}
+
+bool slot_waiters::waiting(std::string_view key) const {
+    std::lock_guard lock(mutex_);
+    return lines_.find(key) != lines_.end();
+}
+
+std::size_t slot_waiters::size() const {
+    std::lock_guard lock(mutex_);
+    return size_;
+}
+
+} // namespace sluice::store

@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CONCURRENCY limit (issue 14): at most `limit` requests of a key in flight at once. In
+// police mode the rest get 429 at once; in shape mode they wait for a free slot, in arrival
+// order, and are admitted within 50 ms of one freeing. A slot is held until the response is
+// over, or the client leaves; it is never leaked and never given back twice.
+
+#include "integration_util.hpp"
+#include "support/limit_probe.hpp"
+#include "support/limited_sluice.hpp"
+#include "support/redis_server.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+/// The upstream's answer time: every request is in flight at least this long.
+constexpr auto service_time = 1000ms;
+
+/// A rule for /slow with a CONCURRENCY limit of `limit` (extra options in `options`), keyed
+/// globally, so that every request competes for the same slots.
+std::string concurrency_rules(int limit, const std::string& options) {
+    return fmt::format("  rules:\n"
+                       "    - name: slow\n"
+                       "      match: {{ path: /slow }}\n"
+                       "      limits:\n"
+                       "        - {{ algorithm: CONCURRENCY, limit: {}, key: [global]{} }}\n",
+                       limit,
+                       options.empty() ? "" : ", " + options);
+}
+
+/// One request's outcome, as the client saw it.
+struct exchange {
+    unsigned status = 0;
+    std::optional<std::string> retry_after;
+    std::string body;
+    std::optional<std::string> policy;
+    std::optional<std::string> rate_limit;
+    clock_type::time_point received;
+};
+
+/// Sends `count` GET /slow requests at once, each on its own connection; waits for all answers.
+std::vector<exchange> send_parallel(std::uint16_t port, int count) {
+    std::vector<exchange> results(static_cast<std::size_t>(count));
+    std::vector<std::thread> clients;
+    for (int i = 0; i < count; ++i) {
+        clients.emplace_back([&, i] {
+            auto& e = results[static_cast<std::size_t>(i)];
+            try {
+                http_connection connection(port, 20s);
+                connection.send("GET", "/slow?n=" + std::to_string(i));
+                const auto response = connection.read_response();
+                e.status = response.status;
+                e.retry_after = response.header("Retry-After");
+                e.body = response.body;
+                e.policy = response.header("RateLimit-Policy");
+                e.rate_limit = response.header("RateLimit");
+                e.received = response.received;
+            } catch (const std::exception&) {
+                e.status = 0;
+            }
+        });
+    }
+    for (auto& c : clients) {
+        c.join();
+    }
+    return results;
+}
+
+/// The upstream's arrival times of the completed requests, sorted.
+std::vector<clock_type::time_point> arrivals(const recording_upstream& upstream) {
+    std::vector<clock_type::time_point> out;
+    for (const auto& r : upstream.requests()) {
+        out.push_back(r.arrival);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::chrono::milliseconds ms(clock_type::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d);
+}
+
+class ConcurrencyTest : public ::testing::TestWithParam<const char*> {
+protected:
+    void SetUp() override {
+        if (std::string(GetParam()) == "redis") {
+            if (!redis_server::available()) {
+                GTEST_SKIP() << "redis-server is not on PATH";
+            }
+            redis_ = std::make_unique<redis_server>();
+        }
+    }
+
+    /// The rate-limit block: the store's lines, then `rules`.
+    std::string rate_limit(const std::string& rules) const {
+        return (redis_ ? redis_store_yaml(redis_->port()) : std::string()) + rules;
+    }
+
+    std::unique_ptr<redis_server> redis_;
+};
+
+recording_upstream slow_upstream() {
+    return recording_upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.delay = service_time;
+        return plan;
+    });
+}
+
+// Police: with two slots and six requests at once, exactly two are forwarded; the other four
+// get 429 at once, naming the limit, with no Retry-After (no honest estimate exists) and the
+// concurrency policy in the draft's terms (q = limit, no window, no reset).
+TEST_P(ConcurrencyTest, PoliceAdmitsExactlyTheLimitAndRefusesTheRestAtOnce) {
+    auto upstream = slow_upstream();
+    sluice_process sluice(
+        compose_yaml(upstream.url(), rate_limit(concurrency_rules(2, "mode: police"))));
+    const auto started = clock_type::now();
+    const auto results = send_parallel(sluice.port(), 6);
+    int ok = 0;
+    int refused = 0;
+    for (const auto& e : results) {
+        if (e.status == 200) {
+            ++ok;
+        } else if (e.status == 429) {
+            ++refused;
+            EXPECT_FALSE(e.retry_after.has_value()) << *e.retry_after;
+            EXPECT_NE(e.body.find(R"("limit":"slow")"), std::string::npos) << e.body;
+            EXPECT_NE(e.body.find(R"("retry_after":null)"), std::string::npos) << e.body;
+            // Refused while the two slots were taken, not after a slot freed.
+            EXPECT_LT(e.received - started, service_time) << e.body;
+            ASSERT_TRUE(e.policy.has_value());
+            EXPECT_EQ(*e.policy, R"("slow";q=2)");
+            ASSERT_TRUE(e.rate_limit.has_value());
+            EXPECT_EQ(*e.rate_limit, R"("slow";r=0)");
+        }
+    }
+    EXPECT_EQ(ok, 2);
+    EXPECT_EQ(refused, 4);
+    EXPECT_EQ(upstream.requests().size(), 2u);
+}
+
+// Shape: the same six all succeed, in three waves; the upstream never has more than two at
+// once (the third arrives only after the first was answered), and each waiter is admitted
+// within 50 ms of a slot freeing.
+TEST_P(ConcurrencyTest, ShapeAdmitsEveryoneButNeverMoreThanTheLimitAtOnce) {
+    auto upstream = slow_upstream();
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit(concurrency_rules(2, ""))));
+    const auto results = send_parallel(sluice.port(), 6);
+    for (const auto& e : results) {
+        EXPECT_EQ(e.status, 200u) << e.body;
+    }
+    const auto at = arrivals(upstream);
+    ASSERT_EQ(at.size(), 6u);
+    for (std::size_t i = 0; i + 2 < at.size(); ++i) {
+        // Request i+2 needs the slot of request i or i+1, each in flight for service_time.
+        const auto gap = ms(at[i + 2] - at[i]);
+        EXPECT_GE(gap, service_time) << "three in flight at once, at arrival " << i + 2;
+        EXPECT_LT(gap, service_time + 50ms) << "a slot stayed free too long before " << i + 2;
+    }
+}
+
+// max-delay bounds the wait for a slot: the second request waits 300 ms, then gets 429.
+TEST_P(ConcurrencyTest, MaxDelayBoundsTheWaitForASlot) {
+    auto upstream = slow_upstream();
+    sluice_process sluice(
+        compose_yaml(upstream.url(), rate_limit(concurrency_rules(1, "max-delay: 300ms"))));
+    const auto started = clock_type::now();
+    const auto results = send_parallel(sluice.port(), 2);
+    const auto refused = std::find_if(
+        results.begin(), results.end(), [](const exchange& e) { return e.status == 429; });
+    ASSERT_NE(refused, results.end());
+    EXPECT_GE(ms(refused->received - started), 300ms);
+    EXPECT_LT(ms(refused->received - started), service_time);
+    EXPECT_FALSE(refused->retry_after.has_value());
+    EXPECT_EQ(std::count_if(results.begin(),
+                            results.end(),
+                            [](const exchange& e) { return e.status == 200; }),
+              1);
+}
+
+// A client that leaves in the middle of its response gives its slot back at once: the next
+// request goes upstream without waiting for the abandoned response's end.
+TEST_P(ConcurrencyTest, AClientLeavingMidResponseFreesItsSlotAtOnce) {
+    recording_upstream upstream([](const recorded_request& request) {
+        response_plan plan;
+        if (request.target == "/slow?big") {
+            // Far more than the socket buffers hold: sluice is still relaying it when the
+            // client leaves.
+            plan.kind = response_plan::body_kind::pattern;
+            plan.pattern_size = 1ull << 30;
+        }
+        return plan;
+    });
+    sluice_process sluice(
+        compose_yaml(upstream.url(), rate_limit(concurrency_rules(1, "mode: police"))));
+    {
+        http_connection first(sluice.port(), 5s);
+        first.send("GET", "/slow?big");
+        ASSERT_TRUE(upstream.wait_for_stats(
+            [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+    } // leaves with the response unread
+    // Police: the slot must be free already (give the RST a moment to travel, nothing more).
+    ASSERT_TRUE(eventually([&] { return get(sluice.port(), "/slow?next").status == 200; }, 200ms))
+        << sluice.log_text();
+}
+
+// A request refused by another limit of its rule takes no slot; slots are all given back once
+// the requests are over (the in-flight gauge returns to 0), and a second rule's limit is not
+// touched by the first's.
+TEST_P(ConcurrencyTest, ARefusedRequestTakesNoSlotAndNoSlotLeaks) {
+    recording_upstream upstream;
+    const std::string rules = "  rules:\n"
+                              "    - name: slow\n"
+                              "      match: { path: /slow }\n"
+                              "      limits:\n"
+                              "        - { algorithm: CONCURRENCY, limit: 1, key: [global] }\n"
+                              "        - { algorithm: FIXED_WINDOW, limit: 3, window: 1h }\n";
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit(rules)));
+    const auto admin = admin_port(sluice);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(get(sluice.port(), "/slow").status, 200u) << i;
+    }
+    // The window refuses; the concurrency slot it would have needed stays free.
+    const auto refused = get(sluice.port(), "/slow");
+    EXPECT_EQ(refused.status, 429u);
+    EXPECT_NE(refused.body.find(R"("limit_index":1)"), std::string::npos) << refused.body;
+    EXPECT_TRUE(refused.header("Retry-After").has_value());
+    const auto metrics = scrape_metrics(admin);
+    EXPECT_EQ(metric_value(metrics, R"(sluice_concurrency_in_flight{rule="slow"})"), 0.0)
+        << metrics;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores,
+                         ConcurrencyTest,
+                         ::testing::Values("memory", "redis"),
+                         [](const auto& param_info) { return std::string(param_info.param); });
+
+class RedisConcurrencyTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!redis_server::available()) {
+            GTEST_SKIP() << "redis-server is not on PATH";
+        }
+        redis_ = std::make_unique<redis_server>();
+    }
+
+    std::string yaml(const recording_upstream& upstream, const std::string& options) const {
+        return compose_yaml(upstream.url(),
+                            redis_store_yaml(redis_->port()) + concurrency_rules(2, options));
+    }
+
+    std::unique_ptr<redis_server> redis_;
+};
+
+// Two instances on one Redis share the two slots: of six requests spread over both, the
+// upstream never has more than two at once, and a slot freed on one instance admits a waiter
+// of the other within 250 ms (the freed slot is announced by pub/sub, not polled for).
+TEST_F(RedisConcurrencyTest, TwoInstancesShareTheSlots) {
+    auto upstream = slow_upstream();
+    sluice_process a(yaml(upstream, ""));
+    sluice_process b(yaml(upstream, ""));
+    std::vector<exchange> results;
+    std::thread on_a([&] {
+        const auto r = send_parallel(a.port(), 3);
+        results.insert(results.end(), r.begin(), r.end());
+    });
+    // The second instance's requests arrive while the first one's hold both slots.
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
+    const auto from_b = send_parallel(b.port(), 3);
+    on_a.join();
+    for (const auto& e : from_b) {
+        EXPECT_EQ(e.status, 200u) << e.body;
+    }
+    for (const auto& e : results) {
+        EXPECT_EQ(e.status, 200u) << e.body;
+    }
+    const auto at = arrivals(upstream);
+    ASSERT_EQ(at.size(), 6u);
+    for (std::size_t i = 0; i + 2 < at.size(); ++i) {
+        const auto gap = ms(at[i + 2] - at[i]);
+        EXPECT_GE(gap, service_time) << "three in flight at once, at arrival " << i + 2;
+        EXPECT_LT(gap, service_time + 250ms) << "a freed slot stayed free before " << i + 2;
+    }
+}
+
+// An instance killed with SIGKILL while holding both slots loses them for at most `lease`: the
+// other instance's police-mode requests are refused until then, and admitted after.
+TEST_F(RedisConcurrencyTest, SlotsOfAKilledInstanceFreeAfterTheLease) {
+    recording_upstream upstream([](const recorded_request& request) {
+        response_plan plan;
+        if (request.target.starts_with("/slow?n=")) {
+            plan.delay = 30s; // still in flight when its instance dies
+        }
+        return plan;
+    });
+    const std::string options = "mode: police, lease: 1500ms";
+    auto doomed = std::make_unique<sluice_process>(yaml(upstream, options));
+    sluice_process survivor(yaml(upstream, options));
+    std::thread holders([&] { send_parallel(doomed->port(), 2); });
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
+    doomed->send_signal(SIGKILL);
+    ASSERT_TRUE(doomed->wait_exit(5s).has_value());
+    const auto killed = clock_type::now();
+    holders.join(); // their connections died with the instance
+    EXPECT_EQ(get(survivor.port(), "/slow?probe").status, 429u) << "the slots are still leased";
+    ASSERT_TRUE(eventually([&] { return get(survivor.port(), "/slow?probe").status == 200; }, 5s));
+    const auto freed = ms(clock_type::now() - killed);
+    // At most one lease after the last renewal (which came before the kill), plus one probe.
+    EXPECT_LE(freed, 1500ms + 100ms);
+    EXPECT_GE(freed, 1500ms / 3 * 2 - 100ms) << "freed before the lease could have lapsed";
+}
+
+} // namespace
+} // namespace sluice::test

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// The line of requests waiting for a CONCURRENCY slot: arrival order, one waiter woken per
+// freed slot, a woken waiter that found no slot keeps its place, and a waiter that left is
+// never woken.
+
+#include "sluice/store/slot_waiters.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace sluice::store {
+namespace {
+
+class SlotWaiters : public ::testing::Test {
+protected:
+    /// Joins the line of `key` as waiter `name`; its wake-up appends the name to `woken_`.
+    slot_waiters::ticket join(const std::string& key, const std::string& name) {
+        return waiters_.join(key, ioc_.get_executor(), [this, name] { woken_.push_back(name); });
+    }
+
+    /// Runs the posted wake-ups.
+    std::vector<std::string> run() {
+        ioc_.restart();
+        ioc_.poll();
+        return std::exchange(woken_, {});
+    }
+
+    net::io_context ioc_;
+    slot_waiters waiters_;
+    std::vector<std::string> woken_;
+};
+
+TEST_F(SlotWaiters, WakesOneWaiterPerFreedSlotInArrivalOrder) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    auto c = join("k", "c");
+    EXPECT_TRUE(waiters_.waiting("k"));
+    EXPECT_FALSE(waiters_.waiting("other"));
+    EXPECT_EQ(waiters_.size(), 3u);
+    EXPECT_TRUE(waiters_.notify("k"));
+    EXPECT_EQ(run(), std::vector<std::string>{"a"});
+    EXPECT_TRUE(waiters_.notify("k"));
+    EXPECT_TRUE(waiters_.notify("k"));
+    EXPECT_EQ(run(), (std::vector<std::string>{"b", "c"}));
+    EXPECT_FALSE(waiters_.notify("other"));
+}
+
+// A slot that frees while every waiter is deciding (woken by an earlier one) is not lost: the
+// oldest of them tries once more when it rearms, instead of waiting for the next recheck.
+TEST_F(SlotWaiters, ASlotFreedWhileEveryWaiterDecidesIsNotLost) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    waiters_.notify("k");
+    waiters_.notify("k");
+    EXPECT_EQ(run(), (std::vector<std::string>{"a", "b"}));
+    EXPECT_TRUE(waiters_.notify("k")) << "a is told to try again";
+    EXPECT_TRUE(waiters_.notify("k")) << "then b";
+    EXPECT_FALSE(waiters_.notify("k")) << "both will try again already";
+    EXPECT_TRUE(a.rearm()) << "a slot freed since a was woken";
+    EXPECT_TRUE(b.rearm());
+    EXPECT_FALSE(a.rearm()) << "told once";
+    EXPECT_FALSE(b.rearm());
+    EXPECT_TRUE(run().empty()) << "trying again needs no wake-up";
+    waiters_.notify("k");
+    EXPECT_EQ(run(), std::vector<std::string>{"a"}) << "rearmed: woken as before";
+}
+
+TEST_F(SlotWaiters, AWaiterThatFoundNoSlotKeepsItsPlace) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    waiters_.notify("k");
+    EXPECT_EQ(run(), std::vector<std::string>{"a"});
+    EXPECT_FALSE(a.rearm()); // another instance took the slot first
+    waiters_.notify("k");
+    EXPECT_EQ(run(), std::vector<std::string>{"a"}) << "the oldest waiter goes first again";
+}
+
+TEST_F(SlotWaiters, AWaiterThatLeftIsNeverWoken) {
+    auto a = join("k", "a");
+    {
+        auto b = join("k", "b");
+        waiters_.notify("k");
+        waiters_.notify("k"); // b's wake-up is posted ...
+    }                         // ... and b leaves before it runs
+    EXPECT_EQ(run(), std::vector<std::string>{"a"});
+    EXPECT_EQ(waiters_.size(), 1u);
+    a = slot_waiters::ticket{};
+    EXPECT_EQ(waiters_.size(), 0u);
+    EXPECT_FALSE(waiters_.waiting("k")) << "an empty line is forgotten";
+}
+
+TEST_F(SlotWaiters, KeysHaveLinesOfTheirOwn) {
+    auto a = join("k1", "a");
+    auto b = join("k2", "b");
+    waiters_.notify("k2");
+    EXPECT_EQ(run(), std::vector<std::string>{"b"});
+}
+
+} // namespace
+} // namespace sluice::store
