@@ -1,0 +1,101 @@
+# Helpers of bench/run (sourced, not run). Never part of CI.
+#
+# Sourcing it checks for nginx, wrk and redis-server, finds (or builds) sluice, makes a temp dir
+# $work and a trap that kills every pid in $pids and removes $work on exit. It then offers:
+#   free_port             a free TCP port on 127.0.0.1
+#   wait_port PORT        wait (up to 5 s) until something listens on PORT
+#   cpu_ticks PID         utime + stime of PID and its threads, plus its children's, in ticks
+#   $hz                   ticks per second
+#   cpu_ns PID            the same in nanoseconds (the scheduler's run time of its live threads)
+#   start_redis           redis-server on a free port: sets $redis_port, $redis_pid
+#   script_calls          EVALSHA + EVAL calls since Redis's last `config resetstat`
+#   nginx_reference_config, sluice_config, start_sluice: the proxies under test (see below)
+# Env: SLUICE_BIN=path/to/sluice (default build/release/sluice, built if missing).
+
+for tool in nginx wrk redis-server; do
+  command -v "$tool" >/dev/null || { echo "bench: $tool not found (apt-get install nginx-light wrk redis-server)" >&2; exit 1; }
+done
+sluice=${SLUICE_BIN:-build/release/sluice}
+if [ ! -x "$sluice" ]; then
+  [ -z "${SLUICE_BIN:-}" ] || { echo "bench: $sluice is not an executable" >&2; exit 1; }
+  scripts/build release >/dev/null
+fi
+
+work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done
+  echo "bench: nothing listens on $1" >&2; exit 1
+}
+
+# utime + stime of a process and its threads, plus its children's (nginx's work is in its worker).
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$1" $(pgrep -P "$1"); do
+    total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat") ))
+  done
+  echo "$total"
+}
+hz=$(getconf CLK_TCK)
+# The same in nanoseconds, from the scheduler's count of each live thread's run time
+# (/proc/<pid>/task/<tid>/schedstat): precise where a few ticks would be all cpu_ticks sees.
+cpu_ns() {
+  local pid
+  for pid in "$1" $(pgrep -P "$1"); do cat /proc/"$pid"/task/*/schedstat; done | awk '{n += $1} END {print n + 0}'
+}
+
+start_redis() {
+  redis_port=$(free_port)
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+    >"$work/redis.log" 2>&1 & redis_pid=$!; pids+=($redis_pid)
+}
+
+script_calls() {
+  redis-cli -p "$redis_port" info commandstats | awk -F'[=,]' '/cmdstat_eval(sha)?:/ {n += $2} END {print n + 0}'
+}
+
+# The configurations of the proxies under test read $workers, $upstream_port, $redis_port and
+# (nginx) $nginx_port.
+#
+# nginx proxying to the upstream with `limit_req` at a rate that limits nothing, keep-alive to the
+# upstream; $1: more directives for its location (e.g. `proxy_buffering off;`).
+nginx_reference_config() {
+  cat <<CONF
+worker_processes $workers; daemon off; pid $work/nginx.pid; error_log $work/nginx.err;
+events { worker_connections 4096; }
+http { access_log off;
+  limit_req_zone \$binary_remote_addr zone=bench:10m rate=10000000r/s;
+  upstream backend { server 127.0.0.1:$upstream_port; keepalive 64; }
+  server { listen 127.0.0.1:$nginx_port; keepalive_requests 1000000;
+    location / { limit_req zone=bench burst=1000000 nodelay; ${1:-}
+      proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://backend; } } }
+CONF
+}
+
+# sluice on the given port and store. With a limit, one rule on /* with that limit alone;
+# without, every request gets the fallback (a LEAKY_BUCKET that limits nothing).
+sluice_config() { # port store [limit]
+  cat <<CONF
+server: { listen: "127.0.0.1:$1", workers: $workers }
+upstream: { url: "http://127.0.0.1:$upstream_port" }
+rate-limit:
+  store: $2
+  fallback: { algorithm: LEAKY_BUCKET, capacity: 100000000, flowRate: 10000000, mode: police }
+  redis: { host: 127.0.0.1, port: $redis_port, ttl: 60s, timeout: 200ms }
+CONF
+  [ -z "${3:-}" ] || printf '  rules:\n    - name: bench\n      match: { path: /* }\n      limits:\n        - %s\n' "$3"
+  cat <<CONF
+logging: { level: warn, access-log: false }
+admin: { enabled: false }
+CONF
+}
+# Writes $work/NAME.yaml, checks it with --check-config, starts sluice on it and sets NAME_pid.
+start_sluice() { # name port store [limit]
+  sluice_config "$2" "$3" "${4:-}" > "$work/$1.yaml"
+  "$sluice" --check-config --config "$work/$1.yaml" >/dev/null
+  "$sluice" --config "$work/$1.yaml" >"$work/$1.log" 2>&1 & printf -v "$1_pid" %s $!; pids+=($!)
+}
