@@ -1,4 +1,4 @@
-# Helpers of bench/run (sourced, not run). Never part of CI.
+# Helpers shared by bench/run and bench/streaming (sourced, not run). Never part of CI.
 #
 # Sourcing it checks for nginx, wrk and redis-server, finds (or builds) sluice, makes a temp dir
 # $work and a trap that kills every pid in $pids and removes $work on exit. It then offers:
