@@ -45,7 +45,7 @@ hz=$(getconf CLK_TCK)
 # (/proc/<pid>/task/<tid>/schedstat): precise where a few ticks would be all cpu_ticks sees.
 cpu_ns() {
   local pid
-  for pid in "$1" $(pgrep -P "$1"); do cat /proc/"$pid"/task/*/schedstat; done | awk '{n += $1} END {print n + 0}'
+  for pid in "$1" $(pgrep -P "$1"); do cat /proc/"$pid"/task/*/schedstat; done | awk '{n += $1} END {printf "%.0f\n", n}'
 }
 
 start_redis() {
