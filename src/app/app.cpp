@@ -239,7 +239,7 @@ void application::make_worker_store(worker& w) {
         w.redis = owned.get();
         w.store = std::move(owned);
         w.context.on_drained = [store = w.redis] {
-            store->client().stop();
+            store->stop();
         };
         return;
     }
@@ -259,17 +259,37 @@ bool application::ready() const {
     });
 }
 
+// A limit that may make a request wait for a CONCURRENCY slot (a dry-run one never waits).
+bool waits_for_slots(const config::config& cfg) {
+    const auto waits = [](const config::limit& l) {
+        return l.algo == config::algorithm::concurrency && l.mode == config::shaping_mode::shape &&
+               !l.dry_run;
+    };
+    if (waits(cfg.rate_limit.fallback)) {
+        return true;
+    }
+    return std::any_of(
+        cfg.rate_limit.rules.begin(), cfg.rate_limit.rules.end(), [&](const auto& r) {
+            return std::any_of(r.limits.begin(), r.limits.end(), waits);
+        });
+}
+
 void application::start_slot_announcements() {
     const auto& cfg = *config_;
-    if (cfg.rate_limit.store != config::store_kind::redis) {
+    // One connection per process, and only when a limit may make requests wait (at start or
+    // after a reload that adds one): a deployment without such limits needs no channel
+    // permission in its Redis ACL.
+    if (slot_announcements_ || cfg.rate_limit.store != config::store_kind::redis ||
+        !waits_for_slots(cfg) || draining_) {
         return;
     }
-    // One connection per process, whatever the rules: a reload may add a CONCURRENCY limit, and
-    // an idle subscription costs Redis nothing.
     slot_announcements_ = std::make_unique<redis::client>(
         control_.get_executor(), redis::client_options::from_settings(cfg.rate_limit.redis));
     slot_announcements_->subscribe(store::redis_store::slot_channel(cfg.rate_limit.redis),
-                                   [this](const std::string& key) { slot_waiters_.notify(key); });
+                                   [this](const std::string& announcement) {
+                                       store::redis_store::wake_waiters(slot_waiters_,
+                                                                        announcement);
+                                   });
     slot_announcements_->start();
 }
 
@@ -424,6 +444,7 @@ void application::reload() {
     setup_logging(next->logging);
     config_ = next;
     publish(next);
+    start_slot_announcements();
     spdlog::info("configuration reloaded from {}", command_.config_path);
 }
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <random>
 
 // The client is a small state machine around one hiredis context at a time:
@@ -104,6 +105,10 @@ std::string format_command(std::string_view resp) {
 
 /// Connection failures and set-up refusals: each distinct line at most once per 10 s, shared by
 /// the workers (they all fail alike).
+/// How long a subscriber whose SUBSCRIBE Redis refused (NOPERM) waits before trying again: an
+/// ACL changes rarely, and nothing is lost meanwhile but prompt wake-ups.
+constexpr std::chrono::seconds refused_subscription_retry{30};
+
 keyed_log_throttle& connection_log() {
     static keyed_log_throttle throttle{std::chrono::seconds(10)};
     return throttle;
@@ -500,6 +505,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
             spdlog::debug("redis: connected to {}", where());
         }
         if (!channel_.empty()) {
+            subscribed_ = false;
             subscribe_now();
         }
         send_held();
@@ -536,6 +542,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
         const std::string_view kind(raw->element[0]->str, raw->element[0]->len);
         if (kind == "subscribe") {
+            subscribed_ = true;
             subscriptions_.fetch_add(1, std::memory_order_relaxed);
         } else if (kind == "message" && raw->element[2]->type == REDIS_REPLY_STRING &&
                    on_message_) {
@@ -693,6 +700,20 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (phase_ != phase::connected) {
             return;
         }
+        if (!channel_.empty() && !subscribed_) {
+            // Redis refused the SUBSCRIBE (an ACL without the channel: NOPERM), and hiredis
+            // drops a subscribed connection on an error reply. Retrying at the usual pace would
+            // open a connection every half second for nothing: retry rarely, and say why.
+            log_throttled(connection_log(),
+                          spdlog::level::err,
+                          "redis: cannot subscribe to {} on {}: {}",
+                          channel_,
+                          where(),
+                          clean ? "closed" : why);
+            outage_logged_ = true;
+            schedule_reconnect(refused_subscription_retry);
+            return;
+        }
         log_throttled(connection_log(),
                       spdlog::level::warn,
                       "redis: connection to {} lost: {}",
@@ -731,10 +752,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
         schedule_reconnect();
     }
 
-    // Any failure to get a connection set up waits here (see reconnect_backoff).
-    void schedule_reconnect() {
+    // Any failure to get a connection set up waits here (see reconnect_backoff), or `wait`.
+    void schedule_reconnect(std::optional<milliseconds> wait = std::nullopt) {
         phase_ = phase::waiting;
-        backoff_timer_.expires_after(backoff_.next(rng_));
+        backoff_timer_.expires_after(wait ? *wait : backoff_.next(rng_));
         backoff_timer_.async_wait([self = shared_from_this()](error_code ec) {
             if (!ec && self->phase_ == phase::waiting) {
                 self->connect();
@@ -816,6 +837,8 @@ struct client::state : std::enable_shared_from_this<client::state> {
     std::string channel_;
     std::function<void(std::string)> on_message_;
     std::atomic<std::uint64_t> subscriptions_{0};
+    /// Redis confirmed the current connection's SUBSCRIBE.
+    bool subscribed_ = false;
 };
 
 //------------------------------------------------------------------------------

@@ -5,10 +5,13 @@
 -- ARGV[1]   "release" or "renew"
 -- ARGV[2]   release: the channel to announce a freed slot on; renew: now in unix ms, or "" to
 --           read Redis TIME (an explicit time exists for tests, as in limits.lua)
--- then      release: per key, the lease id; every slot freed is announced (PUBLISH channel key),
---                    so that each instance wakes one of its waiters for that key (an instance
---                    without waiters for it does nothing). Announcing only when the set was full
---                    would lose a wake-up when two slots free before a waiter takes the first.
+-- then      release: per key, the lease id; the slots freed are announced, one message per
+--                    distinct key of the call, "<count>:<key>" (PUBLISH channel ...), so that
+--                    each instance wakes up to <count> of its waiters for that key (an instance
+--                    without waiters for it does nothing). Every freed slot is announced:
+--                    announcing only when the set was full would lose a wake-up when two slots
+--                    free before a waiter takes the first. A batch of releases on one key (a
+--                    burst of responses ending together) costs one message, not one per slot.
 --           renew:   per key, the lease id and the lease in ms (the slot's new expiry is
 --                    now + lease)
 --
@@ -24,12 +27,22 @@ end
 local done = 0
 if action == 'release' then
   local channel = ARGV[2]
+  local freed, order = {}, {}
   for i, key in ipairs(KEYS) do
     -- pcall: another type under the key (a reload changed the limit's algorithm) frees nothing.
     if redis.pcall('ZREM', key, ARGV[2 + i]) == 1 then
       done = done + 1
-      redis.call('PUBLISH', channel, key)
+      if freed[key] == nil then
+        freed[key] = 0
+        order[#order + 1] = key
+      end
+      freed[key] = freed[key] + 1
     end
+  end
+  for _, key in ipairs(order) do
+    -- pcall: an ACL user without the channel (NOPERM) still gives its slots back; its
+    -- instances' waiters then find them by asking again (every lease / 3).
+    redis.pcall('PUBLISH', channel, freed[key] .. ':' .. key)
   end
 elseif action == 'renew' then
   local now

@@ -5,6 +5,7 @@
 #include "sluice/core/saturate.hpp"
 #include "sluice/redis/command_writer.hpp"
 #include "sluice/redis/scripts.hpp"
+#include "sluice/store/slot_waiters.hpp"
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/post.hpp>
@@ -449,6 +450,26 @@ std::string redis_store::live_name(std::string_view key, std::string_view lease_
     return name;
 }
 
+std::size_t redis_store::wake_waiters(slot_waiters& waiters, std::string_view announcement) {
+    const auto colon = announcement.find(':');
+    if (colon == 0 || colon == std::string_view::npos || colon > 9) {
+        return 0;
+    }
+    std::size_t count = 0;
+    for (const char c : announcement.substr(0, colon)) {
+        if (c < '0' || c > '9') {
+            return 0;
+        }
+        count = count * 10 + static_cast<std::size_t>(c - '0');
+    }
+    const auto key = announcement.substr(colon + 1);
+    std::size_t reached = 0;
+    for (std::size_t i = 0; i < std::min(count, max_batch) && waiters.notify(key); ++i) {
+        ++reached;
+    }
+    return reached;
+}
+
 std::string redis_store::slot_channel(const config::redis_settings& settings) {
     // Channels are shared by every database of a server: the number keeps them apart.
     return "sluice:slot-freed:" + std::to_string(settings.db);
@@ -484,36 +505,61 @@ void redis_store::run_slots_script(std::vector<std::string> args, const char* wh
 void redis_store::release(std::span<const slot> taken) noexcept {
     // Slots without a lease id came from the local fallback (failure-mode local).
     boost::container::small_vector<slot, 1> local;
-    boost::container::small_vector<const slot*, 2> remote;
     for (const auto& s : taken) {
         if (s.lease_id.empty()) {
             local.push_back(s);
-        } else {
-            live_slots_.erase(live_name(s.key, s.lease_id));
-            remote.push_back(&s);
+            continue;
         }
+        live_slots_.erase(live_name(s.key, s.lease_id));
+        releasing_.emplace_back(s.key, s.lease_id);
     }
     if (!local.empty() && local_fallback_ != nullptr) {
         local_fallback_->release(local);
     }
-    if (remote.empty()) {
+    if (releasing_.empty() || release_posted_) {
         return;
     }
-    std::vector<std::string> args{
-        "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(remote.size())};
-    for (const auto* s : remote) {
-        args.push_back(s->key);
+    // The slots given back in one turn of the event loop go in one script call, as the
+    // requests decided in one turn do: a burst of responses ending together costs Redis one
+    // call, not one per response.
+    release_posted_ = true;
+    net::post(client_.get_executor(), [alive = std::weak_ptr(self_)] {
+        if (const auto self = alive.lock()) {
+            (*self)->flush_releases();
+        }
+    });
+}
+
+void redis_store::stop() {
+    flush_releases();
+    stopped_ = true;
+    renew_timer_.cancel();
+    client_.stop();
+}
+
+void redis_store::flush_releases() {
+    release_posted_ = false;
+    while (!releasing_.empty()) {
+        // Bounded, as acquisitions are (max_batch), so that one call keeps Redis busy briefly.
+        const auto n = std::min(releasing_.size(), max_batch);
+        std::vector<std::string> args{
+            "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(n)};
+        args.reserve(5 + 2 * n);
+        for (std::size_t i = 0; i < n; ++i) {
+            args.push_back(releasing_[i].first);
+        }
+        args.emplace_back("release");
+        args.push_back(channel_);
+        for (std::size_t i = 0; i < n; ++i) {
+            args.push_back(std::move(releasing_[i].second));
+        }
+        releasing_.erase(releasing_.begin(), releasing_.begin() + static_cast<std::ptrdiff_t>(n));
+        run_slots_script(std::move(args), "give back");
     }
-    args.emplace_back("release");
-    args.push_back(channel_);
-    for (const auto* s : remote) {
-        args.push_back(s->lease_id);
-    }
-    run_slots_script(std::move(args), "give back");
 }
 
 void redis_store::schedule_renewal() {
-    if (renewing_) {
+    if (renewing_ || stopped_) {
         return;
     }
     // Every slot is renewed each third of the shortest lease held: a renewal may be lost or

@@ -5,9 +5,11 @@
 // over, or the client leaves; it is never leaked and never given back twice.
 
 #include "integration_util.hpp"
+#include "support/admin_client.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
+#include "support/resp_client.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -244,6 +246,45 @@ TEST_P(ConcurrencyTest, ARefusedRequestTakesNoSlotAndNoSlotLeaks) {
         << metrics;
 }
 
+// A client that leaves while waiting for a slot gives up its place: the request behind it gets
+// the slot when it frees, the departed one never reaches the upstream, and it counts as
+// abandoned.
+TEST_P(ConcurrencyTest, AClientLeavingWhileWaitingGivesUpItsPlace) {
+    auto upstream = slow_upstream();
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit(concurrency_rules(1, ""))));
+    const auto admin = admin_port(sluice);
+    http_connection holder(sluice.port(), 10s);
+    holder.send("GET", "/slow?n=holder");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+    auto leaver = std::make_unique<http_connection>(sluice.port(), 10s);
+    leaver->send("GET", "/slow?n=leaver");
+    http_connection stayer(sluice.port(), 10s);
+    // The leaver is first in line, then the stayer (held: each counts in max-held's gauge).
+    ASSERT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_held_requests") >= 1.0; }, 2s));
+    stayer.send("GET", "/slow?n=stayer");
+    ASSERT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_held_requests") >= 2.0; }, 2s));
+    leaver.reset(); // gives up its place
+    ASSERT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_held_abandoned_total") == 1.0; },
+        2s))
+        << scrape_metrics(admin);
+    const auto held = holder.read_response();
+    EXPECT_EQ(held.status, 200u);
+    const auto served = stayer.read_response();
+    EXPECT_EQ(served.status, 200u);
+    // The stayer went up as soon as the holder's slot freed: it did not wait behind the leaver.
+    EXPECT_LT(ms(served.received - held.received), service_time + 100ms);
+    std::vector<std::string> targets;
+    for (const auto& r : upstream.requests()) {
+        targets.push_back(r.target);
+    }
+    EXPECT_EQ(targets, (std::vector<std::string>{"/slow?n=holder", "/slow?n=stayer"}));
+    EXPECT_EQ(metric_or_zero(scrape_metrics(admin), "sluice_held_requests"), 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores,
                          ConcurrencyTest,
                          ::testing::Values("memory", "redis"),
@@ -296,6 +337,68 @@ TEST_F(RedisConcurrencyTest, TwoInstancesShareTheSlots) {
         EXPECT_GE(gap, service_time) << "three in flight at once, at arrival " << i + 2;
         EXPECT_LT(gap, service_time + 250ms) << "a freed slot stayed free before " << i + 2;
     }
+}
+
+// The slots live in Redis: while two requests run, the key's sorted set holds their two leases
+// (with expiries one lease ahead on Redis's clock); once they are over it holds none, and no
+// slot was given back twice (a release of a lease already gone frees nothing).
+TEST_F(RedisConcurrencyTest, SlotsAreLeasesInRedisAndNoneOutlivesItsRequest) {
+    auto upstream = slow_upstream();
+    sluice_process sluice(yaml(upstream, "mode: police"));
+    resp_client redis(redis_->port());
+    std::thread clients([&] { send_parallel(sluice.port(), 2); });
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
+    const auto keys = redis.command({"KEYS", "rate-limit:*"});
+    ASSERT_EQ(keys.elements.size(), 1u) << keys.describe();
+    const std::string key = keys.elements[0].text;
+    EXPECT_EQ(redis.command({"TYPE", key}).text, "zset");
+    const auto leases = redis.command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+    ASSERT_EQ(leases.elements.size(), 4u) << leases.describe();
+    const auto now = redis.time_ms();
+    for (std::size_t i = 1; i < leases.elements.size(); i += 2) {
+        const auto expiry = std::stoll(leases.elements[i].text);
+        EXPECT_GT(expiry, now + 25'000) << "a 30 s lease, taken within the last seconds";
+        EXPECT_LE(expiry, now + 30'000);
+    }
+    clients.join();
+    ASSERT_TRUE(eventually(
+        [&] {
+            return redis.command({"ZCARD", key}).integer == 0;
+        },
+        1s))
+        << redis.command({"ZRANGE", key, "0", "-1"}).describe();
+    const auto stats = redis.command({"INFO", "commandstats"}).text;
+    EXPECT_NE(stats.find("cmdstat_publish"), std::string::npos) << "each freed slot is announced\n"
+                                                                << stats;
+}
+
+// A graceful stop (SIGTERM) lets the running request finish, gives its slot back in Redis before
+// the connection closes (not after a lease), and ends at once: nothing (a pending renewal, the
+// subscriber) keeps the process alive.
+TEST_F(RedisConcurrencyTest, AGracefulStopGivesBackItsSlotsAndEndsPromptly) {
+    auto upstream = slow_upstream();
+    auto sluice = std::make_unique<sluice_process>(yaml(upstream, ""));
+    resp_client redis(redis_->port());
+    std::vector<exchange> results;
+    std::thread client([&] { results = send_parallel(sluice->port(), 1); });
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+    const auto keys = redis.command({"KEYS", "rate-limit:*"});
+    ASSERT_EQ(keys.elements.size(), 1u) << keys.describe();
+    EXPECT_EQ(redis.command({"ZCARD", keys.elements[0].text}).integer, 1);
+    sluice->send_signal(SIGTERM);
+    client.join();
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_EQ(results[0].status, 200u) << "the running request finished";
+    const auto answered = clock_type::now();
+    const auto code = sluice->wait_exit(2s);
+    ASSERT_TRUE(code.has_value()) << "still running 2 s after its last request\n"
+                                  << sluice->log_text();
+    EXPECT_EQ(*code, 0);
+    EXPECT_LT(clock_type::now() - answered, 1s);
+    EXPECT_EQ(redis.command({"ZCARD", keys.elements[0].text}).integer, 0)
+        << "the slot was left to lapse with its lease";
 }
 
 // An instance killed with SIGKILL while holding both slots loses them for at most `lease`: the

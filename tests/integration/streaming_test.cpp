@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Streamed responses (issue 14): a Server-Sent Events stream reaches the client event by event,
-// as the upstream sends it, through either store; upstream.timeout bounds the wait between two
-// pieces of a stream, not the stream's whole length.
+// as the upstream sends it, through either store and every limiter path (a shaping leaky
+// bucket, a policing one, and a CONCURRENCY slot held for the stream's whole length);
+// upstream.timeout bounds the wait between two pieces of a stream, not the stream's whole
+// length.
 
 #include "integration_util.hpp"
+#include "support/admin_client.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
@@ -19,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <optional>
+#include <ostream>
 #include <poll.h>
 #include <string>
 #include <sys/socket.h>
@@ -161,6 +165,90 @@ private:
     std::optional<clock_type::time_point> closed_at_;
 };
 
+/**
+ * An upstream that reads one request with a chunked body and records when each piece of it
+ * ("piece i;") arrived, then answers 200 once the body is complete.
+ */
+class upload_upstream {
+public:
+    upload_upstream() {
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof addr;
+        if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), length) != 0 ||
+            ::listen(listener_, 4) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+            throw std::runtime_error("upload_upstream: cannot listen");
+        }
+        port_ = ntohs(addr.sin_port);
+        thread_ = std::thread([this] { serve(); });
+    }
+
+    ~upload_upstream() {
+        ::shutdown(listener_, SHUT_RDWR);
+        ::close(listener_);
+        thread_.join();
+    }
+
+    std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
+
+    /// When piece i of the body arrived, for the pieces seen so far (by number).
+    std::vector<std::optional<clock_type::time_point>> arrived() const {
+        std::lock_guard lock(mutex_);
+        return arrived_;
+    }
+
+private:
+    void serve() {
+        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) {
+            return;
+        }
+        std::string text;
+        std::size_t scanned = 0;
+        char buffer[4096];
+        while (text.find("\r\n0\r\n\r\n") == std::string::npos) {
+            const auto n = ::recv(fd, buffer, sizeof buffer, 0);
+            const auto at = clock_type::now();
+            if (n <= 0) {
+                ::close(fd);
+                return;
+            }
+            text.append(buffer, static_cast<std::size_t>(n));
+            for (auto found = text.find("piece ", scanned); found != std::string::npos;
+                 found = text.find("piece ", scanned)) {
+                const auto end = text.find(';', found);
+                if (end == std::string::npos) {
+                    break;
+                }
+                const auto i =
+                    static_cast<std::size_t>(std::stoi(text.substr(found + 6, end - found - 6)));
+                std::lock_guard lock(mutex_);
+                if (arrived_.size() <= i) {
+                    arrived_.resize(i + 1);
+                }
+                if (!arrived_[i]) {
+                    arrived_[i] = at;
+                }
+                scanned = end;
+            }
+        }
+        const std::string_view answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        while (::recv(fd, buffer, sizeof buffer, 0) > 0) {
+        }
+        ::close(fd);
+    }
+
+    int listener_ = -1;
+    std::uint16_t port_ = 0;
+    std::thread thread_;
+    mutable std::mutex mutex_;
+    std::vector<std::optional<clock_type::time_point>> arrived_;
+};
+
 /// Reads the response to GET /events from sluice on `port`, and notes when each event's
 /// "data: i" line arrived. Stops at the terminating chunk or after `deadline`.
 std::vector<std::optional<clock_type::time_point>>
@@ -198,12 +286,36 @@ receive_events(std::uint16_t port, int count, std::chrono::milliseconds deadline
     return received;
 }
 
-class StreamingTest : public ::testing::TestWithParam<const char*> {
+/// The store, and the limiter path the stream takes.
+struct streaming_case {
+    const char* store;   // memory | redis
+    const char* limiter; // shape | police | concurrency
+};
+
+void PrintTo(const streaming_case& c, std::ostream* os) {
+    *os << c.store << '/' << c.limiter;
+}
+
+class StreamingTest : public ::testing::TestWithParam<streaming_case> {
 protected:
     std::string rate_limit_yaml() {
-        // A shaping limit that admits at once: the stream goes through the limiter's path.
-        std::string yaml = "  fallback: { capacity: 100, flowRate: 100, mode: shape }\n";
-        if (std::string(GetParam()) == "redis") {
+        const std::string limiter = GetParam().limiter;
+        // Limits that admit at once: the stream goes through the limiter's path.
+        std::string yaml;
+        if (limiter == "police") {
+            yaml = "  fallback: { capacity: 100, flowRate: 100, mode: police }\n";
+        } else if (limiter == "concurrency") {
+            // The slot is held for as long as the stream runs.
+            yaml = "  rules:\n"
+                   "    - name: streams\n"
+                   "      match: { path: /events }\n"
+                   "      limits:\n"
+                   "        - { algorithm: CONCURRENCY, limit: 4, key: [global] }\n"
+                   "        - { algorithm: LEAKY_BUCKET, capacity: 100, flowRate: 100 }\n";
+        } else {
+            yaml = "  fallback: { capacity: 100, flowRate: 100, mode: shape }\n";
+        }
+        if (std::string(GetParam().store) == "redis") {
             if (!redis_server::available()) {
                 return {};
             }
@@ -212,6 +324,8 @@ protected:
         }
         return yaml;
     }
+
+    bool holds_slots() const { return std::string(GetParam().limiter) == "concurrency"; }
 
     std::unique_ptr<redis_server> redis_;
 };
@@ -235,6 +349,50 @@ TEST_P(StreamingTest, EventsArriveAsTheUpstreamSendsThem) {
         const auto lag = std::chrono::duration_cast<std::chrono::milliseconds>(
             *at - sent[static_cast<std::size_t>(i)]);
         EXPECT_LT(lag, 50ms) << "event " << i;
+    }
+}
+
+// The request direction: a chunked upload whose pieces the client sends 200 ms apart reaches the
+// upstream piece by piece, each within 50 ms of the client sending it (sluice forwards the body
+// as it comes, and does not wait to fill a buffer).
+TEST_P(StreamingTest, AStreamedUploadIsForwardedAsItComes) {
+    constexpr int count = 8;
+    upload_upstream upstream;
+    auto rate_limit = rate_limit_yaml();
+    if (rate_limit.empty()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit));
+    auto client = fd_stream::connect_loopback(sluice.port());
+    client.timeout(10s);
+    client.write_all("POST /events HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n");
+    std::vector<clock_type::time_point> sent;
+    auto next = clock_type::now();
+    for (int i = 0; i < count; ++i) {
+        std::this_thread::sleep_until(next); // the upload's own pace, not a wait for sluice
+        const auto piece = fmt::format("piece {};", i);
+        sent.push_back(clock_type::now());
+        client.write_all(fmt::format("{:x}\r\n{}\r\n", piece.size(), piece));
+        next += 200ms;
+    }
+    client.write_all("0\r\n\r\n");
+    std::string text;
+    char buffer[1024];
+    while (text.find("\r\n\r\nok") == std::string::npos) {
+        error_code ec;
+        const auto n = client.read_some(boost::asio::buffer(buffer), ec);
+        ASSERT_FALSE(ec) << ec.message() << "\n" << text;
+        text.append(buffer, n);
+    }
+    EXPECT_TRUE(text.starts_with("HTTP/1.1 200")) << text;
+    const auto arrived = upstream.arrived();
+    ASSERT_EQ(arrived.size(), static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) {
+        const auto& at = arrived[static_cast<std::size_t>(i)];
+        ASSERT_TRUE(at.has_value()) << "piece " << i << " never arrived";
+        const auto lag = std::chrono::duration_cast<std::chrono::milliseconds>(
+            *at - sent[static_cast<std::size_t>(i)]);
+        EXPECT_LT(lag, 50ms) << "piece " << i;
     }
 }
 
@@ -290,12 +448,32 @@ TEST_P(StreamingTest, AClientLeavingMidStreamClosesTheUpstreamAtOnce) {
     EXPECT_EQ(upstream.sent().size(), 1u) << "nothing more was sent for the departed client";
     EXPECT_TRUE(sluice.wait_for_log("path=/events", 2s)) << sluice.log_text();
     EXPECT_NE(sluice.log_text().find("end=client_left"), std::string::npos) << sluice.log_text();
+    if (holds_slots()) {
+        // Given back when the request ends, just after its access-log line.
+        const auto admin = admin_port(sluice);
+        EXPECT_TRUE(eventually(
+            [&] {
+                return metric_value(scrape_metrics(admin),
+                                    R"(sluice_concurrency_in_flight{rule="streams"})") == 0.0;
+            },
+            1s))
+            << "the departed stream's slot was not given back\n"
+            << scrape_metrics(admin);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores,
                          StreamingTest,
-                         ::testing::Values("memory", "redis"),
-                         [](const auto& param_info) { return std::string(param_info.param); });
+                         ::testing::Values(streaming_case{"memory", "shape"},
+                                           streaming_case{"memory", "police"},
+                                           streaming_case{"memory", "concurrency"},
+                                           streaming_case{"redis", "shape"},
+                                           streaming_case{"redis", "police"},
+                                           streaming_case{"redis", "concurrency"}),
+                         [](const auto& param_info) {
+                             return std::string(param_info.param.store) + "_" +
+                                    param_info.param.limiter;
+                         });
 
 } // namespace
 } // namespace sluice::test

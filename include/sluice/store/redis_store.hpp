@@ -13,10 +13,15 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace sluice::store {
+
+class slot_waiters;
 
 /**
  * Limiter state in Redis, shared by every sluice instance: one store (and one `redis::client`)
@@ -62,8 +67,17 @@ public:
     awaitable<outcome> acquire(checks request_checks) override;
 
     /// Gives back slots: Redis ones by script (which publishes the freed key to every
-    /// instance's waiters), the local fallback's to it.
+    /// instance's waiters), the slots of one event-loop turn in one call; the local fallback's
+    /// to it.
     void release(std::span<const slot> taken) noexcept override;
+
+    /**
+     * Ends the store at the end of a drain: sends the slots given back this turn (they would
+     * otherwise lapse with their lease, keeping other instances' requests waiting), stops
+     * renewing (a pending renewal would keep the worker's event loop, and the process, alive
+     * for up to a third of a lease), and closes the connection once its replies are in.
+     */
+    void stop();
 
     /// Requests decided by one script call at most: bounds how long one call keeps Redis busy.
     static constexpr std::size_t max_batch = 128;
@@ -85,6 +99,13 @@ public:
     /// src/redis/slots.lua); every instance's waiters listen on it.
     static std::string slot_channel(const config::redis_settings& settings);
 
+    /**
+     * For an announcement heard on `slot_channel` ("<count>:<key>", see src/redis/slots.lua):
+     * wakes up to <count> of this process's waiters for the key (at most `max_batch`, what one
+     * call frees). A message of another shape is ignored. Returns the waiters reached.
+     */
+    static std::size_t wake_waiters(slot_waiters& waiters, std::string_view announcement);
+
     /// CONCURRENCY slots this store holds for running requests (renewed until given back).
     std::size_t live_slots() const noexcept { return live_slots_.size(); }
 
@@ -104,6 +125,7 @@ private:
     void take_slots(const checks& request_checks, outcome& out, const std::string& id);
     static std::string live_name(std::string_view key, std::string_view lease_id);
     void run_slots_script(std::vector<std::string> args, const char* what);
+    void flush_releases();
     void schedule_renewal();
     void renew_all();
 
@@ -125,8 +147,12 @@ private:
     /// The slots running requests hold, by `live_name`: renewed together every third of the
     /// shortest lease among them.
     std::unordered_map<std::string, slot> live_slots_;
+    /// Slots given back this turn (key, lease id), sent by `flush_releases`.
+    std::vector<std::pair<std::string, std::string>> releasing_;
+    bool release_posted_ = false;
     steady_timer renew_timer_;
     bool renewing_ = false;
+    bool stopped_ = false;
 };
 
 /**

@@ -332,7 +332,7 @@ TEST(ConfigErrors, UnknownAlgorithm) {
                     4,
                     "rate-limit.fallback.algorithm",
                     "must be one of LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, FIXED_COUNTER, "
-                    "SLIDING_WINDOW, got 'GCRA'"));
+                    "SLIDING_WINDOW, CONCURRENCY, got 'GCRA'"));
 }
 
 TEST(ConfigErrors, ModeAndMaxDelayBelongToShaping) {

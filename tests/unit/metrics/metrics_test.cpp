@@ -98,14 +98,16 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     EXPECT_THAT(text, HasSubstr("\nsluice_held_requests 42\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_held_requests gauge\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_redis_command_duration_seconds histogram\n"));
-    // One TYPE line per family: the requests, the upstream responses, 13 counters, 2 gauges and
-    // 2 histograms.
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_concurrency_wait_seconds histogram\n"));
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_concurrency_in_flight gauge\n"));
+    // One TYPE line per family: the requests, the concurrency in flight (per rule), the
+    // upstream responses, 13 counters, 2 gauges and 3 histograms.
     std::size_t families = 0;
     for (auto at = text.find("# TYPE "); at != std::string::npos;
          at = text.find("# TYPE ", at + 1)) {
         ++families;
     }
-    EXPECT_EQ(families, 2u + std::size(counters) + 2u + 2u);
+    EXPECT_EQ(families, 3u + std::size(counters) + 2u + 3u);
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {

@@ -582,5 +582,45 @@ TEST_F(RedisClient, RecoversWithinASecondOfARestart) {
     }
 }
 
+// A subscribing client hears every message published on its channel, in order, and subscribes
+// again on its own after the server restarts (messages published meanwhile are lost: Redis
+// keeps none for an absent subscriber).
+TEST_F(RedisClient, ASubscriberHearsItsChannelAndSubscribesAgainAfterARestart) {
+    start_server();
+    auto o = options();
+    std::vector<std::string> heard;
+    auto subscriber = std::make_unique<client>(executor{ioc_.get_executor()}, o);
+    subscriber->subscribe("slots", [&heard](const std::string& m) { heard.push_back(m); });
+    subscriber->start();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return subscriber->subscription_count() == 1; }, 5s));
+    auto publisher = make_client(o);
+    for (const auto* m : {"a", "b\0c"}) {
+        auto [ec, r] = run(*publisher, {"PUBLISH", "slots", std::string(m, m[0] == 'b' ? 3 : 1)});
+        ASSERT_FALSE(ec) << ec.message();
+        EXPECT_EQ(r.integer, 1) << "one subscriber received it";
+    }
+    auto [other_ec, other] = run(*publisher, {"PUBLISH", "another-channel", "x"});
+    ASSERT_FALSE(other_ec);
+    EXPECT_EQ(other.integer, 0);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return heard.size() >= 2; }, 5s));
+    EXPECT_EQ(heard, (std::vector<std::string>{"a", std::string("b\0c", 3)}));
+
+    server_->stop();
+    server_->restart();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return subscriber->subscription_count() == 2; }, 10s))
+        << "did not subscribe again";
+    auto back = ping_until(publisher.get(), true, steady::now() + 10s);
+    ASSERT_TRUE(test::run_coro(ioc_, std::move(back)));
+    auto [ec, r] = run(*publisher, {"PUBLISH", "slots", "after"});
+    ASSERT_FALSE(ec);
+    EXPECT_EQ(r.integer, 1);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return heard.size() >= 3; }, 5s));
+    EXPECT_EQ(heard.back(), "after");
+}
+
 } // namespace
 } // namespace sluice::redis

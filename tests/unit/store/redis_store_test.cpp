@@ -335,14 +335,18 @@ std::string packed(std::initializer_list<std::uint32_t> numbers) {
 }
 
 TEST_F(RedisStore, TheScriptRefusesMalformedPackedRequests) {
-    // EVAL with one key, now and ttl, and one definition (LEAKY_BUCKET 10, 1/s, police).
-    const auto call = [&](std::string requests) {
+    // EVAL with one key, now and ttl, and one definition (LEAKY_BUCKET 10, 1/s, police), the
+    // requests, and the lease prefix (for CONCURRENCY slots; unused here).
+    const auto call = [&](std::string requests, bool with_prefix = true) {
         std::vector<std::string> args{"EVAL", std::string(redis::limits_script.text)};
         for (const char* a :
              {"1", "packed", "1000", "60000", "1", "1", "10", "1", "1", "-1", "0"}) {
             args.emplace_back(a);
         }
         args.push_back(std::move(requests));
+        if (with_prefix) {
+            args.emplace_back("test:1:");
+        }
         return test::run_coro(ioc_, client_->async_command(std::move(args)));
     };
     // Well formed: one request, key 1, definition 1, admitted; six 8-byte fields.
@@ -362,6 +366,10 @@ TEST_F(RedisStore, TheScriptRefusesMalformedPackedRequests) {
         EXPECT_EQ(ec, errc::bad_reply) << r.describe();
         EXPECT_TRUE(r.str.starts_with("ERR sluice:")) << r.describe();
     }
+    // A well-formed request without the lease prefix after it.
+    auto [no_prefix_ec, no_prefix] = call(packed({1, 1, 1}), false);
+    EXPECT_EQ(no_prefix_ec, errc::bad_reply) << no_prefix.describe();
+    EXPECT_TRUE(no_prefix.str.starts_with("ERR sluice:")) << no_prefix.describe();
     // Nothing but the well-formed request was charged.
     EXPECT_EQ(hash("packed")["queue_size"], "1");
 }

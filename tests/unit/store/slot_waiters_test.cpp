@@ -3,6 +3,7 @@
 // freed slot, a woken waiter that found no slot keeps its place, and a waiter that left is
 // never woken.
 
+#include "sluice/store/redis_store.hpp"
 #include "sluice/store/slot_waiters.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -97,6 +98,25 @@ TEST_F(SlotWaiters, KeysHaveLinesOfTheirOwn) {
     auto b = join("k2", "b");
     waiters_.notify("k2");
     EXPECT_EQ(run(), std::vector<std::string>{"b"});
+}
+
+// What Redis announces for a call that freed slots ("<count>:<key>", src/redis/slots.lua) wakes
+// up to <count> waiters of that key; anything else wakes nobody.
+TEST_F(SlotWaiters, RedisAnnouncementsWakeUpToTheirCount) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    auto c = join("k", "c");
+    auto d = join("a:b", "d");
+    EXPECT_EQ(redis_store::wake_waiters(waiters_, "2:k"), 2u);
+    EXPECT_EQ(run(), (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(redis_store::wake_waiters(waiters_, "1:a:b"), 1u) << "a key may hold ':'";
+    EXPECT_EQ(run(), std::vector<std::string>{"d"});
+    for (const auto* bad : {"", "k", ":k", "x:k", "1x:k", "-1:k", "12345678901:k", "1:other"}) {
+        EXPECT_EQ(redis_store::wake_waiters(waiters_, bad), 0u) << bad;
+    }
+    EXPECT_TRUE(run().empty());
+    EXPECT_EQ(redis_store::wake_waiters(waiters_, "1:k"), 1u);
+    EXPECT_EQ(run(), std::vector<std::string>{"c"});
 }
 
 } // namespace
