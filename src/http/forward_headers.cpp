@@ -60,7 +60,54 @@ void take_forwarding_fields(bhttp::basic_fields<Allocator>& fields, std::string&
     }
 }
 
+// Whether the comma-separated list `list` has an element named `item`, ignoring case and the
+// blanks around elements. An element's name ends at a '/': an Upgrade element is a protocol
+// name with an optional version (RFC 9110 7.8), which bhttp::token_list would not parse.
+bool lists(std::string_view list, std::string_view item) {
+    while (!list.empty()) {
+        const auto comma = list.find(',');
+        auto element = list.substr(0, comma);
+        list.remove_prefix(comma == std::string_view::npos ? list.size() : comma + 1);
+        element = element.substr(0, element.find('/'));
+        const auto first = element.find_first_not_of(" \t");
+        if (first == std::string_view::npos) {
+            continue;
+        }
+        element = element.substr(first, element.find_last_not_of(" \t") - first + 1);
+        if (boost::beast::iequals(element, item)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Whether any `name` field of `fields` lists `item`.
+template <typename Allocator>
+bool any_lists(const bhttp::basic_fields<Allocator>& fields,
+               bhttp::field name,
+               std::string_view item) {
+    const auto [first, last] = fields.equal_range(name);
+    for (auto it = first; it != last; ++it) {
+        if (lists({it->value().data(), it->value().size()}, item)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 } // namespace
+
+template <typename Allocator>
+bool is_websocket_upgrade(const bhttp::header<true, bhttp::basic_fields<Allocator>>& request) {
+    return request.version() >= 11 && request.method() == bhttp::verb::get &&
+           any_lists(request, bhttp::field::connection, "upgrade") &&
+           any_lists(request, bhttp::field::upgrade, "websocket");
+}
+
+template <typename Allocator>
+bool accepts_websocket(const bhttp::header<false, bhttp::basic_fields<Allocator>>& response) {
+    return any_lists(response, bhttp::field::upgrade, "websocket");
+}
 
 template <typename Allocator>
 void strip_hop_by_hop(bhttp::basic_fields<Allocator>& fields) {
@@ -134,5 +181,9 @@ template void strip_hop_by_hop(bhttp::fields&);
 template void strip_hop_by_hop(arena_fields&);
 template void append_forwarding_lines(bhttp::fields&, std::string_view, std::string&);
 template void append_forwarding_lines(arena_fields&, std::string_view, std::string&);
+template bool is_websocket_upgrade(const bhttp::request_header<>&);
+template bool is_websocket_upgrade(const bhttp::request_header<arena_fields>&);
+template bool accepts_websocket(const bhttp::response_header<>&);
+template bool accepts_websocket(const bhttp::response_header<arena_fields>&);
 
 } // namespace sluice::http

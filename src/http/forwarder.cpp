@@ -11,7 +11,12 @@
 // no body (or whose body has not been read past its first block), the request goes once more on
 // a new connection. Nothing else is retried: once a body has been streamed it cannot be sent
 // again.
+//
+// WebSocket: a bodyless upgrade request (is_websocket_upgrade) goes upstream with its Upgrade and
+// Connection fields; an upstream that answers 101 gets the connection as a tunnel (tunnel.cpp)
+// until it ends, and any other answer is relayed as usual.
 #include "http/forwarder_detail.hpp"
+#include "http/tunnel.hpp"
 #include "sluice/core/errc.hpp"
 #include "sluice/http/forward_headers.hpp"
 
@@ -143,6 +148,7 @@ awaitable<failure> exchange(forward_args& a,
                             const relay_buffer& buf,
                             std::optional<response_parser>& rp,
                             bool has_body,
+                            bool upgrade,
                             bool first) {
     const auto& up = a.config.upstream;
     if (first) {
@@ -180,7 +186,7 @@ awaitable<failure> exchange(forward_args& a,
         start_response(a, rp, !interim_seen);
         conn->stream.expires_after(up.timeout);
         ec = co_await read_message(conn->stream, conn->buffer, *rp, true, chunk_limits{});
-        const auto f = judge_response_header(ec, *rp, *conn, first && !has_body);
+        const auto f = judge_response_header(ec, *rp, *conn, first && !has_body, upgrade);
         if (f != failure::interim) {
             co_return f;
         }
@@ -237,14 +243,75 @@ awaitable<forward_result> answer_failure(forward_args& a, failure f) {
     co_return result;
 }
 
+// The word for the access log's `end` of a tunnel that did not end by both sides closing.
+std::string_view end_word(tunnel_end end) {
+    switch (end) {
+    case tunnel_end::idle:
+        return "idle_timeout";
+    case tunnel_end::client_failed:
+        return "client_left";
+    case tunnel_end::upstream_failed:
+        return "upstream_broke";
+    case tunnel_end::closed:
+        break;
+    }
+    return {};
+}
+
+// The upstream switched to WebSocket: its 101 goes to the client, then the two connections are
+// a tunnel until it ends. The upstream connection speaks WebSocket from now on, so the caller
+// never pools it again; the client's closes after the tunnel too. `upstream_time` is the time
+// to the 101: a tunnel's whole life would say nothing of the upstream's latency.
+awaitable<forward_result> tunnel_through(forward_args& a,
+                                         upstream::connection& conn,
+                                         response_parser& rp,
+                                         const relay_buffer& buf,
+                                         clock_type::time_point start) {
+    forward_result result;
+    result.status = 101;
+    result.upstream = upstream_outcome::response;
+    prepare_switch(a, rp);
+    message_writer writer(rp.get(), body_framing::none, a.scratch.header, a.scratch.lines);
+    a.client.expires_after(a.config.server.idle_timeout);
+    error_code ec;
+    if (!writer.write_now(a.client, {}, true, ec)) {
+        ec = co_await writer.finish(a.client);
+    }
+    result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
+    if (ec) {
+        result.cut_short = "client_left";
+        co_return result;
+    }
+    // The tunnel keeps its own idle watch over both directions; the streams' deadlines, one per
+    // stream for reads and writes alike, would cut a direction that is merely quiet.
+    a.client.expires_never();
+    conn.stream.expires_never();
+    // One buffer per direction: the request's own for the client's bytes, a second one for the
+    // upstream's.
+    const auto lease = a.relay_buffers.take();
+    const auto end = co_await run_tunnel(
+        tunnel_side{a.client.socket(), a.client_buffer, buf},
+        tunnel_side{conn.stream.socket(), conn.buffer, {lease.data(), relay_buffer_size}},
+        a.config.server.idle_timeout);
+    result.cut_short = end_word(end);
+    co_return result;
+}
+
 } // namespace
 
 awaitable<forward_result> forward(forward_args& a) {
     const auto start = clock_type::now();
     auto& req = a.parser.get();
+    // An upgrade with a body is none: the body's end could not be told from the new protocol's
+    // first bytes.
+    const bool upgrade = a.parser.is_done() && is_websocket_upgrade(req);
     strip_hop_by_hop(req);
     a.scratch.lines.clear();
     append_forwarding_lines(req, a.peer, a.scratch.lines);
+    if (upgrade) {
+        // strip_hop_by_hop took the client's: these are the hop's own, to the upstream.
+        a.scratch.lines += "Connection: Upgrade\r\nUpgrade: websocket\r\n";
+    }
     // One pass: Expect out (we answered it, or it was HTTP/1.0's), and is there a Host?
     bool has_host = false;
     for (auto it = req.begin(); it != req.end();) {
@@ -276,7 +343,7 @@ awaitable<forward_result> forward(forward_args& a) {
         f = co_await prefetch_body(a, buf);
     }
     for (int attempt = 0; f == failure::none; ++attempt) {
-        f = co_await exchange(a, conn, buf, rp, !bodyless, attempt == 0);
+        f = co_await exchange(a, conn, buf, rp, !bodyless, upgrade, attempt == 0);
         if (f != failure::stale) {
             break;
         }
@@ -291,6 +358,12 @@ awaitable<forward_result> forward(forward_args& a) {
         co_return result;
     }
 
+    if (rp->get().result_int() == 101) {
+        // judge_response_header let a 101 through only for a WebSocket upgrade.
+        auto result = co_await tunnel_through(a, *conn, *rp, buf, start);
+        close_connection(conn);
+        co_return result;
+    }
     const bool upstream_keep_alive = rp->keep_alive() && !rp->need_eof();
     forward_result result;
     result.status = rp->get().result_int();

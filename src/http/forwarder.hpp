@@ -35,9 +35,10 @@ struct forward_result {
     /// The client connection may carry another request.
     bool keep_alive = false;
     upstream_outcome upstream = upstream_outcome::client_failed;
-    /// How the exchange ended when not in full: "client_left", "upstream_broke"; empty otherwise.
+    /// How the exchange ended when not in full: "client_left", "upstream_broke", or for a
+    /// WebSocket tunnel "idle_timeout"; empty otherwise.
     std::string_view cut_short;
-    /// From the start of forwarding to the end of the response.
+    /// From the start of forwarding to the end of the response (for a tunnel: to its 101).
     milliseconds upstream_time{-1};
 };
 

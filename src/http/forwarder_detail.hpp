@@ -39,13 +39,15 @@ enum class failure {
 void start_response(forward_args& a, std::optional<response_parser>& rp, bool first);
 
 /**
- * What a response header read came to: none (a final response), interim (a 1xx), stale (a
- * reused connection closed before a byte came, and `retryable`), upstream_timeout or upstream.
+ * What a response header read came to: none (a final response, or a 101 to WebSocket when the
+ * request was a WebSocket `upgrade`), interim (another 1xx), stale (a reused connection closed
+ * before a byte came, and `retryable`), upstream_timeout or upstream (a 101 otherwise too).
  */
 failure judge_response_header(const error_code& ec,
                               response_parser& rp,
                               upstream::connection& conn,
-                              bool retryable);
+                              bool retryable,
+                              bool upgrade);
 
 /// Passes a 1xx interim response (other than 100, which we answer ourselves) to the client.
 /// Returns false if the client is gone.
@@ -56,6 +58,14 @@ awaitable<bool> relay_interim(forward_args& a, const bhttp::header<false, header
  * headers in, framing fitted to the client's HTTP version. Returns the client keep-alive.
  */
 bool prepare_response(forward_args& a, response_parser& rp);
+
+/**
+ * Rewrites the upstream's 101 to WebSocket for the client: hop-by-hop fields out (its own
+ * Upgrade and Connection among them), rate-limit headers in, then this hop's `Connection:
+ * Upgrade` and `Upgrade: websocket`. The other fields (Sec-WebSocket-Accept, -Protocol,
+ * -Extensions) pass as they came.
+ */
+void prepare_switch(forward_args& a, response_parser& rp);
 
 /**
  * Sends a prepared response to the client: the header with the body that came in with it in one

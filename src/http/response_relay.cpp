@@ -136,7 +136,8 @@ void start_response(forward_args& a, std::optional<response_parser>& rp, bool fi
 failure judge_response_header(const error_code& ec,
                               response_parser& rp,
                               upstream::connection& conn,
-                              bool retryable) {
+                              bool retryable,
+                              bool upgrade) {
     if (ec == beast::error::timeout) {
         return failure::upstream_timeout;
     }
@@ -146,7 +147,9 @@ failure judge_response_header(const error_code& ec,
     }
     const auto status = rp.get().result_int();
     if (status == 101) {
-        return failure::upstream; // we never ask to switch protocols
+        // Only to the protocol asked for, and only when asked: a client that did not ask would
+        // get bytes of a protocol it does not speak.
+        return upgrade && accepts_websocket(rp.get()) ? failure::none : failure::upstream;
     }
     return status >= 200 ? failure::none : failure::interim;
 }
@@ -170,8 +173,11 @@ awaitable<bool> relay_interim(forward_args& a, const bhttp::header<false, header
     co_return !ec;
 }
 
-bool prepare_response(forward_args& a, response_parser& rp) {
-    auto& res = rp.get();
+namespace {
+
+// The first rewriting of every response header: hop-by-hop fields out, the rate-limit lines
+// into scratch.lines.
+void strip_and_add_limits(forward_args& a, bhttp::header<false, header_fields>& res) {
     strip_hop_by_hop(res);
     a.scratch.lines.clear();
     if (a.reply.limits.decision != nullptr) {
@@ -181,6 +187,20 @@ bool prepare_response(forward_args& a, response_parser& rp) {
                                 *a.reply.limits.decision,
                                 a.reply.limits.x_ratelimit);
     }
+}
+
+} // namespace
+
+void prepare_switch(forward_args& a, response_parser& rp) {
+    auto& res = rp.get();
+    strip_and_add_limits(a, res);
+    res.version(11); // an upgrade is asked only over HTTP/1.1
+    a.scratch.lines += "Connection: Upgrade\r\nUpgrade: websocket\r\n";
+}
+
+bool prepare_response(forward_args& a, response_parser& rp) {
+    auto& res = rp.get();
+    strip_and_add_limits(a, res);
     bool keep_alive = a.client_keep_alive && !*a.draining;
     const bool http11 = a.reply.version >= 11;
     res.version(http11 ? 11 : 10);

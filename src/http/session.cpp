@@ -211,7 +211,9 @@ ending forwarded(request_state& r, const forward_result& result) {
         r.record.end = result.cut_short;
     }
     r.upstream = result.upstream;
-    if (result.status == 0) {
+    if (result.status == 0 || result.status == 101) {
+        // No response, or a tunnel that is over: the connection has nothing more to carry, and
+        // a lingering close would only wait for a client that has closed or gone quiet.
         return ending::close;
     }
     return result.keep_alive ? ending::keep : ending::linger;

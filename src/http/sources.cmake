@@ -12,4 +12,5 @@ list(APPEND SLUICE_NET_SOURCES
   src/http/request_checks.cpp
   src/http/response_relay.cpp
   src/http/session.cpp
+  src/http/tunnel.cpp
   src/http/verdict.cpp)

@@ -34,6 +34,8 @@ struct sluice_config {
     std::optional<std::uint64_t> max_body_size;
     /// As written in YAML, e.g. "500ms"; empty keeps the default.
     std::string upstream_timeout;
+    /// server.idle-timeout as written in YAML; empty keeps the default.
+    std::string idle_timeout;
     std::int64_t capacity = 1'000'000;
     double flow_rate = 100'000;
     std::string mode = "police"; // or "shape"

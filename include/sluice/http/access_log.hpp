@@ -20,8 +20,10 @@ struct access_record {
     std::chrono::milliseconds upstream_time{-1}; // -1: not forwarded
     std::chrono::milliseconds delay{0};
     /// How a forwarded exchange ended when not in full: "client_left" (the client went before
-    /// the response was all written: sluice closed the upstream connection at once),
-    /// "upstream_broke" (the upstream's response stopped short); "-" otherwise.
+    /// the response was all written: sluice closed the upstream connection at once; or its
+    /// connection failed in a WebSocket tunnel), "upstream_broke" (the upstream's response
+    /// stopped short, or its connection failed in a tunnel), "idle_timeout" (a tunnel in
+    /// which nothing moved for server.idle-timeout); "-" otherwise.
     std::string_view end = "-";
 };
 

@@ -8,6 +8,7 @@
 // instantiated in forward_headers.cpp.
 
 #include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/message.hpp>
 
 #include <memory_resource>
 #include <string>
@@ -47,6 +48,26 @@ void append_forwarding_lines(boost::beast::http::basic_fields<Allocator>& fields
                              std::string_view peer,
                              std::string& lines);
 
+/**
+ * Whether `request` asks to switch its connection to WebSocket (RFC 6455 4.1): a GET of HTTP/1.1
+ * or later whose Connection fields name `upgrade` and whose Upgrade field lists `websocket`, both
+ * case-insensitively. Anything else that carries Upgrade (h2c, or an HTTP/1.0 request) goes on as
+ * plain HTTP/1.1, its upgrade fields stripped. Whether the request has a body (which also rules
+ * an upgrade out) is the parser's to say, not the header's.
+ */
+template <typename Allocator>
+bool is_websocket_upgrade(
+    const boost::beast::http::header<true, boost::beast::http::basic_fields<Allocator>>& request);
+
+/**
+ * Whether a 101 response `response` switches to WebSocket: its Upgrade field lists `websocket`.
+ * An upstream that switches to anything else would leave the client speaking a protocol it did
+ * not ask for.
+ */
+template <typename Allocator>
+bool accepts_websocket(
+    const boost::beast::http::header<false, boost::beast::http::basic_fields<Allocator>>& response);
+
 extern template void strip_hop_by_hop(boost::beast::http::fields&);
 extern template void
 strip_hop_by_hop(boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>&);
@@ -56,5 +77,13 @@ extern template void
 append_forwarding_lines(boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>&,
                         std::string_view,
                         std::string&);
+extern template bool is_websocket_upgrade(const boost::beast::http::request_header<>&);
+extern template bool
+is_websocket_upgrade(const boost::beast::http::request_header<
+                     boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>>&);
+extern template bool accepts_websocket(const boost::beast::http::response_header<>&);
+extern template bool
+accepts_websocket(const boost::beast::http::response_header<
+                  boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>>&);
 
 } // namespace sluice::http

@@ -148,5 +148,56 @@ TEST(StripHopByHop, AConnectionOfKeepAliveOnlyRemovesItAndKeepAlive) {
     EXPECT_EQ(names(f), (std::vector<std::string>{"Server"}));
 }
 
+// The request `fields` with `version` and `method`, for is_websocket_upgrade.
+bhttp::request_header<> request_with(std::vector<std::pair<std::string, std::string>> fields,
+                                     unsigned version = 11,
+                                     bhttp::verb method = bhttp::verb::get) {
+    bhttp::request_header<> req;
+    req.version(version);
+    req.method(method);
+    for (const auto& [name, value] : fields) {
+        req.insert(name, value);
+    }
+    return req;
+}
+
+TEST(IsWebSocketUpgrade, NeedsConnectionUpgradeAndUpgradeWebSocketInAnyCase) {
+    EXPECT_TRUE(
+        is_websocket_upgrade(request_with({{"Connection", "Upgrade"}, {"Upgrade", "websocket"}})));
+    EXPECT_TRUE(is_websocket_upgrade(
+        request_with({{"connection", "keep-alive, upgrade"}, {"upgrade", "WebSocket"}})));
+    // The tokens may sit in any of several lines, among others, with blanks around them.
+    EXPECT_TRUE(is_websocket_upgrade(request_with({{"Connection", "keep-alive"},
+                                                   {"Connection", " Upgrade "},
+                                                   {"Upgrade", "h2c,  websocket"}})));
+    EXPECT_FALSE(is_websocket_upgrade(request_with({{"Upgrade", "websocket"}})))
+        << "Upgrade without Connection: upgrade is a field, not a request to upgrade";
+    EXPECT_FALSE(is_websocket_upgrade(request_with({{"Connection", "Upgrade"}})));
+    EXPECT_FALSE(
+        is_websocket_upgrade(request_with({{"Connection", "Upgrade"}, {"Upgrade", "h2c"}})));
+    EXPECT_FALSE(
+        is_websocket_upgrade(request_with({{"Connection", "Upgrade"}, {"Upgrade", "websockets"}})));
+    EXPECT_FALSE(
+        is_websocket_upgrade(request_with({{"Connection", "upgraded"}, {"Upgrade", "websocket"}})));
+}
+
+TEST(IsWebSocketUpgrade, OnlyAGetOfHttp11) {
+    const std::vector<std::pair<std::string, std::string>> upgrade = {{"Connection", "Upgrade"},
+                                                                      {"Upgrade", "websocket"}};
+    EXPECT_FALSE(is_websocket_upgrade(request_with(upgrade, 10))) << "HTTP/1.0 has no Upgrade";
+    EXPECT_FALSE(is_websocket_upgrade(request_with(upgrade, 11, bhttp::verb::post)));
+    EXPECT_TRUE(is_websocket_upgrade(request_with(upgrade, 11, bhttp::verb::get)));
+}
+
+TEST(AcceptsWebSocket, ListsWebSocketInUpgrade) {
+    bhttp::response_header<> res;
+    res.result(101);
+    EXPECT_FALSE(accepts_websocket(res));
+    res.set("Upgrade", "h2c");
+    EXPECT_FALSE(accepts_websocket(res));
+    res.set("Upgrade", "WebSocket");
+    EXPECT_TRUE(accepts_websocket(res));
+}
+
 } // namespace
 } // namespace sluice::http

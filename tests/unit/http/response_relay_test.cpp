@@ -20,13 +20,18 @@ protected:
     /// HTTP/1.`minor`; returns whether the client connection stays open.
     bool prepare(const std::string& text, unsigned minor = 1, bool draining = false) {
         draining_ = draining;
+        parse(text, minor);
+        return prepare_response(args_, *response_);
+    }
+
+    /// The upstream's response header `text`, parsed only, for a client of HTTP/1.`minor`.
+    void parse(const std::string& text, unsigned minor = 1) {
         args_.reply.version = 10 + minor;
         make_parser(response_, arena_.allocator());
         error_code ec;
         response_->header_limit(64 * 1024);
         response_->put(net::buffer(text), ec);
         EXPECT_TRUE(!ec || ec == bhttp::error::need_buffer) << ec.message();
-        return prepare_response(args_, *response_);
     }
 
     const header_fields& fields() const { return response_->get().base(); }
@@ -93,6 +98,44 @@ TEST_F(ResponseRelayHeader, ABodyWithoutLengthIsChunkedFor11AndEndsWithTheConnec
 TEST_F(ResponseRelayHeader, ADrainingWorkerClosesTheClientConnection) {
     EXPECT_FALSE(prepare("HTTP/1.1 204 No Content\r\n\r\n", 1, true));
     EXPECT_NE(scratch_.lines.find("Connection: close\r\n"), std::string::npos) << scratch_.lines;
+}
+
+// A 101 passes only as the answer to a WebSocket upgrade, and only when it switches to WebSocket;
+// any other 1xx stays interim.
+TEST_F(ResponseRelayHeader, A101IsFinalOnlyForAWebSocketUpgrade) {
+    upstream::connection conn(ex_);
+    const std::string switched =
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+    parse(switched);
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, true), failure::none);
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, false), failure::upstream)
+        << "a 101 nobody asked for";
+    parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n");
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, true), failure::upstream)
+        << "switched to a protocol nobody asked for";
+    parse("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n");
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, true), failure::interim);
+}
+
+TEST_F(ResponseRelayHeader, ASwitchKeepsTheWebSocketFieldsAndSaysUpgrade) {
+    limiter::decision d;
+    d.limit = 10;
+    d.remaining = 4;
+    d.reset_after = std::chrono::milliseconds(1'500);
+    args_.reply.limits = {"ws", &d, false};
+    parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\n"
+          "Connection: Upgrade, X-Private\r\nX-Private: 1\r\n"
+          "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+    prepare_switch(args_, *response_);
+    EXPECT_EQ(fields().count("X-Private"), 0u);
+    EXPECT_EQ(fields().count(bhttp::field::upgrade), 0u) << "replaced by this hop's";
+    EXPECT_EQ(fields().count(bhttp::field::connection), 0u);
+    EXPECT_EQ(fields()["Sec-WebSocket-Accept"], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    EXPECT_NE(scratch_.lines.find("RateLimit: \"ws\";r=4;t=2\r\n"), std::string::npos)
+        << scratch_.lines;
+    EXPECT_NE(scratch_.lines.find("Connection: Upgrade\r\nUpgrade: websocket\r\n"),
+              std::string::npos)
+        << scratch_.lines;
 }
 
 } // namespace

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The tunnel a connection becomes once the upstream has answered a WebSocket upgrade with
+// `101 Switching Protocols` (tunnel.cpp): from then on sluice relays bytes both ways without
+// parsing them, through one fixed buffer per direction, until both sides have closed, one side
+// fails, or nothing has moved for the idle timeout. The forwarder writes the 101 first and
+// closes both connections after.
+
+#include "sluice/io/net.hpp"
+
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <chrono>
+#include <span>
+
+namespace sluice::http::detail {
+
+/// How a tunnel ended.
+enum class tunnel_end {
+    closed,          // each side closed its sending side, and each close was passed on
+    idle,            // no byte moved for the idle timeout, or a write waited that long
+    client_failed,   // the client's connection failed (reset, say)
+    upstream_failed, // the upstream's connection failed
+};
+
+/// One side of a tunnel: its socket, and what sluice read from it before the tunnel began.
+struct tunnel_side {
+    tcp_socket& socket;
+    /// Bytes read from this side already (behind the request header, behind the 101): they go
+    /// to the other side first, and the buffer is left empty.
+    beast::flat_buffer& buffered;
+    /// Where what is read from this side passes through; its size bounds each read.
+    std::span<char> buffer;
+};
+
+/**
+ * Relays bytes between `client` and `upstream` until the tunnel ends, and says how. A side that
+ * closes its sending side (end of stream) has that close passed on as a shutdown of the other
+ * side's sending side, and the other direction goes on, as TCP's half-close allows: a WebSocket
+ * closing handshake ends with each side waiting for the other's close. A failure on either side
+ * ends both directions, and so does `idle_timeout` without a byte moved either way, or a write
+ * that has waited that long for a peer that stopped reading (the other direction's reads then
+ * wait too: the tunnel never reads more than it can write, so a stalled peer costs no memory).
+ *
+ * The sockets must have no operation pending and no deadline of their own (a timed_stream's
+ * must be set to never). When it completes, on the sockets' executor, both sockets may still be
+ * open, with their operations cancelled: the caller closes them.
+ */
+awaitable<tunnel_end>
+run_tunnel(tunnel_side client, tunnel_side upstream, std::chrono::milliseconds idle_timeout);
+
+} // namespace sluice::http::detail
