@@ -3,25 +3,24 @@
 #
 # src/redis/limits.lua and slots.lua are embedded at build time: embed_lua.cmake turns each into
 # a .cpp holding the script and its SHA1, regenerated whenever the script changes.
-set(_sluice_limits_lua ${CMAKE_CURRENT_LIST_DIR}/limits.lua)
-set(_sluice_limits_cpp ${CMAKE_CURRENT_BINARY_DIR}/generated/limits_lua.cpp)
-add_custom_command(
-  OUTPUT ${_sluice_limits_cpp}
-  COMMAND ${CMAKE_COMMAND} -DINPUT=${_sluice_limits_lua} -DOUTPUT=${_sluice_limits_cpp}
-          -DNAME=limits_script -P ${CMAKE_CURRENT_LIST_DIR}/embed_lua.cmake
-  DEPENDS ${_sluice_limits_lua} ${CMAKE_CURRENT_LIST_DIR}/embed_lua.cmake
-  COMMENT "Embedding src/redis/limits.lua"
-  VERBATIM)
+# sluice_embed_lua(NAME SCRIPT VAR): src/redis/SCRIPT embedded as the `redis::script` NAME; VAR
+# names the generated .cpp.
+function(sluice_embed_lua name script var)
+  set(input ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${script})
+  get_filename_component(stem ${script} NAME_WE)
+  set(output ${CMAKE_CURRENT_BINARY_DIR}/generated/${stem}_lua.cpp)
+  add_custom_command(
+    OUTPUT ${output}
+    COMMAND ${CMAKE_COMMAND} -DINPUT=${input} -DOUTPUT=${output} -DNAME=${name}
+            -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
+    DEPENDS ${input} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
+    COMMENT "Embedding src/redis/${script}"
+    VERBATIM)
+  set(${var} ${output} PARENT_SCOPE)
+endfunction()
 
-set(_sluice_slots_lua ${CMAKE_CURRENT_LIST_DIR}/slots.lua)
-set(_sluice_slots_cpp ${CMAKE_CURRENT_BINARY_DIR}/generated/slots_lua.cpp)
-add_custom_command(
-  OUTPUT ${_sluice_slots_cpp}
-  COMMAND ${CMAKE_COMMAND} -DINPUT=${_sluice_slots_lua} -DOUTPUT=${_sluice_slots_cpp}
-          -DNAME=slots_script -P ${CMAKE_CURRENT_LIST_DIR}/embed_lua.cmake
-  DEPENDS ${_sluice_slots_lua} ${CMAKE_CURRENT_LIST_DIR}/embed_lua.cmake
-  COMMENT "Embedding src/redis/slots.lua"
-  VERBATIM)
+sluice_embed_lua(limits_script limits.lua _sluice_limits_cpp)
+sluice_embed_lua(slots_script slots.lua _sluice_slots_cpp)
 
 list(APPEND SLUICE_NET_SOURCES
   src/redis/asio_adapter.cpp

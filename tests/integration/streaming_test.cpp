@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <netinet/in.h>
@@ -37,14 +38,12 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 /**
- * An upstream that answers its one connection's request with a chunked `text/event-stream` of
- * `count` events, one every `period` (the first at once), and records when it sent each.
+ * A listening socket on 127.0.0.1 whose first connection is served by `serve(fd)` on a thread
+ * of its own; `serve` owns the descriptor. Stopping (destruction) wakes a pending accept.
  */
-class event_stream_upstream {
+class one_connection_server {
 public:
-    event_stream_upstream(int count, std::chrono::milliseconds period)
-        : count_(count)
-        , period_(period) {
+    explicit one_connection_server(std::function<void(int)> serve) {
         listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in addr{};
         addr.sin_family = AF_INET;
@@ -53,19 +52,58 @@ public:
         if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), length) != 0 ||
             ::listen(listener_, 4) != 0 ||
             ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
-            throw std::runtime_error("event_stream_upstream: cannot listen");
+            throw std::runtime_error("one_connection_server: cannot listen");
         }
         port_ = ntohs(addr.sin_port);
-        thread_ = std::thread([this] { serve(); });
+        thread_ = std::thread([this, serve = std::move(serve)] {
+            const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd >= 0) {
+                const int one = 1;
+                ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                serve(fd);
+            }
+        });
     }
 
-    ~event_stream_upstream() {
+    one_connection_server(const one_connection_server&) = delete;
+    one_connection_server& operator=(const one_connection_server&) = delete;
+
+    ~one_connection_server() {
         ::shutdown(listener_, SHUT_RDWR);
         ::close(listener_);
         thread_.join();
     }
 
     std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
+
+private:
+    int listener_ = -1;
+    std::uint16_t port_ = 0;
+    std::thread thread_;
+};
+
+bool send_all(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+        const auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+        if (n <= 0) {
+            return false;
+        }
+        bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+}
+
+/**
+ * An upstream that answers its one connection's request with a chunked `text/event-stream` of
+ * `count` events, one every `period` (the first at once), and records when it sent each.
+ */
+class event_stream_upstream {
+public:
+    event_stream_upstream(int count, std::chrono::milliseconds period)
+        : count_(count)
+        , period_(period) {}
+
+    std::string url() const { return server_.url(); }
 
     /// When sluice closed the connection while the stream was waiting for its next event.
     std::optional<clock_type::time_point> closed_at() const {
@@ -80,13 +118,7 @@ public:
     }
 
 private:
-    void serve() {
-        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) {
-            return;
-        }
-        const int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    void serve(int fd) {
         std::string request;
         char buffer[4096];
         while (request.find("\r\n\r\n") == std::string::npos) {
@@ -144,25 +176,15 @@ private:
         }
     }
 
-    static bool send_all(int fd, std::string_view bytes) {
-        while (!bytes.empty()) {
-            const auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-            if (n <= 0) {
-                return false;
-            }
-            bytes.remove_prefix(static_cast<std::size_t>(n));
-        }
-        return true;
-    }
-
     int count_;
     std::chrono::milliseconds period_;
-    int listener_ = -1;
-    std::uint16_t port_ = 0;
-    std::thread thread_;
     mutable std::mutex mutex_;
     std::vector<clock_type::time_point> sent_;
     std::optional<clock_type::time_point> closed_at_;
+    /// Last: its thread starts serving at once, with every other member ready.
+    one_connection_server server_{[this](int fd) {
+        serve(fd);
+    }};
 };
 
 /**
@@ -171,28 +193,7 @@ private:
  */
 class upload_upstream {
 public:
-    upload_upstream() {
-        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t length = sizeof addr;
-        if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), length) != 0 ||
-            ::listen(listener_, 4) != 0 ||
-            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
-            throw std::runtime_error("upload_upstream: cannot listen");
-        }
-        port_ = ntohs(addr.sin_port);
-        thread_ = std::thread([this] { serve(); });
-    }
-
-    ~upload_upstream() {
-        ::shutdown(listener_, SHUT_RDWR);
-        ::close(listener_);
-        thread_.join();
-    }
-
-    std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
+    std::string url() const { return server_.url(); }
 
     /// When piece i of the body arrived, for the pieces seen so far (by number).
     std::vector<std::optional<clock_type::time_point>> arrived() const {
@@ -201,11 +202,7 @@ public:
     }
 
 private:
-    void serve() {
-        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) {
-            return;
-        }
+    void serve(int fd) {
         std::string text;
         std::size_t scanned = 0;
         char buffer[4096];
@@ -235,18 +232,18 @@ private:
                 scanned = end;
             }
         }
-        const std::string_view answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-        ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
         while (::recv(fd, buffer, sizeof buffer, 0) > 0) {
         }
         ::close(fd);
     }
 
-    int listener_ = -1;
-    std::uint16_t port_ = 0;
-    std::thread thread_;
     mutable std::mutex mutex_;
     std::vector<std::optional<clock_type::time_point>> arrived_;
+    /// Last: its thread starts serving at once, with every other member ready.
+    one_connection_server server_{[this](int fd) {
+        serve(fd);
+    }};
 };
 
 /// Reads the response to GET /events from sluice on `port`, and notes when each event's
