@@ -154,6 +154,7 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
                 auto first = co_await (wait_timer(timer) || watch_client(c));
                 if (first.index() == 1) {
                     if (std::get<1>(first)) {
+                        ticket.give_up();
                         co_return slot_wait::left;
                     }
                     watching = false; // it sent a body's worth: wait without watching
@@ -165,8 +166,12 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         }
         woken = false;
         if (deadline && steady_clock::now() >= *deadline) {
+            ticket.give_up();
             co_return slot_wait::timed_out;
         }
+        // Woken or not (the recheck), no wake-up may go to it while it decides: this decision
+        // may admit it, and the slot freed meanwhile would then be lost to the line.
+        ticket.begin_decision();
         const limited_request req{r.parser.get(), r.record.path, c.peer};
         if (!r.limiter.try_again(c.w, req)) {
             r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
@@ -177,8 +182,8 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         if (r.limiter.wait_key() != ticket_key) {
             ticket_key = r.limiter.wait_key();
             ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
-        } else if (ticket.rearm()) {
-            woken = true; // a slot freed while it decided: try again at once
+        } else if (ticket.rearm()) { // keeps its place in the line
+            woken = true;            // a slot freed while every waiter decided: try again
         }
     }
     c.w.metrics->slot_wait.observe(steady_clock::now() - started);

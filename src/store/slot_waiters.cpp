@@ -12,15 +12,15 @@ struct slot_waiters::node {
     io_executor ex;
     /// Cleared when the ticket leaves; only ever read and cleared on `ex`'s thread.
     std::function<void()> wake;
-    /// Guarded by the registry's mutex.
-    bool woken = false;
-    /// Woken, and a slot freed after that: try again when rearmed. Guarded by the mutex.
-    bool again = false;
+    /// Woken, or deciding on its own: no wake-up for it. Guarded by the registry's mutex.
+    bool busy = false;
     std::string key;
 };
 
 struct slot_waiters::line {
     std::deque<std::shared_ptr<node>> waiters;
+    /// Slots freed while every waiter was busy, for the next refused waiters to try again.
+    std::size_t retries = 0;
 };
 
 slot_waiters::slot_waiters() = default;
@@ -39,15 +39,42 @@ slot_waiters::ticket::~ticket() {
     leave();
 }
 
+void slot_waiters::ticket::begin_decision() {
+    if (owner_ == nullptr) {
+        return;
+    }
+    std::lock_guard lock(owner_->mutex_);
+    node_->busy = true;
+}
+
+void slot_waiters::ticket::give_up() {
+    if (owner_ == nullptr) {
+        return;
+    }
+    auto* owner = owner_;
+    std::string key = node_->key;
+    bool busy = false;
+    {
+        std::lock_guard lock(owner->mutex_);
+        busy = node_->busy;
+    }
+    leave();
+    if (busy) {
+        owner->notify(key);
+    }
+}
+
 bool slot_waiters::ticket::rearm() {
     if (owner_ == nullptr) {
         return false;
     }
     std::lock_guard lock(owner_->mutex_);
-    if (std::exchange(node_->again, false)) {
+    const auto found = owner_->lines_.find(node_->key);
+    if (found != owner_->lines_.end() && found->second->retries > 0) {
+        --found->second->retries;
         return true;
     }
-    node_->woken = false;
+    node_->busy = false;
     return false;
 }
 
@@ -75,7 +102,7 @@ void slot_waiters::ticket::leave() noexcept {
 
 slot_waiters::ticket
 slot_waiters::join(std::string key, const io_executor& ex, std::function<void()> wake) {
-    auto n = std::make_shared<node>(node{ex, std::move(wake), false, false, std::move(key)});
+    auto n = std::make_shared<node>(node{ex, std::move(wake), false, std::move(key)});
     std::lock_guard lock(mutex_);
     auto& l = lines_.try_emplace(n->key).first->second;
     if (!l) {
@@ -97,23 +124,21 @@ bool slot_waiters::notify(std::string_view key) {
         if (found == lines_.end()) {
             return false;
         }
-        auto& waiters = found->second->waiters;
-        for (auto& n : waiters) {
-            if (!n->woken) {
-                n->woken = true;
+        auto& l = *found->second;
+        for (auto& n : l.waiters) {
+            if (!n->busy) {
+                n->busy = true;
                 chosen = n;
                 break;
             }
         }
         if (!chosen) {
-            // Every waiter is deciding already, perhaps on what it saw before this slot freed.
-            for (auto& n : waiters) {
-                if (!n->again) {
-                    n->again = true;
-                    return true;
-                }
+            // Every waiter is deciding, perhaps on what it saw before this slot freed.
+            if (l.retries >= l.waiters.size()) {
+                return false;
             }
-            return false;
+            ++l.retries;
+            return true;
         }
     }
     net::post(chosen->ex, [weak = std::weak_ptr<node>(chosen)] {

@@ -17,14 +17,17 @@ namespace sluice::store {
  * process, shared by every worker (its lock is held for a few pointer operations, never across a
  * suspension).
  *
- * A waiter joins with a `ticket` and a wake-up function. When a slot of its key frees, the store
- * calls `notify(key)`, which wakes the oldest waiter not woken yet (the wake-up is posted to the
- * waiter's executor: it never runs on the notifier's thread). The woken waiter then tries again;
- * if another instance took the slot first, it `rearm`s and keeps its place. A slot that frees
- * while every waiter of the key is already woken (deciding with what it saw before that slot
- * freed) is not lost: the oldest of them is told to try once more when it rearms. A request that
- * arrives while others wait joins the line instead of trying (`waiting`), so a slot goes to the
- * oldest waiter of this instance. A ticket leaves the line when destroyed.
+ * A waiter joins with a `ticket` and a wake-up function, and is idle or busy. When a slot of its
+ * key frees, the store calls `notify(key)`, which wakes the oldest idle waiter (it becomes busy;
+ * the wake-up is posted to the waiter's executor: it never runs on the notifier's thread). A
+ * waiter that decides again on its own (its periodic recheck) says so first (`begin_decision`),
+ * so that no wake-up goes to a waiter that is deciding already and may be admitted by that
+ * decision, while another waits on. A slot that frees while every waiter is busy is kept as a
+ * retry for the line: the next busy waiter that finds no slot (`rearm`) takes it and tries once
+ * more at once, so no freed slot is lost to a decision made just before it freed. A refused
+ * waiter `rearm`s and keeps its place. A request that arrives while others wait joins the line
+ * instead of trying (`waiting`), so a slot goes to the oldest waiter of this instance. A ticket
+ * leaves the line when destroyed.
  */
 class slot_waiters {
     struct node;
@@ -40,9 +43,16 @@ public:
         ticket& operator=(const ticket&) = delete;
         ~ticket();
 
-        /// Back to "not woken", keeping its place: the next `notify` of its key may wake it.
-        /// True instead when a slot freed since it was woken: it should try again at once (it
-        /// stays woken).
+        /// The waiter decides again on its own (not woken): no wake-up goes to it meanwhile.
+        void begin_decision();
+
+        /// Leaves the line without deciding again (its client left, its max-delay passed). A
+        /// wake-up it was given goes on to the next waiter: the slot it announced is free.
+        void give_up();
+
+        /// It found no slot: back to idle, keeping its place, so that the next `notify` of its
+        /// key may wake it. True instead when a slot freed while every waiter was busy: it
+        /// should try again at once (it stays busy).
         bool rearm();
 
     private:
@@ -61,8 +71,8 @@ public:
     /// (the ticket must be destroyed on `ex`'s thread).
     ticket join(std::string key, const io_executor& ex, std::function<void()> wake);
 
-    /// Wakes the oldest waiter of `key` that is not woken yet; when all are, tells the oldest
-    /// that has not been told yet to try again once it rearms. False when nobody was reached.
+    /// Wakes the oldest idle waiter of `key`; when every one is busy, keeps a retry for the
+    /// line (at most one per waiter). False when nobody waits, or every waiter has a retry.
     bool notify(std::string_view key);
 
     /// Someone waits for `key`.

@@ -49,20 +49,21 @@ TEST_F(SlotWaiters, WakesOneWaiterPerFreedSlotInArrivalOrder) {
     EXPECT_FALSE(waiters_.notify("other"));
 }
 
-// A slot that frees while every waiter is deciding (woken by an earlier one) is not lost: the
-// oldest of them tries once more when it rearms, instead of waiting for the next recheck.
+// A slot that frees while every waiter is deciding (woken by an earlier one) is not lost: a
+// waiter that finds no slot tries once more when it rearms, instead of waiting for the next
+// recheck; there is at most one such retry per waiter.
 TEST_F(SlotWaiters, ASlotFreedWhileEveryWaiterDecidesIsNotLost) {
     auto a = join("k", "a");
     auto b = join("k", "b");
     waiters_.notify("k");
     waiters_.notify("k");
     EXPECT_EQ(run(), (std::vector<std::string>{"a", "b"}));
-    EXPECT_TRUE(waiters_.notify("k")) << "a is told to try again";
-    EXPECT_TRUE(waiters_.notify("k")) << "then b";
-    EXPECT_FALSE(waiters_.notify("k")) << "both will try again already";
-    EXPECT_TRUE(a.rearm()) << "a slot freed since a was woken";
+    EXPECT_TRUE(waiters_.notify("k")) << "a retry for the line";
+    EXPECT_TRUE(waiters_.notify("k")) << "and another";
+    EXPECT_FALSE(waiters_.notify("k")) << "one retry per waiter at most";
+    EXPECT_TRUE(a.rearm()) << "a slot freed while a decided";
     EXPECT_TRUE(b.rearm());
-    EXPECT_FALSE(a.rearm()) << "told once";
+    EXPECT_FALSE(a.rearm()) << "the retries are used up";
     EXPECT_FALSE(b.rearm());
     EXPECT_TRUE(run().empty()) << "trying again needs no wake-up";
     waiters_.notify("k");
@@ -98,6 +99,34 @@ TEST_F(SlotWaiters, KeysHaveLinesOfTheirOwn) {
     auto b = join("k2", "b");
     waiters_.notify("k2");
     EXPECT_EQ(run(), std::vector<std::string>{"b"});
+}
+
+// A waiter that decides on its own (its recheck) gets no wake-up meanwhile: the decision may
+// admit it, and the slot freed then must go to a waiter that is still waiting.
+TEST_F(SlotWaiters, AWaiterDecidingOnItsOwnIsNotWoken) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    a.begin_decision();
+    EXPECT_TRUE(waiters_.notify("k"));
+    EXPECT_EQ(run(), std::vector<std::string>{"b"}) << "b, not the deciding a";
+    EXPECT_TRUE(waiters_.notify("k")) << "both busy: a retry for whoever finds no slot";
+    a = slot_waiters::ticket{}; // a was admitted
+    EXPECT_TRUE(b.rearm()) << "b found no slot, but one freed meanwhile";
+    EXPECT_FALSE(b.rearm());
+}
+
+// A woken waiter that gives up (its client left, its max-delay passed) passes the wake-up on.
+TEST_F(SlotWaiters, AWokenWaiterThatGivesUpPassesItsWakeUpOn) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    auto c = join("k", "c");
+    waiters_.notify("k");
+    EXPECT_EQ(run(), std::vector<std::string>{"a"});
+    a.give_up();
+    EXPECT_EQ(run(), std::vector<std::string>{"b"}) << "a's slot is b's now";
+    c.give_up(); // not woken: nothing to pass on
+    EXPECT_TRUE(run().empty());
+    EXPECT_EQ(waiters_.size(), 1u);
 }
 
 // What Redis announces for a call that freed slots ("<count>:<key>", src/redis/slots.lua) wakes
