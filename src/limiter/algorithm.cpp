@@ -16,19 +16,20 @@ T& hold(state& current, bool& exists) {
 
 } // namespace
 
-decision acquire(state& current, bool exists, const config::limit& limit, double now_ms) {
+decision
+acquire(state& current, bool exists, const config::limit& limit, double now_ms, std::int64_t cost) {
     switch (limit.algo) {
     case config::algorithm::leaky_bucket: {
         auto& s = hold<leaky_bucket_state>(current, exists);
-        return leaky_bucket_acquire(s, exists, limit, now_ms);
+        return leaky_bucket_acquire(s, exists, limit, now_ms, cost);
     }
     case config::algorithm::token_bucket: {
         auto& s = hold<token_bucket_state>(current, exists);
-        return token_bucket_acquire(s, exists, limit, now_ms);
+        return token_bucket_acquire(s, exists, limit, now_ms, cost);
     }
     case config::algorithm::fixed_window: {
         auto& s = hold<fixed_window_state>(current, exists);
-        return fixed_window_acquire(s, exists, limit, now_ms);
+        return fixed_window_acquire(s, exists, limit, now_ms, cost);
     }
     case config::algorithm::sliding_window: {
         auto& s = hold<sliding_window_state>(current, exists);
@@ -40,6 +41,44 @@ decision acquire(state& current, bool exists, const config::limit& limit, double
     }
     }
     return {};
+}
+
+std::optional<milliseconds> settle(state& current,
+                                   bool exists,
+                                   const config::limit& limit,
+                                   double now_ms,
+                                   std::int64_t delta) noexcept {
+    if (!settles(limit.algo)) {
+        return std::nullopt;
+    }
+    const bool own = exists && ((limit.algo == config::algorithm::leaky_bucket &&
+                                 std::holds_alternative<leaky_bucket_state>(current)) ||
+                                (limit.algo == config::algorithm::token_bucket &&
+                                 std::holds_alternative<token_bucket_state>(current)) ||
+                                (limit.algo == config::algorithm::fixed_window &&
+                                 std::holds_alternative<fixed_window_state>(current)));
+    // A refund on a fresh state gives back nothing: storing it would only hold a key.
+    if (delta == 0 || (!own && delta < 0)) {
+        return std::nullopt;
+    }
+    switch (limit.algo) {
+    case config::algorithm::leaky_bucket: {
+        auto& s = hold<leaky_bucket_state>(current, exists);
+        return leaky_bucket_settle(s, exists, limit, now_ms, delta);
+    }
+    case config::algorithm::token_bucket: {
+        auto& s = hold<token_bucket_state>(current, exists);
+        return token_bucket_settle(s, exists, limit, now_ms, delta);
+    }
+    case config::algorithm::fixed_window: {
+        auto& s = hold<fixed_window_state>(current, exists);
+        return fixed_window_settle(s, exists, limit, now_ms, delta);
+    }
+    case config::algorithm::sliding_window:
+    case config::algorithm::concurrency:
+        break;
+    }
+    return std::nullopt;
 }
 
 bool release(state& current) noexcept {

@@ -2,6 +2,7 @@
 #include "sluice/limiter/leaky_bucket.hpp"
 
 #include "sluice/core/saturate.hpp"
+#include "sluice/limiter/cost.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -19,20 +20,9 @@ milliseconds ceil_ms(double ms) noexcept {
     return saturating_ms(std::ceil(std::max(0.0, ms - ms_epsilon)));
 }
 
-} // namespace
-
-decision leak_and_admit(leaky_bucket_state& state,
-                        bool exists,
-                        std::int64_t capacity,
-                        double flow_rate,
-                        bool shaping,
-                        std::optional<milliseconds> max_delay,
-                        double now_ms) noexcept {
-    const double slot_ms = 1000.0 / flow_rate;
-    std::int64_t q = exists ? state.queue_size : 0;
-    double last = exists ? state.last_leak_ms : now_ms;
-
-    // Leak whole slots; keep the fraction of the slot in progress.
+// Leaks whole slots from `q` up to `now_ms`, keeping the fraction of the slot in progress in
+// `last`; a clock behind `last` leaks nothing and never moves it back.
+void leak(std::int64_t& q, double& last, double slot_ms, double now_ms) noexcept {
     if (now_ms > last) {
         const double leaked = std::floor((now_ms - last) / slot_ms + slot_epsilon);
         if (leaked >= static_cast<double>(q)) {
@@ -43,29 +33,55 @@ decision leak_and_admit(leaky_bucket_state& state,
             last += leaked * slot_ms;
         }
     }
+}
+
+} // namespace
+
+decision leak_and_admit(leaky_bucket_state& state,
+                        bool exists,
+                        std::int64_t capacity,
+                        double flow_rate,
+                        bool shaping,
+                        std::optional<milliseconds> max_delay,
+                        double now_ms,
+                        std::int64_t cost) noexcept {
+    const double slot_ms = 1000.0 / flow_rate;
+    const std::int64_t c = clamp_cost(cost);
+    std::int64_t q = exists ? state.queue_size : 0;
+    double last = exists ? state.last_leak_ms : now_ms;
+    leak(q, last, slot_ms, now_ms);
 
     decision d;
     d.limit = capacity;
     d.window = ceil_ms(static_cast<double>(capacity) * slot_ms);
 
-    // The new request would stand at position q + 1; the head leaves at `last`.
-    const double wait_ms = last + static_cast<double>(q) * slot_ms - now_ms;
-    const bool has_room = q + 1 <= capacity;
+    // The request's last slot would stand at position q + c; the head leaves at `last`. The sum
+    // is one double addition of two exact integers, as the script computes it (q may be a debt
+    // near 2^53, where int64 and double sums could round apart).
+    const double wait_ms =
+        last + (static_cast<double>(q) + static_cast<double>(c - 1)) * slot_ms - now_ms;
+    const bool has_room = q <= capacity - c; // q + c <= capacity, without leaving 2^53
     const bool wait_fits =
         !shaping || !max_delay || wait_ms <= static_cast<double>(max_delay->count()) + ms_epsilon;
 
-    if (has_room && wait_fits) {
-        ++q;
+    if (c > capacity) {
+        // No leak will ever make room for it: refuse without a retry estimate.
+        d.allowed = false;
+        d.never_fits = true;
+    } else if (has_room && wait_fits) {
+        q += c;
         d.allowed = true;
         d.delay = shaping ? ceil_ms(wait_ms) : milliseconds{0};
     } else {
         d.allowed = false;
-        // Full: the next slot frees at last + T. Too long a wait: it shrinks one ms per ms.
+        // Full: c fits once q + c - capacity more slots have leaked, the first at last + T. Too
+        // long a wait: it shrinks one ms per ms.
         const double until =
-            has_room ? wait_ms - static_cast<double>(max_delay->count()) : last + slot_ms - now_ms;
+            has_room ? wait_ms - static_cast<double>(max_delay->count())
+                     : last + static_cast<double>(q - (capacity - c)) * slot_ms - now_ms;
         d.retry_after = std::max(ceil_ms(until), milliseconds{1});
     }
-    d.remaining = capacity - q;
+    d.remaining = std::max<std::int64_t>(capacity - q, 0);
     d.reset_after = ceil_ms(last + static_cast<double>(q) * slot_ms - now_ms);
 
     state.queue_size = q;
@@ -73,17 +89,44 @@ decision leak_and_admit(leaky_bucket_state& state,
     return d;
 }
 
+milliseconds leak_and_settle(leaky_bucket_state& state,
+                             bool exists,
+                             double flow_rate,
+                             double now_ms,
+                             std::int64_t delta) noexcept {
+    const double slot_ms = 1000.0 / flow_rate;
+    std::int64_t q = exists ? state.queue_size : 0;
+    double last = exists ? state.last_leak_ms : now_ms;
+    // Leak first, so that a refund cannot give back slots that have leaked already (the queue
+    // would otherwise end below what it holds now).
+    leak(q, last, slot_ms, now_ms);
+    q = settle_level(q, clamp_delta(delta));
+    state.queue_size = q;
+    state.last_leak_ms = last;
+    return ceil_ms(last + static_cast<double>(q) * slot_ms - now_ms);
+}
+
 decision leaky_bucket_acquire(leaky_bucket_state& state,
                               bool exists,
                               const config::limit& limit,
-                              double now_ms) noexcept {
+                              double now_ms,
+                              std::int64_t cost) noexcept {
     return leak_and_admit(state,
                           exists,
                           limit.capacity,
                           limit.flow_rate,
                           limit.mode == config::shaping_mode::shape,
                           limit.max_delay,
-                          now_ms);
+                          now_ms,
+                          cost);
+}
+
+milliseconds leaky_bucket_settle(leaky_bucket_state& state,
+                                 bool exists,
+                                 const config::limit& limit,
+                                 double now_ms,
+                                 std::int64_t delta) noexcept {
+    return leak_and_settle(state, exists, limit.flow_rate, now_ms, delta);
 }
 
 } // namespace sluice::limiter

@@ -18,12 +18,28 @@
 --   mode       0 shape, 1 police (LEAKY_BUCKET only)
 --   max_delay  ms, or -1 for none (LEAKY_BUCKET only)
 --   dry_run    1: decided and reported, but never blocks the request
--- then one argument, the requests, packed: per request n, its number of keys, then per key its
--- number in KEYS and its limit's definition number (1..L), every number a 32-bit little-endian
--- unsigned integer; then the lease prefix, unique to this call: the i-th request of the batch
--- takes its CONCURRENCY slots under the member <prefix><i>. (Packed rather than one argument per number, and with each key once: a
--- batch is mostly one client's burst on one key, and every argument costs Redis an object and a
--- Lua string, and the client its formatting.)
+-- then one argument, the groups, packed, every number a 32-bit little-endian unsigned integer:
+--   a request:    n (1 .. 2^31 - 1), its number of keys, then per key an entry;
+--   settlements:  2^31 + n, then n entries, each settling a reservation (see SETTLEMENTS below);
+-- an entry: the key's number in KEYS, then a word w whose low 30 bits are its limit's
+-- definition number (1..L); when w has bit 31 set, an amount follows as two numbers (its low
+-- and high 32 bits, at most 2^53), negative when w also has bit 30 set. A request's key costs
+-- the amount (1 .. 2^53) or, without one, 1: the common cost of 1 costs no byte more. A
+-- settlement's entry always carries its amount, the delta (actual - reserved).
+-- Then the lease prefix, unique to this call: the i-th request of the batch (settlements do not
+-- count) takes its CONCURRENCY slots under the member <prefix><i>. (Packed rather than one
+-- argument per number, and with each key once: a batch is mostly one client's burst on one key,
+-- and every argument costs Redis an object and a Lua string, and the client its formatting.)
+--
+-- SETTLEMENTS (issue 15: cost-weighted limits). A request reserves its cost; once its real cost
+-- is known, src/store/redis_store.cpp sends the settlements of one event-loop turn in one call
+-- (a call of settlement groups only). Each brings its key's state to now and adjusts it by the
+-- delta, as src/limiter/*_settle do (operation for operation): TOKEN_BUCKET tokens -= delta and
+-- LEAKY_BUCKET queue_size += delta after the refill/leak, FIXED_WINDOW count += delta in the
+-- window current now; never below empty, a debt at most 2^53. A key without this algorithm's
+-- state settles a fresh one (a refund then writes nothing); SLIDING_WINDOW and CONCURRENCY
+-- ignore settlements. A bucket's settled state expires no sooner than its queue drains (the ttl
+-- or longer), so that a debt is never forgotten before it is paid. Settlements reply nothing.
 --
 -- Returns one string: per key of every request, in request order, six signed 64-bit
 -- little-endian integers: allowed (0/1), remaining, reset_ms, retry_after_ms, delay_ms, level,
@@ -69,6 +85,9 @@ local floor, ceil, max = math.floor, math.ceil, math.max
 local LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, CONCURRENCY = 1, 2, 3, 4, 5
 local SHAPE = 0
 local GROUP = 6
+-- src/limiter/cost.hpp: amounts stay within 2^53, where doubles hold every integer exactly.
+local MAX_AMOUNT = 9007199254740992
+local AMOUNT_FOLLOWS, NEGATIVE, SETTLEMENTS = 2147483648, 1073741824, 2147483648
 -- How many window lengths a window's key outlives its window (see the data layout above).
 local WINDOW_GRACE = 1
 
@@ -178,14 +197,9 @@ end
 -- The buckets: leak_and_admit of src/limiter/leaky_bucket.cpp. A token bucket is a leaky bucket
 -- that never delays, seen from the other side: tokens = capacity - queue_size. Returns allowed,
 -- remaining, reset, retry_after, delay, the queue size after the request and last_leak_time.
-local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, now)
-  local slot = 1000.0 / flow_rate
-  if q == nil then
-    q, last = 0, now
-  end
-
-  -- Leak whole slots; keep the fraction of the slot in progress. A clock behind `last` leaks
-  -- nothing and never moves it back.
+-- Leaks whole slots; keeps the fraction of the slot in progress. A clock behind `last` leaks
+-- nothing and never moves it back.
+local function leak(q, last, slot, now)
   if now > last then
     local leaked = floor((now - last) / slot + SLOT_EPSILON)
     if leaked >= q then
@@ -196,30 +210,71 @@ local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, 
       last = last + leaked * slot
     end
   end
+  return q, last
+end
 
-  -- The new request would stand at position q + 1; the head leaves at `last`.
-  local wait = last + q * slot - now
-  local has_room = q + 1 <= capacity
+local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, now, cost)
+  local slot = 1000.0 / flow_rate
+  if q == nil then
+    q, last = 0, now
+  end
+  q, last = leak(q, last, slot, now)
+
+  -- The request's last slot would stand at position q + cost; the head leaves at `last`.
+  local wait = last + (q + (cost - 1)) * slot - now
+  local has_room = q <= capacity - cost
   local wait_fits = (not shaping) or max_delay < 0 or wait <= max_delay + MS_EPSILON
 
   local allowed, retry_after, delay = 0, 0, 0
-  if has_room and wait_fits then
-    q = q + 1
+  if cost > capacity then
+    -- Never fits: refused without a retry estimate (the store reports never_fits).
+  elseif has_room and wait_fits then
+    q = q + cost
     allowed = 1
     if shaping then
       delay = ceil_bucket_ms(wait)
     end
   else
-    -- Full: the next slot frees at last + T. Too long a wait: it shrinks one ms per ms.
+    -- Full: the cost fits once q + cost - capacity more slots have leaked. Too long a wait: it
+    -- shrinks one ms per ms.
     local until_ms
     if has_room then
       until_ms = wait - max_delay
     else
-      until_ms = last + slot - now
+      until_ms = last + (q - (capacity - cost)) * slot - now
     end
     retry_after = max(ceil_bucket_ms(until_ms), 1)
   end
-  return allowed, capacity - q, ceil_bucket_ms(last + q * slot - now), retry_after, delay, q, last
+  local remaining = capacity - q
+  if remaining < 0 then
+    remaining = 0 -- a debt
+  end
+  return allowed, remaining, ceil_bucket_ms(last + q * slot - now), retry_after, delay, q, last
+end
+
+-- src/limiter/cost.hpp's settle_level: level + delta within [0, MAX_AMOUNT], no intermediate
+-- value outside [-2^53, 2^53].
+local function settle_level(level, delta)
+  if delta > MAX_AMOUNT - level then
+    return MAX_AMOUNT
+  end
+  local settled = level + delta
+  if settled < 0 then
+    return 0
+  end
+  return settled
+end
+
+-- leak_and_settle of src/limiter/leaky_bucket.cpp: the queue and its last leak after the
+-- settlement, and the ms until it has drained.
+local function leak_and_settle(q, last, flow_rate, now, delta)
+  local slot = 1000.0 / flow_rate
+  if q == nil then
+    q, last = 0, now
+  end
+  q, last = leak(q, last, slot, now)
+  q = settle_level(q, delta)
+  return q, last, ceil_bucket_ms(last + q * slot - now)
 end
 
 -- Both buckets keep {count, time} in their hash state, for the ttl.
@@ -229,24 +284,46 @@ end
 
 local leaky_bucket = { write = write_bucket }
 
-function leaky_bucket.decide(key, p, now)
+function leaky_bucket.decide(key, p, now, cost)
   local c = hash_state(key, LEAKY_BUCKET, 'queue_size', 'last_leak_time')
   local allowed, remaining, reset, retry_after, delay, q, last =
-    leak_and_admit(c.a, c.b, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now)
+    leak_and_admit(c.a, c.b, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now, cost)
   return allowed, remaining, reset, retry_after, delay, q, c, last
+end
+
+function leaky_bucket.settle(key, p, ttl, now, delta)
+  local c = hash_state(key, LEAKY_BUCKET, 'queue_size', 'last_leak_time')
+  if c.a == nil and delta < 0 then
+    return -- a refund on an empty queue gives back nothing
+  end
+  local q, last, drained = leak_and_settle(c.a, c.b, p.p2, now, delta)
+  store_state(c, q, last, max(ttl, drained))
 end
 
 local token_bucket = { write = write_bucket }
 
-function token_bucket.decide(key, p, now)
+function token_bucket.decide(key, p, now, cost)
   local c = hash_state(key, TOKEN_BUCKET, 'tokens', 'last_refill_time')
   local q = nil
   if c.a ~= nil then
     q = p.p1 - c.a
   end
   local allowed, remaining, reset, retry_after, delay, level, last =
-    leak_and_admit(q, c.b, p.p1, p.p2, false, -1, now)
+    leak_and_admit(q, c.b, p.p1, p.p2, false, -1, now, cost)
   return allowed, remaining, reset, retry_after, delay, p.p1 - level, c, last
+end
+
+function token_bucket.settle(key, p, ttl, now, delta)
+  local c = hash_state(key, TOKEN_BUCKET, 'tokens', 'last_refill_time')
+  if c.a == nil and delta < 0 then
+    return -- a refund on a full bucket gives back nothing
+  end
+  local q = nil
+  if c.a ~= nil then
+    q = p.p1 - c.a -- a debt: tokens below zero, a queue above capacity
+  end
+  local level, last, full = leak_and_settle(q, c.b, p.p2, now, delta)
+  store_state(c, p.p1 - level, last, max(ttl, full))
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -256,10 +333,9 @@ end
 
 local fixed_window = {}
 
-function fixed_window.decide(key, p, now)
-  local limit, window = p.p1, p.p2
+-- The count of the window current at `now`, its start and the ms until it ends.
+local function current_window(c, window, now)
   local start = floor(now / window) * window
-  local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
   if c.a ~= nil and c.b > start then
     start = c.b
   end
@@ -267,15 +343,37 @@ function fixed_window.decide(key, p, now)
   if count == nil or c.b ~= start then
     count = 0
   end
-  local until_end = ceil(start + window - now)
+  return count, start, ceil(start + window - now)
+end
+
+function fixed_window.decide(key, p, now, cost)
+  local limit = p.p1
+  local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
+  local count, start, until_end = current_window(c, p.p2, now)
   local allowed, retry_after = 0, 0
-  if count + 1 <= limit then
-    count = count + 1
+  if cost > limit then
+    -- Never fits, not even in an empty window: refused without a retry estimate.
+  elseif count <= limit - cost then
+    count = count + cost
     allowed = 1
   else
     retry_after = max(until_end, 1)
   end
-  return allowed, limit - count, until_end, retry_after, 0, count, c, start
+  local remaining = limit - count
+  if remaining < 0 then
+    remaining = 0 -- a debt
+  end
+  return allowed, remaining, until_end, retry_after, 0, count, c, start
+end
+
+function fixed_window.settle(key, p, _, now, delta)
+  local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
+  if c.a == nil and delta < 0 then
+    return -- a refund on an empty window gives back nothing
+  end
+  -- A settlement after its request's window ended adjusts the current window.
+  local count, start, until_end = current_window(c, p.p2, now)
+  store_state(c, settle_level(count, delta), start, until_end + WINDOW_GRACE * p.p2)
 end
 
 function fixed_window.write(_, p, _, _, allowed, reset, level, state, start)
@@ -444,50 +542,85 @@ local function number_at(p)
   local b1, b2, b3, b4 = byte(requests, p, p + 3)
   return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
 end
+local size = #requests
 
--- The key and the definition of the key at `p` in the packed requests.
-local function key_and_definition(p)
-  local key = KEYS[number_at(p)]
-  local definition = definitions[number_at(p + 4)]
-  if key == nil or definition == nil then
+-- The entry at `p` in the packed groups: its key, its limit's definition, its amount (1 when
+-- none is given) and where the next entry starts; nil when malformed.
+local function entry_at(p)
+  if p + 7 > size then
     return nil
   end
-  return key, definition
+  local key, word = KEYS[number_at(p)], number_at(p + 4)
+  local amount, negative, next_p = 1, false, p + 8
+  if word >= AMOUNT_FOLLOWS then
+    word = word - AMOUNT_FOLLOWS
+    if word >= NEGATIVE then
+      word = word - NEGATIVE
+      negative = true
+    end
+    if p + 15 > size then
+      return nil
+    end
+    amount = number_at(p + 8) + number_at(p + 12) * 4294967296
+    next_p = p + 16
+  end
+  local definition = definitions[word]
+  if key == nil or definition == nil or amount > MAX_AMOUNT then
+    return nil
+  end
+  if negative then
+    amount = -amount
+  end
+  return key, definition, amount, next_p
 end
 
-local p, size = 1, #requests
+local p = 1
 while p <= size do
   local n = number_at(p)
-  if n < 1 or p + 4 + 8 * n - 1 > size then
-    return fail('bad request group at byte ' .. p)
-  end
   p = p + 4
-  request_number = request_number + 1
-  if n == 1 then
-    -- The common case, without phase 1's bookkeeping.
-    local key, d = key_and_definition(p)
-    if key == nil then
-      return fail('bad key or limit number at byte ' .. p)
+  if n >= SETTLEMENTS then
+    -- Settlements: each on its own, in order, replying nothing.
+    for _ = 1, n - SETTLEMENTS do
+      local key, d, delta, next_p = entry_at(p)
+      if key == nil then
+        return fail('bad settlement at byte ' .. p)
+      end
+      if d.algorithm.settle ~= nil and delta ~= 0 then
+        d.algorithm.settle(key, d, ttl, now, delta)
+      end
+      p = next_p
     end
+  elseif n < 1 then
+    return fail('bad request group at byte ' .. (p - 4))
+  elseif n == 1 then
+    -- The common case, without phase 1's bookkeeping.
+    request_number = request_number + 1
+    local key, d, cost, next_p = entry_at(p)
+    if key == nil or cost < 1 then
+      return fail('bad key, limit number or cost at byte ' .. p)
+    end
+    p = next_p
     local algorithm = d.algorithm
     local allowed, remaining, reset, retry_after, delay, level, w1, w2 =
-      algorithm.decide(key, d, now)
+      algorithm.decide(key, d, now, cost)
     if allowed == 1 or d.dry_run then
       algorithm.write(key, d, ttl, now, allowed, reset, level, w1, w2)
     end
     out_n = out_n + 1
     out[out_n] = pack(REPLY_FORMAT, allowed, remaining, reset, retry_after, delay, level)
   else
+    request_number = request_number + 1
     -- Phase 1: decide every key of the request, write nothing. decided[i] holds the eight
     -- values of `decide`.
     local decided, last_of, limits, keys = {}, {}, {}, {}
     local admit = true
     for i = 1, n do
-      local key, d = key_and_definition(p + 8 * (i - 1))
-      if key == nil then
-        return fail('bad key or limit number at byte ' .. (p + 8 * (i - 1)))
+      local key, d, cost, next_p = entry_at(p)
+      if key == nil or cost < 1 then
+        return fail('bad key, limit number or cost at byte ' .. p)
       end
-      local r = { d.algorithm.decide(key, d, now) }
+      p = next_p
+      local r = { d.algorithm.decide(key, d, now, cost) }
       decided[i], limits[i], keys[i] = r, d, key
       last_of[key] = i
       if r[1] == 0 and not d.dry_run then
@@ -510,7 +643,6 @@ while p <= size do
       out[out_n] = pack(REPLY_FORMAT, r[1], r[2], r[3], r[4], r[5], r[6])
     end
   end
-  p = p + 8 * n
 end
 for _, key in ipairs(cached_keys) do
   local c = cached[key]

@@ -246,7 +246,7 @@ outcome memory_store::acquire_now(const checks& request_checks) {
             p.state = found->second.state;
             owner.touch(found->second); // a rejected request is use too
         }
-        auto d = limiter::acquire(p.state, exists, *c.limit, now);
+        auto d = limiter::acquire(p.state, exists, *c.limit, now, c.cost);
         // A key holding slots is never forgotten: its slots come back by `release`.
         p.idle_at_ms = d.in_flight ? infinity : now + static_cast<double>(d.reset_after.count());
         admitted = admitted && (d.allowed || c.limit->dry_run);
@@ -295,6 +295,39 @@ void memory_store::release(std::span<const slot> taken) noexcept {
         }
         if (impl_->waiters != nullptr) {
             impl_->waiters->notify(s.key);
+        }
+    }
+}
+
+void memory_store::settle(std::span<const settlement> adjustments) noexcept {
+    for (const auto& a : adjustments) {
+        if (a.limit == nullptr || a.delta == 0 || !limiter::settles(a.limit->algo)) {
+            continue; // nothing to adjust: no need to lock
+        }
+        const hashed_key key{a.key, key_hash{}(std::string_view{a.key})};
+        auto& owner = impl_->shards[impl_->shard_index(key)];
+        std::lock_guard lock(owner.mutex);
+        // Whole milliseconds, read under the lock, as `acquire_now` does.
+        const double now = std::floor(impl_->clock.now_ms());
+        const auto found = owner.entries.find(key);
+        const bool exists = found != owner.entries.end();
+        pending p;
+        if (exists) {
+            p.state = found->second.state;
+        }
+        const auto reset = limiter::settle(p.state, exists, *a.limit, now, a.delta);
+        if (!reset) {
+            continue; // nothing changed
+        }
+        p.idle_at_ms = now + static_cast<double>(reset->count());
+        if (exists) {
+            found->second.state = std::move(p.state);
+            found->second.idle_at_ms = p.idle_at_ms;
+            owner.idle_floor_ms = std::min(owner.idle_floor_ms, p.idle_at_ms);
+            owner.touch(found->second);
+        } else {
+            // A charge on a forgotten key: its debt must be remembered.
+            impl_->insert(owner, a.key, p, now);
         }
     }
 }

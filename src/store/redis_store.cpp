@@ -3,6 +3,8 @@
 
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/core/saturate.hpp"
+#include "sluice/limiter/algorithm.hpp"
+#include "sluice/limiter/cost.hpp"
 #include "sluice/redis/command_writer.hpp"
 #include "sluice/redis/scripts.hpp"
 #include "sluice/store/slot_waiters.hpp"
@@ -113,6 +115,23 @@ bool well_formed(const redis::reply& r, std::size_t keys) {
     return r.type == redis::reply::kind::string && r.str.size() == keys * reply_bytes_per_key;
 }
 
+// Whether a request of cost `cost` can never fit `l` (decision::never_fits): the script refuses
+// it without a retry estimate, and the flag follows from the check alone, as the policy does.
+bool never_fits(const config::limit& l, std::int64_t cost) noexcept {
+    const auto c = limiter::clamp_cost(cost);
+    switch (l.algo) {
+    case config::algorithm::leaky_bucket:
+    case config::algorithm::token_bucket:
+        return c > l.capacity;
+    case config::algorithm::fixed_window:
+        return c > l.limit_count;
+    case config::algorithm::sliding_window:
+    case config::algorithm::concurrency:
+        break;
+    }
+    return false;
+}
+
 // Field `i` of the packed reply (little-endian, whatever the host's order).
 std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
     std::uint64_t v = 0;
@@ -133,6 +152,7 @@ outcome decisions_at(std::string_view packed, std::size_t field, const checks& r
         d.reset_after = milliseconds{field_at(packed, field + 2)};
         d.retry_after = milliseconds{field_at(packed, field + 3)};
         d.delay = milliseconds{field_at(packed, field + 4)};
+        d.never_fits = never_fits(*c.limit, c.cost);
         out.decisions.push_back(d);
         field += reply_fields;
     }
@@ -150,13 +170,43 @@ void write_definition(redis::command_writer& w, const config::limit& l) {
     w.arg(l.dry_run ? "1" : "0");
 }
 
-// Appends `v` as the script's packed request numbers are: 32 bits, little-endian.
-void append_u32(redis::command_writer& w, std::size_t v) {
+// Appends `v` as the script's packed numbers are: 32 bits, little-endian. `Out` is the command
+// being written (redis::command_writer) or an argument built apart (std::string).
+template <typename Out>
+void append_u32(Out& out, std::uint64_t v) {
     const char bytes[4] = {static_cast<char>(v & 0xff),
                            static_cast<char>((v >> 8) & 0xff),
                            static_cast<char>((v >> 16) & 0xff),
                            static_cast<char>((v >> 24) & 0xff)};
-    w.append(std::string_view(bytes, sizeof bytes));
+    out.append(std::string_view(bytes, sizeof bytes));
+}
+
+// The packed groups' flags (see the header of src/redis/limits.lua).
+constexpr std::uint64_t amount_follows = std::uint64_t{1} << 31;
+constexpr std::uint64_t negative_amount = std::uint64_t{1} << 30;
+constexpr std::uint64_t settlements_group = std::uint64_t{1} << 31;
+
+// The bytes of one entry of the packed groups: a request's key of cost 1 costs no amount.
+constexpr std::size_t entry_bytes(bool with_amount) noexcept {
+    return with_amount ? 16 : 8;
+}
+
+// Appends one entry: the key's and the definition's numbers, and `amount` when `with_amount`
+// (|amount| <= 2^53: limiter::clamp_cost and clamp_delta bound it).
+template <typename Out>
+void append_entry(
+    Out& out, std::size_t key, std::size_t definition, bool with_amount, std::int64_t amount) {
+    append_u32(out, key);
+    if (!with_amount) {
+        append_u32(out, definition);
+        return;
+    }
+    const std::uint64_t magnitude = amount < 0
+                                        ? std::uint64_t{0} - static_cast<std::uint64_t>(amount)
+                                        : static_cast<std::uint64_t>(amount);
+    append_u32(out, definition | amount_follows | (amount < 0 ? negative_amount : 0));
+    append_u32(out, magnitude & 0xffffffff);
+    append_u32(out, magnitude >> 32);
 }
 
 // A prefix no other store shares, in this process or another: 64 random bits. Built once per
@@ -204,6 +254,7 @@ struct redis_store::batch {
         boost::container::small_vector<std::string_view, 16> keys;
         boost::container::small_vector<std::size_t, 16> key_hashes;
         boost::container::small_vector<std::pair<std::uint32_t, std::uint32_t>, 64> numbers;
+        std::size_t packed_bytes = 0;
         check_count = 0;
         for (const auto& w : waiters) {
             for (const auto& c : w.request_checks) {
@@ -224,6 +275,7 @@ struct redis_store::batch {
                 }
                 numbers.emplace_back(static_cast<std::uint32_t>(k + 1),
                                      static_cast<std::uint32_t>(d - definitions.begin() + 1));
+                packed_bytes += entry_bytes(limiter::clamp_cost(c.cost) != 1);
                 ++check_count;
             }
         }
@@ -243,13 +295,13 @@ struct redis_store::batch {
         for (const auto* l : definitions) {
             write_definition(w, *l);
         }
-        w.begin_arg(4 * (waiters.size() + 2 * check_count));
+        w.begin_arg(4 * waiters.size() + packed_bytes);
         std::size_t next = 0;
         for (const auto& wt : waiters) {
             append_u32(w, wt.request_checks.size());
             for (std::size_t i = 0; i < wt.request_checks.size(); ++i, ++next) {
-                append_u32(w, numbers[next].first);
-                append_u32(w, numbers[next].second);
+                const auto cost = limiter::clamp_cost(wt.request_checks[i].cost);
+                append_entry(w, numbers[next].first, numbers[next].second, cost != 1, cost);
             }
         }
         w.end_arg();
@@ -475,31 +527,48 @@ std::string redis_store::slot_channel(const config::redis_settings& settings) {
     return "sluice:slot-freed:" + std::to_string(settings.db);
 }
 
-void redis_store::run_slots_script(std::vector<std::string> args, const char* what) {
-    client_.async_command(
-        args, [alive = std::weak_ptr(self_), args, what](error_code ec, redis::reply r) mutable {
-            const auto self = alive.lock();
-            if (!self || !ec) {
-                return;
-            }
-            if (is_noscript(ec, r) && args[0] == "EVALSHA") {
-                // The script cache was emptied since this connection loaded it: EVAL loads it
-                // again.
-                args[0] = "EVAL";
-                args[1] = std::string(redis::slots_script.text);
-                (*self)->run_slots_script(std::move(args), what);
-                return;
-            }
-            // The slot lapses with its lease instead: limits stay safe, a waiter may wait
-            // longer.
-            static keyed_log_throttle failures{std::chrono::seconds(10)};
-            log_throttled(failures,
-                          spdlog::level::warn,
-                          "redis store: could not {} concurrency slots ({}): they lapse with "
-                          "their lease",
-                          what,
-                          ec == errc::bad_reply ? r.str : ec.message());
-        });
+void redis_store::run_script(const redis::script& script,
+                             std::vector<std::string> args,
+                             const char* what,
+                             const char* otherwise) {
+    client_.async_command(args,
+                          [alive = std::weak_ptr(self_), s = &script, args, what, otherwise](
+                              error_code ec, redis::reply r) mutable {
+                              const auto self = alive.lock();
+                              if (!self || !ec) {
+                                  return;
+                              }
+                              if (is_noscript(ec, r) && args[0] == "EVALSHA") {
+                                  // The script cache was emptied since this connection loaded it:
+                                  // EVAL loads it again.
+                                  args[0] = "EVAL";
+                                  args[1] = std::string(s->text);
+                                  (*self)->run_script(*s, std::move(args), what, otherwise);
+                                  return;
+                              }
+                              static keyed_log_throttle failures{std::chrono::seconds(10)};
+                              log_throttled(failures,
+                                            spdlog::level::warn,
+                                            "redis store: could not {} ({}): {}",
+                                            what,
+                                            ec == errc::bad_reply ? r.str : ec.message(),
+                                            otherwise);
+                          });
+}
+
+void redis_store::post_flush(bool& posted, void (redis_store::*flush_pending)()) {
+    if (posted) {
+        return;
+    }
+    // What is handed over in one turn of the event loop goes in one script call, as the
+    // requests decided in one turn do: a burst of responses ending together costs Redis one
+    // call, not one per response.
+    posted = true;
+    net::post(client_.get_executor(), [alive = std::weak_ptr(self_), flush_pending] {
+        if (const auto self = alive.lock()) {
+            ((*self)->*flush_pending)();
+        }
+    });
 }
 
 void redis_store::release(std::span<const slot> taken) noexcept {
@@ -516,22 +585,92 @@ void redis_store::release(std::span<const slot> taken) noexcept {
     if (!local.empty() && local_fallback_ != nullptr) {
         local_fallback_->release(local);
     }
-    if (releasing_.empty() || release_posted_) {
-        return;
+    if (!releasing_.empty()) {
+        post_flush(release_posted_, &redis_store::flush_releases);
     }
-    // The slots given back in one turn of the event loop go in one script call, as the
-    // requests decided in one turn do: a burst of responses ending together costs Redis one
-    // call, not one per response.
-    release_posted_ = true;
-    net::post(client_.get_executor(), [alive = std::weak_ptr(self_)] {
-        if (const auto self = alive.lock()) {
-            (*self)->flush_releases();
+}
+
+void redis_store::settle(std::span<const settlement> adjustments) noexcept {
+    for (const auto& a : adjustments) {
+        if (a.limit == nullptr || a.delta == 0 || !limiter::settles(a.limit->algo)) {
+            continue; // nothing to adjust
         }
-    });
+        // What the script needs of the limit, copied: the caller's config snapshot may be gone
+        // by the flush.
+        auto [p1, p2] = parameters(*a.limit);
+        settling_.push_back({a.key,
+                             algorithm_code(a.limit->algo),
+                             std::move(p1),
+                             std::move(p2),
+                             limiter::clamp_delta(a.delta)});
+    }
+    if (!settling_.empty()) {
+        post_flush(settle_posted_, &redis_store::flush_settlements);
+    }
+}
+
+void redis_store::flush_settlements() {
+    settle_posted_ = false;
+    while (!settling_.empty()) {
+        // Bounded, as acquisitions are (max_batch), so that one call keeps Redis busy briefly.
+        const auto n = std::min(settling_.size(), max_batch);
+        // Each distinct key and limit once, as in a batch of requests (see batch::format).
+        std::vector<std::size_t> key_of(n);
+        std::vector<std::size_t> definition_of(n);
+        std::vector<std::size_t> keys;        // the first settlement of each distinct key
+        std::vector<std::size_t> definitions; // the first settlement of each distinct limit
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& a = settling_[i];
+            std::size_t k = 0;
+            while (k < keys.size() && settling_[keys[k]].key != a.key) {
+                ++k;
+            }
+            if (k == keys.size()) {
+                keys.push_back(i);
+            }
+            std::size_t d = 0;
+            while (d < definitions.size() && !settling_[definitions[d]].same_limit(a)) {
+                ++d;
+            }
+            if (d == definitions.size()) {
+                definitions.push_back(i);
+            }
+            key_of[i] = k + 1;
+            definition_of[i] = d + 1;
+        }
+        std::vector<std::string> args{
+            "EVALSHA", std::string(redis::limits_script.sha1), std::to_string(keys.size())};
+        args.reserve(3 + keys.size() + 3 + definition_size * definitions.size() + 2);
+        for (const auto k : keys) {
+            args.push_back(settling_[k].key);
+        }
+        args.push_back(now_override_ ? format_double(*now_override_) : std::string());
+        args.push_back(std::to_string(ttl_.count()));
+        args.push_back(std::to_string(definitions.size()));
+        for (const auto d : definitions) {
+            // Shaping, max_delay and dry_run play no part in a settlement.
+            const auto& a = settling_[d];
+            args.insert(args.end(), {std::to_string(a.algorithm), a.p1, a.p2, "1", "-1", "0"});
+        }
+        std::string packed;
+        packed.reserve(4 + n * entry_bytes(true));
+        append_u32(packed, settlements_group | n);
+        for (std::size_t i = 0; i < n; ++i) {
+            append_entry(packed, key_of[i], definition_of[i], true, settling_[i].delta);
+        }
+        args.push_back(std::move(packed));
+        args.emplace_back(); // the lease prefix: settlements take no slot
+        settling_.erase(settling_.begin(), settling_.begin() + static_cast<std::ptrdiff_t>(n));
+        run_script(redis::limits_script,
+                   std::move(args),
+                   "settle cost reservations",
+                   "the adjustments are dropped");
+    }
 }
 
 void redis_store::stop() {
     flush_releases();
+    flush_settlements();
     stopped_ = true;
     renew_timer_.cancel();
     client_.stop();
@@ -554,7 +693,11 @@ void redis_store::flush_releases() {
             args.push_back(std::move(releasing_[i].second));
         }
         releasing_.erase(releasing_.begin(), releasing_.begin() + static_cast<std::ptrdiff_t>(n));
-        run_slots_script(std::move(args), "give back");
+        // The slot lapses with its lease instead: limits stay safe, a waiter may wait longer.
+        run_script(redis::slots_script,
+                   std::move(args),
+                   "give back concurrency slots",
+                   "they lapse with their lease");
     }
 }
 
@@ -599,7 +742,10 @@ void redis_store::renew_all() {
         args.push_back(s.lease_id);
         args.push_back(std::to_string(s.lease.count()));
     }
-    run_slots_script(std::move(args), "renew");
+    run_script(redis::slots_script,
+               std::move(args),
+               "renew concurrency slots",
+               "they lapse with their lease");
 }
 
 void redis_store::apply_reloadable(const config::redis_settings& settings) noexcept {

@@ -7,6 +7,7 @@
 #include "sluice/limiter/sliding_window.hpp"
 #include "sluice/limiter/token_bucket.hpp"
 
+#include <optional>
 #include <variant>
 
 namespace sluice::limiter {
@@ -19,11 +20,33 @@ using state = std::variant<leaky_bucket_state,
                            concurrency_state>;
 
 /**
- * One request against `limit` at `now_ms`, dispatching on the limit's algorithm. A stored state
- * of another algorithm (the limit changed on reload) counts as no state. On return `current`
- * holds the state to store if the caller commits. Allocates only for SLIDING_WINDOW.
+ * One request of cost `cost` against `limit` at `now_ms`, dispatching on the limit's algorithm.
+ * A stored state of another algorithm (the limit changed on reload) counts as no state. On return
+ * `current` holds the state to store if the caller commits. Allocates only for SLIDING_WINDOW.
+ * SLIDING_WINDOW and CONCURRENCY count every request as 1, whatever its cost (see cost.hpp).
  */
-decision acquire(state& current, bool exists, const config::limit& limit, double now_ms);
+decision acquire(
+    state& current, bool exists, const config::limit& limit, double now_ms, std::int64_t cost = 1);
+
+/// Whether `algo` weighs requests by cost and settles reservations (see cost.hpp).
+constexpr bool settles(config::algorithm algo) noexcept {
+    return algo == config::algorithm::leaky_bucket || algo == config::algorithm::token_bucket ||
+           algo == config::algorithm::fixed_window;
+}
+
+/**
+ * Settles a reservation of `limit` by `delta` (actual - reserved) at `now_ms`, dispatching to the
+ * algorithm's `*_settle`. No state, or a state of another algorithm (counted as none, as by
+ * `acquire`), settles a fresh one: a refund then changes nothing and a charge starts from fresh.
+ * Returns the time until the settled state equals a fresh one (the key may then be forgotten),
+ * with the state to store in `current`; nullopt when there is nothing to store: an algorithm that
+ * does not settle, a zero delta, or a refund on no state (`current` is then left as it was).
+ */
+std::optional<milliseconds> settle(state& current,
+                                   bool exists,
+                                   const config::limit& limit,
+                                   double now_ms,
+                                   std::int64_t delta) noexcept;
 
 /// CONCURRENCY: gives back a slot `acquire` took. A state of another algorithm (the limit changed
 /// on reload) is left as it is. True when the key then holds no slot (nothing to remember).

@@ -18,13 +18,29 @@ struct leaky_bucket_state {
 };
 
 /**
- * One request against a leaky bucket at time `now_ms`, following shared/LEAKY-BUCKET.md.
+ * One request of cost `cost` against a leaky bucket at time `now_ms`, following
+ * shared/LEAKY-BUCKET.md.
  *
  * Leak first: one slot drains every T = 1000 / flowRate ms, and `last_leak_ms` advances by whole
  * slots only, so the fractional progress toward the next slot is kept (setting it to `now` would
  * starve a client sending steadily just above flowRate). A clock reading earlier than
- * `last_leak_ms` leaks nothing and never moves it back. Then admit when `queue_size + 1 <=
- * capacity` (and, when shaping with `max_delay`, when the wait fits it).
+ * `last_leak_ms` leaks nothing and never moves it back. Then admit when the request's c slots fit,
+ * `queue_size + c <= capacity` (and, when shaping with `max_delay`, when the wait fits it).
+ *
+ * Cost (see cost.hpp; 1 unless the limit is cost-weighted): a request of cost c is c requests of
+ * cost 1 arriving together, and it is forwarded with the last of them. With q the level after
+ * the leak and L the last leak, its slots stand at positions q + 1 .. q + c; position p leaves
+ * the head at L + (p - 1) x T, so
+ *
+ *   delay_ms       = max(0, L + (q + c - 1) x T - now)     (shape; c = 1: the page's formula)
+ *   retry_after_ms = L + (q + c - capacity) x T - now       (full: until q + c - capacity slots
+ *                                                            leaked, rounded up, at least 1)
+ *   remaining      = max(0, capacity - q),  reset_after = L + q x T - now  (q after the request)
+ *
+ * and the backend sees cost at flowRate on average. A cost above `capacity` never fits: refused
+ * at once, nothing charged, `never_fits`, retry_after 0. A queue above capacity (a debt left by
+ * `leaky_bucket_settle`) refuses in police mode, and in shape mode makes the next requests wait
+ * until it has drained to capacity - c; the formulas above hold unchanged.
  *
  * `state` is the stored state on entry (`exists == false`: no key yet); on return it is the state
  * to store *if* the caller commits the request. A rejection leaves it as leaked but uncharged,
@@ -36,7 +52,21 @@ struct leaky_bucket_state {
 decision leaky_bucket_acquire(leaky_bucket_state& state,
                               bool exists,
                               const config::limit& limit,
-                              double now_ms) noexcept;
+                              double now_ms,
+                              std::int64_t cost = 1) noexcept;
+
+/**
+ * Settles a reservation by `delta` (actual - reserved): leaks to `now_ms` as `acquire` does, then
+ * `queue_size += delta`, never below 0 and at most 2^53 (cost.hpp). A refund gives slots back at
+ * once; a charge may leave the queue above capacity, a debt that drains at flowRate. No state
+ * (`exists == false`) settles an empty queue. Returns how long until the state equals a fresh one
+ * (the queue drained), as `reset_after` reports it.
+ */
+milliseconds leaky_bucket_settle(leaky_bucket_state& state,
+                                 bool exists,
+                                 const config::limit& limit,
+                                 double now_ms,
+                                 std::int64_t delta) noexcept;
 
 /**
  * The arithmetic shared by the leaky and the token bucket (a token bucket is a leaky bucket
@@ -48,6 +78,14 @@ decision leak_and_admit(leaky_bucket_state& state,
                         double flow_rate,
                         bool shaping,
                         std::optional<milliseconds> max_delay,
-                        double now_ms) noexcept;
+                        double now_ms,
+                        std::int64_t cost = 1) noexcept;
+
+/// The settlement shared by both buckets; returns the time until the queue is empty.
+milliseconds leak_and_settle(leaky_bucket_state& state,
+                             bool exists,
+                             double flow_rate,
+                             double now_ms,
+                             std::int64_t delta) noexcept;
 
 } // namespace sluice::limiter

@@ -55,6 +55,10 @@ public:
     /// Gives slots back; wakes a waiter of each key (see `set_waiters`).
     void release(std::span<const slot> taken) noexcept override;
 
+    /// Settles each reservation under its shard's lock, with the algorithms' own arithmetic
+    /// (limiter::settle), on the store's clock floored to whole ms as `acquire` reads it.
+    void settle(std::span<const settlement> adjustments) noexcept override;
+
     /// Where the requests waiting for a slot of this store are (may be null: nobody waits).
     void set_waiters(slot_waiters* waiters) noexcept;
 

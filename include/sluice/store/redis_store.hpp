@@ -5,6 +5,7 @@
 #include "sluice/io/net.hpp"
 #include "sluice/metrics/metrics.hpp"
 #include "sluice/redis/client.hpp"
+#include "sluice/redis/scripts.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/store.hpp"
 
@@ -72,6 +73,16 @@ public:
     void release(std::span<const slot> taken) noexcept override;
 
     /**
+     * Settles reservations by src/redis/limits.lua (its settlement groups), on Redis TIME: the
+     * settlements of one event-loop turn in one call (at most `max_batch` per call), as
+     * releases are. Redis unavailable or an error reply: the adjustments are dropped (a refund
+     * lost, a charge not made), with a rate-limited warning. Settlements go to Redis even for a
+     * request the local fallback decided (`on_failure: local`): the HTTP slice must route those
+     * to the fallback itself.
+     */
+    void settle(std::span<const settlement> adjustments) noexcept override;
+
+    /**
      * Ends the store at the end of a drain: sends the slots given back this turn (they would
      * otherwise lapse with their lease, keeping other instances' requests waiting), stops
      * renewing (a pending renewal would keep the worker's event loop, and the process, alive
@@ -124,8 +135,16 @@ private:
     /// Records the slots an admitted request took, leased as `id`.
     void take_slots(const checks& request_checks, outcome& out, const std::string& id);
     static std::string live_name(std::string_view key, std::string_view lease_id);
-    void run_slots_script(std::vector<std::string> args, const char* what);
+    /// Runs `script` (EVALSHA in `args`; once more with EVAL after NOSCRIPT), logging a failure
+    /// as "could not <what> (<error>): <otherwise>", rate-limited.
+    void run_script(const redis::script& script,
+                    std::vector<std::string> args,
+                    const char* what,
+                    const char* otherwise);
+    /// Posts `flush_pending` to run after this turn of the event loop, once however often asked.
+    void post_flush(bool& posted, void (redis_store::*flush_pending)());
     void flush_releases();
+    void flush_settlements();
     void schedule_renewal();
     void renew_all();
 
@@ -150,6 +169,22 @@ private:
     /// Slots given back this turn (key, lease id), sent by `flush_releases`.
     std::vector<std::pair<std::string, std::string>> releasing_;
     bool release_posted_ = false;
+
+    /// A settlement waiting for `flush_settlements`, with what the script needs of its limit.
+    struct pending_settlement {
+        std::string key;
+        int algorithm;
+        std::string p1;
+        std::string p2;
+        std::int64_t delta;
+
+        bool same_limit(const pending_settlement& o) const {
+            return algorithm == o.algorithm && p1 == o.p1 && p2 == o.p2;
+        }
+    };
+
+    std::vector<pending_settlement> settling_;
+    bool settle_posted_ = false;
     steady_timer renew_timer_;
     bool renewing_ = false;
     bool stopped_ = false;

@@ -19,6 +19,15 @@ struct check {
     std::string key;
     /// Points into the caller's config snapshot, which the caller keeps alive until completion.
     const config::limit* limit = nullptr;
+    /**
+     * What the request reserves of the limit; 1 unless the limit is cost-weighted (issue 15:
+     * e.g. an LLM request's `max_tokens`). TOKEN_BUCKET, LEAKY_BUCKET and FIXED_WINDOW admit it
+     * only when the whole cost fits, and charge all of it; SLIDING_WINDOW and CONCURRENCY count
+     * 1 whatever the cost (the configuration will refuse `cost` on them until they weigh
+     * requests). Clamped to [1, 2^53] (limiter/cost.hpp). A cost above the limit's capacity
+     * (`limit` for a window) never fits: refused, nothing charged, `decision::never_fits`.
+     */
+    std::int64_t cost = 1;
 };
 
 using checks = boost::container::small_vector<check, 2>;
@@ -33,6 +42,18 @@ struct slot {
 };
 
 using slots = boost::container::small_vector<slot, 1>;
+
+/// A reservation adjusted once the request's real cost is known (see `store::settle`).
+struct settlement {
+    /// The key the reservation was charged under, as in its `check`.
+    std::string key;
+    /// The limit the reservation was charged on; need only live during the `settle` call (a
+    /// store that sends settlements later copies what it needs).
+    const config::limit* limit = nullptr;
+    /// actual - reserved: negative gives back, positive charges more (may leave a debt).
+    /// Clamped to [-2^53, 2^53].
+    std::int64_t delta = 0;
+};
 
 /// One decision per check, in order; `ec` set when the store could not decide at all.
 struct outcome {
@@ -73,6 +94,26 @@ public:
      * The store wakes the key's waiters (see `slot_waiters`) once the slot is free.
      */
     virtual void release(std::span<const slot> taken) noexcept = 0;
+
+    /**
+     * Adjusts reservations, each in one atomic step on the store's clock (Redis: TIME); never
+     * blocks and never fails the caller (a store that cannot reach its backend drops the
+     * adjustment, logged rate-limited). Each settlement brings its key's state up to now (refill,
+     * leak, the current window) and then charges `delta` more or gives `-delta` back:
+     * - TOKEN_BUCKET: tokens -= delta, never above capacity; below 0 is a debt, paid off at
+     *   refillRate, during which every request is refused with the true time until its cost fits.
+     * - LEAKY_BUCKET: queue_size += delta, never below 0; above capacity is a debt that drains at
+     *   flowRate: refusals (police), or longer waits for the next requests (shape).
+     * - FIXED_WINDOW: count += delta in the window current at the settlement, never below 0: a
+     *   settlement arriving after its window ended refunds nothing and charges the new window.
+     * - SLIDING_WINDOW, CONCURRENCY: nothing (their requests cost 1).
+     * A key without state (forgotten, expired, or holding another algorithm's state, which
+     * counts as none as in `acquire`) settles a fresh state: a refund changes nothing, a charge
+     * starts from a full bucket, an empty queue or an empty window. The settlements of one call
+     * are applied in order, independently of each other (not all-or-none: each one is already a
+     * fact about a request that ran). Call from the thread that acquired.
+     */
+    virtual void settle(std::span<const settlement> adjustments) noexcept = 0;
 };
 
 } // namespace sluice::store

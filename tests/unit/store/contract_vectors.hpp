@@ -17,13 +17,20 @@
 
 namespace sluice::store::test_vectors {
 
-/// One request and what it must decide. `values` are the file's numbers after A|R:
-/// LEAKY_BUCKET {queue_size, delay or retry_after}; the others {remaining, retry_after,
-/// reset_after}.
+/// One request and what it must decide, or one settlement (`settle <time_ms> <delta>`). `values`
+/// are the file's numbers after A|R|N: LEAKY_BUCKET {queue_size, delay or retry_after}; the
+/// others {remaining, retry_after, reset_after}.
 struct step {
     double time_ms = 0;
     bool allowed = false;
+    /// N: refused because the cost exceeds the limit (decision::never_fits).
+    bool never_fits = false;
     std::array<std::int64_t, 3> values{};
+    /// The request's `cost=<n>` (1 when absent).
+    std::int64_t cost = 1;
+    /// A settlement by `delta` instead of a request.
+    bool settle = false;
+    std::int64_t delta = 0;
     int line = 0;
 };
 
@@ -131,28 +138,46 @@ private:
     void parse_step(std::istringstream& words, scenario& s) const {
         const std::size_t n = value_count(file_.algo);
         step st;
+        st.line = line_;
+        std::string first;
+        words >> first;
+        if (first == "settle") {
+            st.settle = true;
+            if (!(words >> st.time_ms >> st.delta) || (words >> first)) {
+                error("expected settle <time_ms> <delta>");
+            }
+            s.steps.push_back(st);
+            return;
+        }
         std::string verdict;
-        bool ok = static_cast<bool>(words >> st.time_ms >> verdict);
+        bool ok = !first.empty() && static_cast<bool>(words >> verdict);
+        if (ok) {
+            st.time_ms = std::stod(first);
+        }
         for (std::size_t i = 0; ok && i < n; ++i) {
             ok = static_cast<bool>(words >> st.values[i]);
         }
-        if (!ok || (verdict != "A" && verdict != "R")) {
-            error("expected <time_ms> <A|R> and " + std::to_string(n) + " numbers");
+        if (!ok || (verdict != "A" && verdict != "R" && verdict != "N")) {
+            error("expected <time_ms> <A|R|N> and " + std::to_string(n) + " numbers");
         }
         st.allowed = verdict == "A";
-        st.line = line_;
+        st.never_fits = verdict == "N";
         int count = 1;
         std::array<std::int64_t, 3> increments{};
-        std::string repeat;
-        if (words >> repeat) {
-            ok = repeat.size() >= 2 && repeat[0] == 'x';
+        std::string word;
+        while (words >> word) {
+            if (word.starts_with("cost=")) {
+                st.cost = std::stoll(word.substr(5));
+                continue;
+            }
+            ok = word.size() >= 2 && word[0] == 'x';
             for (std::size_t i = 0; ok && i < n; ++i) {
                 ok = static_cast<bool>(words >> increments[i]);
             }
             if (!ok) {
-                error("expected x<count> and " + std::to_string(n) + " steps");
+                error("expected x<count> and " + std::to_string(n) + " steps, or cost=<n>");
             }
-            count = std::stoi(repeat.substr(1));
+            count = std::stoi(word.substr(1));
         }
         for (int i = 0; i < count; ++i) {
             s.steps.push_back(st);

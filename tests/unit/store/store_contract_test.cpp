@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ std::string describe(const limiter::decision& d) {
     std::ostringstream out;
     out << "{allowed " << d.allowed << " limit " << d.limit << " window " << d.window.count()
         << " remaining " << d.remaining << " reset " << d.reset_after.count() << " retry "
-        << d.retry_after.count() << " delay " << d.delay.count() << "}";
+        << d.retry_after.count() << " delay " << d.delay.count() << " never_fits " << d.never_fits
+        << "}";
     return out.str();
 }
 
@@ -47,6 +49,11 @@ public:
     void release(const slots& taken, double now_ms) {
         clock_.set(now_ms);
         store_.release(taken);
+    }
+
+    void settle(std::span<const settlement> adjustments, double now_ms) {
+        clock_.set(now_ms);
+        store_.settle(adjustments);
     }
 
 private:
@@ -101,6 +108,22 @@ public:
         command({"PING"});
     }
 
+    // Settles each on its own call in one turn: they must still share one script call.
+    void settle_together(const std::vector<settlement>& adjustments, double now_ms) {
+        store_->set_time_override_for_test(now_ms);
+        for (const auto& a : adjustments) {
+            store_->settle(std::span(&a, 1));
+        }
+        command({"PING"});
+    }
+
+    // Settles and waits until Redis ran the settlement (posted, then sent before the PING).
+    void settle(std::span<const settlement> adjustments, double now_ms) {
+        store_->set_time_override_for_test(now_ms);
+        store_->settle(adjustments);
+        command({"PING"});
+    }
+
     // Runs a command on the store's own connection.
     redis::reply command(std::vector<std::string> args) {
         auto [ec, r] = test::run_coro(ioc_, store_->client().async_command(std::move(args)));
@@ -124,8 +147,11 @@ protected:
         backend_ = std::make_unique<Backend>();
     }
 
-    limiter::decision decide_one(const std::string& key, const config::limit& l, double now_ms) {
-        auto out = backend_->decide(checks{check{key, &l}}, now_ms);
+    limiter::decision decide_one(const std::string& key,
+                                 const config::limit& l,
+                                 double now_ms,
+                                 std::int64_t cost = 1) {
+        auto out = backend_->decide(checks{check{key, &l, cost}}, now_ms);
         EXPECT_FALSE(out.ec) << out.ec.message();
         EXPECT_EQ(out.decisions.size(), 1u);
         return out.decisions.empty() ? limiter::decision{} : out.decisions.front();
@@ -140,8 +166,14 @@ protected:
             for (const auto& st : s.steps) {
                 SCOPED_TRACE(std::string(f.name) + ":" + std::to_string(st.line) + " (" + s.name +
                              ")");
-                const auto d = decide_one(key, s.limit, st.time_ms);
+                if (st.settle) {
+                    const settlement a{key, &s.limit, st.delta};
+                    backend_->settle(std::span(&a, 1), st.time_ms);
+                    continue;
+                }
+                const auto d = decide_one(key, s.limit, st.time_ms, st.cost);
                 ASSERT_EQ(d.allowed, st.allowed) << describe(d);
+                ASSERT_EQ(d.never_fits, st.never_fits) << describe(d);
                 if (f.algo == config::algorithm::leaky_bucket) {
                     EXPECT_EQ(s.limit.capacity - d.remaining, st.values[0]);
                     EXPECT_EQ(st.allowed ? d.delay.count() : d.retry_after.count(), st.values[1]);
@@ -171,15 +203,15 @@ public:
 TYPED_TEST_SUITE(StoreContract, backends, backend_names);
 
 TYPED_TEST(StoreContract, LeakyBucketVectors) {
-    this->run_vectors(test_vectors::files[0], 10);
+    this->run_vectors(test_vectors::files[0], 16);
 }
 
 TYPED_TEST(StoreContract, TokenBucketVectors) {
-    this->run_vectors(test_vectors::files[1], 8);
+    this->run_vectors(test_vectors::files[1], 13);
 }
 
 TYPED_TEST(StoreContract, FixedWindowVectors) {
-    this->run_vectors(test_vectors::files[2], 7);
+    this->run_vectors(test_vectors::files[2], 10);
 }
 
 TYPED_TEST(StoreContract, SlidingWindowVectors) {
@@ -399,6 +431,11 @@ protected:
         return same;
     }
 
+    void settle_both(const settlement& a, double now_ms) {
+        memory_.settle(std::span(&a, 1), now_ms);
+        redis_->settle(std::span(&a, 1), now_ms);
+    }
+
     memory_backend memory_;
     std::unique_ptr<redis_backend> redis_;
 };
@@ -407,11 +444,14 @@ TEST_F(StoreContractAgreement, MemoryAndRedisDecideIdenticallyOnTheVectors) {
     for (const auto& f : test_vectors::files) {
         for (const auto& s : test_vectors::load(f)) {
             const std::string key = std::string("rate-limit:agreement:") + f.name + ":" + s.name;
-            const checks c{check{key, &s.limit}};
             for (const auto& st : s.steps) {
                 SCOPED_TRACE(std::string(f.name) + ":" + std::to_string(st.line) + " (" + s.name +
                              ")");
-                ASSERT_TRUE(agree(c, st.time_ms));
+                if (st.settle) {
+                    settle_both(settlement{key, &s.limit, st.delta}, st.time_ms);
+                    continue;
+                }
+                ASSERT_TRUE(agree(checks{check{key, &s.limit, st.cost}}, st.time_ms));
             }
         }
     }
@@ -495,6 +535,75 @@ TEST_F(StoreContractAgreement, RandomizedTrafficDecidesIdenticallyPerAlgorithm) 
         // Both branches were exercised, many times.
         EXPECT_GE(admitted, 200);
         EXPECT_GE(rejected, 200);
+    }
+}
+
+// Cost-weighted traffic: random costs (now and then more than the limit holds) and settlements
+// (refunds, and charges that leave debts), on both stores; every decision identical.
+TEST_F(StoreContractAgreement, RandomizedCostsAndSettlementsDecideIdentically) {
+    using config::algorithm;
+
+    struct variant {
+        config::limit limit;
+        int max_gap_ms;
+    };
+
+    std::vector<variant> variants{
+        {make(algorithm::token_bucket, 100, 10, 0ms), 150},
+        {make(algorithm::token_bucket, 33, 3.3, 0ms), 100}, // T = 303.03 ms
+        {make(algorithm::leaky_bucket, 20, 3, 0ms), 150},   // shape, max_delay below
+        {make(algorithm::leaky_bucket, 21, 0.7, 0ms), 500}, // police
+        {make(algorithm::fixed_window, 50, 0, 1000ms), 100},
+        {make(algorithm::fixed_window, 12, 0, 1500ms), 300},
+    };
+    variants[2].limit.max_delay = 4000ms;
+    variants[3].limit.mode = config::shaping_mode::police;
+
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+        SCOPED_TRACE("variant " + std::to_string(v));
+        const auto& l = variants[v].limit;
+        const int quota =
+            static_cast<int>(l.algo == algorithm::fixed_window ? l.limit_count : l.capacity);
+        random_clock clock(20261201 + v, variants[v].max_gap_ms);
+        int admitted = 0;
+        int rejected = 0;
+        int never = 0;
+        for (int i = 0; i < 1500; ++i) {
+            const std::string key =
+                "cost:" + std::to_string(v) + ":" + std::to_string(clock.pick(0, 2));
+            const double now = clock.next();
+            if (clock.pick(0, 3) == 0) {
+                // Mostly refunds of part of a reservation; now and then a charge, which may
+                // leave a debt.
+                const int delta =
+                    clock.pick(0, 3) == 0 ? clock.pick(1, quota) : clock.pick(-quota / 2, 0);
+                const settlement a{key, &l, delta};
+                settle_both(a, now);
+                continue;
+            }
+            const int roll = clock.pick(0, 19);
+            // Mostly 1 or a small cost; now and then up to the quota, or more than it holds.
+            std::int64_t cost = 1;
+            if (roll == 0) {
+                cost = clock.pick(quota + 1, 3 * quota);
+            } else if (roll == 1) {
+                cost = clock.pick(1, quota);
+            } else if (roll >= 8) {
+                cost = clock.pick(1, std::max(1, quota / 5));
+            }
+            const checks c{check{key, &l, cost}};
+            outcome decided;
+            ASSERT_TRUE(agree(c, now, &decided)) << "request " << i << ", cost " << cost;
+            const auto& d = decided.decisions.at(0);
+            EXPECT_EQ(d.never_fits, cost > quota);
+            EXPECT_GE(d.remaining, 0);
+            EXPECT_LE(d.remaining, quota);
+            (d.allowed ? admitted : rejected) += 1;
+            never += d.never_fits ? 1 : 0;
+        }
+        EXPECT_GE(admitted, 100);
+        EXPECT_GE(rejected, 100);
+        EXPECT_GE(never, 20);
     }
 }
 
@@ -591,6 +700,45 @@ TEST_F(StoreBatchAgreement, ABurstOnOneKeySharesOneCallAndMatchesThePage) {
         if (i >= 50) {
             EXPECT_EQ(d.retry_after, 200ms) << i;
         }
+    }
+}
+
+// The settlements of one event-loop turn share one script call, and apply in order.
+TEST_F(StoreBatchAgreement, SettlementsOfOneTurnShareOneCall) {
+    const auto tokens = make(config::algorithm::token_bucket, 100, 10, 0ms);
+    const auto window = make(config::algorithm::fixed_window, 10, 0, 1000ms);
+    const auto sliding = make(config::algorithm::sliding_window, 10, 0, 1000ms);
+    const double now = 1'700'000'000'000.0;
+    const std::vector<checks> reserve{checks{check{"settle:a", &tokens, 60}},
+                                      checks{check{"settle:b", &tokens, 30}},
+                                      checks{check{"settle:w", &window, 8}}};
+    agree_together(reserve, now);
+    const std::vector<settlement> adjustments{{"settle:a", &tokens, -50},
+                                              {"settle:b", &tokens, 20},
+                                              {"settle:a", &tokens, 5},
+                                              {"settle:w", &window, -3},
+                                              {"settle:w", &window, -30},
+                                              {"settle:none", &tokens, -7},
+                                              {"settle:s", &sliding, 5}};
+    const auto before = redis_->script_calls();
+    redis_->settle_together(adjustments, now);
+    EXPECT_EQ(redis_->script_calls() - before, 1);
+    memory_.settle(adjustments, now);
+    // a: 100 - 60 + 50 - 5 = 85 tokens; b: 100 - 30 - 20 = 50; w: count 8 - 3 - 30, never below 0.
+    const std::vector<checks> probe{checks{check{"settle:a", &tokens, 85}},
+                                    checks{check{"settle:b", &tokens, 51}},
+                                    checks{check{"settle:w", &window, 10}},
+                                    checks{check{"settle:none", &tokens, 100}}};
+    const auto from_redis = redis_->decide_together(probe, now);
+    ASSERT_EQ(from_redis.size(), probe.size());
+    EXPECT_TRUE(from_redis[0].decisions.at(0).allowed);
+    EXPECT_FALSE(from_redis[1].decisions.at(0).allowed);
+    EXPECT_EQ(from_redis[1].decisions.at(0).retry_after, 100ms);
+    EXPECT_TRUE(from_redis[2].decisions.at(0).allowed);
+    EXPECT_TRUE(from_redis[3].decisions.at(0).allowed);
+    for (std::size_t i = 0; i < probe.size(); ++i) {
+        EXPECT_EQ(memory_.decide(probe[i], now).decisions.at(0), from_redis[i].decisions.at(0))
+            << i;
     }
 }
 
