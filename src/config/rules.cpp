@@ -221,6 +221,89 @@ void read_key(mapping& m, limit& out) {
     }
 }
 
+/// The largest cost a figure may give: what a double holds exactly (limiter/cost.hpp clamps to
+/// the same bound).
+constexpr std::int64_t max_cost = std::int64_t{1} << 53;
+
+/// `cost.request` or `cost.response`: a number (request only) or header:NAME. `json:` paths are
+/// refused with a clear word until they are built.
+void read_cost_source(mapping& m, std::string_view name, bool number_allowed, cost_source& out) {
+    if (!m.has(name)) {
+        return;
+    }
+    const auto node = m.get(name);
+    const std::string expected = number_allowed ? "a number or header:NAME" : "header:NAME";
+    if (!node.IsScalar()) {
+        m.error(name, must_be(expected, node));
+        return;
+    }
+    const auto& text = node.Scalar();
+    if (text.rfind("header:", 0) == 0) {
+        const auto header = text.substr(7);
+        if (!is_token(header)) {
+            m.error(name, "must name an HTTP header after 'header:', got " + quoted(text));
+            return;
+        }
+        out = {cost_source::kind::header, 0, header};
+        return;
+    }
+    if (text.rfind("json:", 0) == 0) {
+        m.error(name,
+                "json: sources are not supported yet; use " + expected + ", got " + quoted(text));
+        return;
+    }
+    if (number_allowed) {
+        std::int64_t value = 0;
+        if (m.read_int(name, value, 1, max_cost)) {
+            out = {cost_source::kind::number, value, {}};
+        }
+        return;
+    }
+    m.error(name, must_be(expected, node));
+}
+
+/// A limit's `cost` block (issue 15): TOKEN_BUCKET, LEAKY_BUCKET and FIXED_WINDOW only.
+void read_cost(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
+    if (!m.has("cost")) {
+        return;
+    }
+    if (algo_known &&
+        (out.algo == algorithm::concurrency || out.algo == algorithm::sliding_window)) {
+        m.error("cost",
+                "applies only to TOKEN_BUCKET, LEAKY_BUCKET and FIXED_WINDOW, not " + algo_name +
+                    (out.algo == algorithm::concurrency
+                         ? " (a slot is a slot, whatever the request costs)"
+                         : " (not weighted yet)"));
+        return;
+    }
+    const auto node = m.get("cost");
+    if (!node.IsMap()) {
+        m.error("cost", must_be("a mapping such as { request: header:X-Cost, default: 1 }", node));
+        return;
+    }
+    mapping c(m.report(), node, m.mark_of("cost"), m.path_of("cost"));
+    cost_block block;
+    read_cost_source(c, "request", true, block.request);
+    if (c.has("default")) {
+        c.read_int("default", block.fallback, 0, max_cost);
+    }
+    read_cost_source(c, "response", false, block.response);
+    if (c.has("on-missing")) {
+        if (block.response.what == cost_source::kind::none) {
+            c.error("on-missing", "applies only with a response source (cost.response)");
+        } else {
+            bool refund = false;
+            c.read_enum<bool>("on-missing", refund, {{"keep", false}, {"refund", true}});
+            block.refund_on_missing = refund;
+        }
+    }
+    if (block.request.what == cost_source::kind::none) {
+        c.require("request", "what the request reserves: a number or header:NAME");
+    }
+    c.finish();
+    out.cost = std::move(block);
+}
+
 /// A lease shorter than this could lapse between two renewals (every lease / 3) on a slow Redis.
 constexpr std::chrono::milliseconds min_lease{1'000};
 
@@ -271,6 +354,7 @@ void read_options(mapping& m, limit& out, const std::string& algo_name, bool alg
         }
     }
     read_lease(m, out, algo_name, algo_known);
+    read_cost(m, out, algo_name, algo_known);
     m.read("dry-run", out.dry_run);
     read_key(m, out);
 }

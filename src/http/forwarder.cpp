@@ -376,6 +376,13 @@ awaitable<forward_result> forward(forward_args& a) {
         f = co_await relay.run();
     }
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
+    // After the body: a chunked response's trailer fields are among the fields by now.
+    for (const auto& name : a.settle_headers) {
+        const auto it = rp->get().find(name);
+        result.figures.push_back(it == rp->get().end()
+                                     ? std::nullopt
+                                     : std::optional<std::string>(std::string(it->value())));
+    }
     if (f != failure::none) {
         // The response has started (or the client left): the only honest end is to close.
         close_connection(conn);

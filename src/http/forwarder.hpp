@@ -12,7 +12,11 @@
 #include "sluice/upstream/pool.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/container/small_vector.hpp>
 
+#include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace sluice::http::detail {
@@ -40,6 +44,9 @@ struct forward_result {
     std::string_view cut_short;
     /// From the start of forwarding to the end of the response (for a tunnel: to its 101).
     milliseconds upstream_time{-1};
+    /// The values of `forward_args::settle_headers` in the response (header or trailer), in
+    /// order; nullopt where absent. Empty when no response came.
+    boost::container::small_vector<std::optional<std::string>, 1> figures;
 };
 
 /// Everything `forward` needs; references point into the session's frame.
@@ -64,6 +71,9 @@ struct forward_args {
     buffer_pool& relay_buffers;
     /// When the request body's first read began (server.body-timeout counts from there).
     std::optional<std::chrono::steady_clock::time_point> body_started{};
+    /// Response fields whose values the caller wants once the response is over (the figures
+    /// that settle cost-weighted limits).
+    std::span<const std::string> settle_headers{};
 };
 
 /**

@@ -279,6 +279,18 @@ std::string rejection_body(std::string_view name, int limit_index, std::int64_t 
     return body;
 }
 
+std::string
+never_fits_body(std::string_view name, int limit_index, std::int64_t cost, std::int64_t capacity) {
+    auto body = rejection_body(name, limit_index, 0);
+    body.pop_back(); // the closing brace
+    body += R"(,"cost":)";
+    body += std::to_string(cost);
+    body += R"(,"capacity":)";
+    body += std::to_string(capacity);
+    body += '}';
+    return body;
+}
+
 template void append_rate_limit_lines(
     bhttp::fields&, std::string&, std::string_view, const limiter::decision&, bool);
 template void append_rate_limit_lines(bhttp::basic_fields<std::pmr::polymorphic_allocator<char>>&,

@@ -4,6 +4,7 @@
 #include "sluice/http/rate_limit_headers.hpp"
 #include "sluice/key/client_address.hpp"
 #include "sluice/key/rate_limit_key.hpp"
+#include "sluice/limiter/cost.hpp"
 
 #include <boost/beast/core/string.hpp>
 
@@ -72,6 +73,23 @@ std::string_view forwarded_for(const request_parser::value_type& message,
     return xff;
 }
 
+// What a request reserves of a cost-weighted limit: the configured number, or the figure in
+// the named request header; `default` when that is absent or not a usable number.
+template <typename Lookup>
+std::int64_t reservation_of(const config::cost_block& block, const Lookup& lookup) {
+    if (block.request.what == config::cost_source::kind::number) {
+        return block.request.number;
+    }
+    if (block.request.what == config::cost_source::kind::header) {
+        if (const auto value = lookup(block.request.header)) {
+            if (const auto figure = limiter::parse_cost_figure(*value)) {
+                return *figure;
+            }
+        }
+    }
+    return block.fallback;
+}
+
 } // namespace
 
 void request_limiter::derive_checks(const config::config& cfg, const limited_request& req) {
@@ -96,11 +114,60 @@ void request_limiter::derive_checks(const config::config& cfg, const limited_req
     };
     auto keys = key::request_limit_keys(rule, limits_, rule_name_, client_part, req.path, lookup);
     queue_keys_.clear();
+    costs_.clear();
+    reservations_.clear();
+    settle_headers_.clear();
     for (std::size_t i = 0; i < limits_.size(); ++i) {
-        if (limits_[i].algo == config::algorithm::concurrency && may_hold(limits_[i])) {
+        const auto& l = limits_[i];
+        if (l.algo == config::algorithm::concurrency && may_hold(l)) {
             queue_keys_.emplace_back(static_cast<int>(i), keys[i]);
         }
-        pending_.push_back({std::move(keys[i]), &limits_[i]});
+        const auto cost = l.cost ? reservation_of(*l.cost, lookup) : 1;
+        costs_.push_back(cost);
+        if (l.cost && l.cost->response.what == config::cost_source::kind::header) {
+            reservations_.emplace_back(static_cast<int>(i), keys[i]);
+            settle_headers_.push_back(l.cost->response.header);
+        }
+        pending_.push_back({std::move(keys[i]), &l, cost});
+    }
+}
+
+void request_limiter::settle_costs(std::span<const std::optional<std::string>> figures,
+                                   bool usable) noexcept {
+    if (costs_settled_ || reservations_.empty() || store_ == nullptr) {
+        return;
+    }
+    costs_settled_ = true;
+    // Only an admitted request was charged (a failed-open one was not decided at all).
+    if ((v_.what != verdict::kind::allowed && v_.what != verdict::kind::delayed) ||
+        outcome_.decisions.size() != limits_.size()) {
+        return;
+    }
+    boost::container::small_vector<store::settlement, 1> adjustments;
+    for (std::size_t k = 0; k < reservations_.size(); ++k) {
+        const auto& [index, key] = reservations_[k];
+        const auto i = static_cast<std::size_t>(index);
+        if (!outcome_.decisions[i].allowed) {
+            continue; // a dry-run limit that refused charged nothing
+        }
+        const auto& block = *limits_[i].cost;
+        const auto reserved = limiter::clamp_cost(costs_[i]);
+        std::optional<std::int64_t> actual;
+        if (usable && k < figures.size() && figures[k]) {
+            actual = limiter::parse_cost_figure(*figures[k]);
+        }
+        std::int64_t delta = 0;
+        if (actual) {
+            delta = *actual - reserved;
+        } else if (block.refund_on_missing) {
+            delta = -reserved;
+        }
+        if (delta != 0) {
+            adjustments.push_back({key, &limits_[i], limiter::clamp_delta(delta)});
+        }
+    }
+    if (!adjustments.empty()) {
+        store_->settle(adjustments);
     }
 }
 
@@ -285,6 +352,17 @@ local_reply request_limiter::refusal() const {
     if (overloaded_) {
         // Retry-After: the wait the request would have had.
         return {bhttp::status::service_unavailable, {}, v_.retry_after};
+    }
+    if (v_.what == verdict::kind::rejected && v_.never_fits && v_.refused_by >= 0 &&
+        static_cast<std::size_t>(v_.refused_by) < limits_.size()) {
+        const auto i = static_cast<std::size_t>(v_.refused_by);
+        const auto& l = limits_[i];
+        const auto capacity =
+            l.algo == config::algorithm::fixed_window ? l.limit_count : l.capacity;
+        return {
+            bhttp::status::too_many_requests,
+            never_fits_body(rule_name_, v_.refused_by, limiter::clamp_cost(costs_[i]), capacity),
+            0};
     }
     if (v_.what == verdict::kind::rejected) {
         return {bhttp::status::too_many_requests,

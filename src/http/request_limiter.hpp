@@ -65,8 +65,12 @@ public:
     request_limiter(const request_limiter&) = delete;
     request_limiter& operator=(const request_limiter&) = delete;
 
-    /// Gives back the CONCURRENCY slots the request holds: its response is over.
-    ~request_limiter() { release_slots(); }
+    /// Gives back the CONCURRENCY slots the request holds: its response is over; settles its
+    /// reservations as responses without a figure, unless `settle_costs` did already.
+    ~request_limiter() {
+        release_slots();
+        settle_costs({}, false);
+    }
 
     /**
      * Finds the rule, derives the store keys, takes a place among the held requests when a limit
@@ -93,6 +97,20 @@ public:
 
     /// Gives back the request's slots now (idempotent).
     void release_slots() noexcept;
+
+    /// The response fields (header or trailer) whose figures settle the request's reservations,
+    /// one per cost-weighted limit with a `cost.response` source; empty when there is none.
+    std::span<const std::string> settle_headers() const noexcept { return settle_headers_; }
+
+    /**
+     * Settles, once, the reservations of an admitted request's cost-weighted limits, when its
+     * response is over: `figures` holds the values of `settle_headers()` found in the response
+     * (nullopt: absent), `usable` is false when the response can carry no honest figure (none
+     * came, a 5xx, cut short). Each limit is adjusted by `actual - reserved`, or, without a
+     * usable figure, by `-reserved` (`on-missing: refund`) or not at all (`keep`). Never blocks:
+     * the store sends it on.
+     */
+    void settle_costs(std::span<const std::optional<std::string>> figures, bool usable) noexcept;
 
     /// The checks the store could not decide at once.
     store::checks take_pending() noexcept { return std::move(pending_); }
@@ -162,6 +180,13 @@ private:
     boost::container::small_vector<std::pair<int, std::string>, 1> queue_keys_;
     /// The request was queued at least once: admitted after, it counts as delayed.
     bool waited_ = false;
+    /// What the request reserves of each limit (1 without a `cost` block), by limit index.
+    boost::container::small_vector<std::int64_t, 2> costs_;
+    /// The reservations to settle from the response: limit index and key, aligned with
+    /// `settle_headers_`.
+    boost::container::small_vector<std::pair<int, std::string>, 1> reservations_;
+    boost::container::small_vector<std::string, 1> settle_headers_;
+    bool costs_settled_ = false;
     std::optional<metrics::decision_kind> counted_as_;
     bool dry_run_rejected_ = false;
     std::optional<held_count> held_;

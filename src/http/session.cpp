@@ -205,11 +205,17 @@ forward_args forward_args_for(connection_state& c, request_state& r) {
             r.expect_continue,
             &c.w.draining,
             c.scratch,
-            c.w.relay_buffers};
+            c.w.relay_buffers,
+            std::nullopt,
+            r.limiter.settle_headers()};
 }
 
 // Records what forwarding came to; returns what the connection does next.
 ending forwarded(request_state& r, const forward_result& result) {
+    // A response cut short, or a 5xx, says nothing honest about what the request cost.
+    const bool usable = result.upstream == upstream_outcome::response && result.cut_short.empty() &&
+                        result.status < 500;
+    r.limiter.settle_costs(result.figures, usable);
     r.record.status = result.status;
     r.record.upstream_time = result.upstream_time;
     if (!result.cut_short.empty()) {

@@ -59,7 +59,13 @@ verdict decide(std::span<const config::limit> limits,
             continue;
         }
         if (!d.allowed) {
-            if (!refused || d.retry_after > longest_retry) {
+            if (d.never_fits) {
+                // No wait admits it: say which limit, and promise no retry.
+                if (!v.never_fits) {
+                    v.refused_by = static_cast<int>(i);
+                }
+                v.never_fits = true;
+            } else if (!v.never_fits && (!refused || d.retry_after > longest_retry)) {
                 v.refused_by = static_cast<int>(i);
             }
             refused = true;
@@ -74,14 +80,14 @@ verdict decide(std::span<const config::limit> limits,
             v.delay = std::max(v.delay, d.delay);
         }
     }
-    if (refused && only_queues) {
+    if (refused && only_queues && !v.never_fits) {
         v.what = verdict::kind::queued;
         v.delay = std::chrono::milliseconds{0};
     } else if (refused) {
         v.what = verdict::kind::rejected;
         v.wait_for = -1;
         v.delay = std::chrono::milliseconds{0};
-        v.retry_after = rate_refused ? retry_after_seconds(longest_retry) : 0;
+        v.retry_after = rate_refused && !v.never_fits ? retry_after_seconds(longest_retry) : 0;
     } else if (v.delay.count() > 0) {
         v.what = verdict::kind::delayed;
     }

@@ -72,28 +72,15 @@ TEST(CheckConfig, BadValueExitsNonZeroNamingKeyAndLine) {
         << result.output;
 }
 
-// CONCURRENCY's bad inputs (issue 14): each is refused, naming its key and its line.
-TEST(CheckConfig, ConcurrencyMistakesNameTheKeyAndLine) {
-    struct mistake {
-        std::string limit; // the limit's flow mapping
-        std::string key;   // the key the message must name
-        std::string words; // and a word of its explanation
-    };
+/// A limit written wrong, the key its message must name, and a word of the explanation.
+struct limit_mistake {
+    std::string limit; // the limit's flow mapping
+    std::string key;
+    std::string words;
+};
 
-    const std::vector<mistake> mistakes{
-        {"{ algorithm: CONCURRENCY, limit: 0 }", "limit", "an integer between 1"},
-        {"{ algorithm: CONCURRENCY, limit: 4, lease: -30s }", "lease", "duration > 0"},
-        {"{ algorithm: CONCURRENCY, limit: 4, lease: 200ms }", "lease", "at least 1s"},
-        {"{ algorithm: CONCURRENCY, limit: 4, mode: police, max-delay: 5s }",
-         "max-delay",
-         "police"},
-        {"{ algorithm: CONCURRENCY, limit: 4, capacity: 50 }", "capacity", "does not apply"},
-        {"{ algorithm: CONCURRENCY, limit: 4, flowRate: 5 }", "flowRate", "does not apply"},
-        {"{ algorithm: CONCURRENCY }", "limit", "CONCURRENCY takes limit"},
-        {"{ algorithm: LEAKY_BUCKET, capacity: 5, flowRate: 1, lease: 30s }",
-         "lease",
-         "only to CONCURRENCY"},
-    };
+// Each mistake is refused on its own, naming its key and its line.
+void expect_each_refused_naming_key_and_line(const std::vector<limit_mistake>& mistakes) {
     temp_dir dir;
     for (const auto& m : mistakes) {
         SCOPED_TRACE(m.limit);
@@ -110,6 +97,54 @@ TEST(CheckConfig, ConcurrencyMistakesNameTheKeyAndLine) {
             << result.output;
         EXPECT_NE(result.output.find(m.words), std::string::npos) << result.output;
     }
+}
+
+// CONCURRENCY's bad inputs (issue 14).
+TEST(CheckConfig, ConcurrencyMistakesNameTheKeyAndLine) {
+    expect_each_refused_naming_key_and_line({
+        {"{ algorithm: CONCURRENCY, limit: 0 }", "limit", "an integer between 1"},
+        {"{ algorithm: CONCURRENCY, limit: 4, lease: -30s }", "lease", "duration > 0"},
+        {"{ algorithm: CONCURRENCY, limit: 4, lease: 200ms }", "lease", "at least 1s"},
+        {"{ algorithm: CONCURRENCY, limit: 4, mode: police, max-delay: 5s }",
+         "max-delay",
+         "police"},
+        {"{ algorithm: CONCURRENCY, limit: 4, capacity: 50 }", "capacity", "does not apply"},
+        {"{ algorithm: CONCURRENCY, limit: 4, flowRate: 5 }", "flowRate", "does not apply"},
+        {"{ algorithm: CONCURRENCY }", "limit", "CONCURRENCY takes limit"},
+        {"{ algorithm: LEAKY_BUCKET, capacity: 5, flowRate: 1, lease: 30s }",
+         "lease",
+         "only to CONCURRENCY"},
+    });
+}
+
+// The cost block's bad inputs (issue 15).
+TEST(CheckConfig, CostMistakesNameTheKeyAndLine) {
+    const std::string bucket = "algorithm: TOKEN_BUCKET, capacity: 100, refillRate: 10, ";
+    expect_each_refused_naming_key_and_line({
+        {"{ algorithm: CONCURRENCY, limit: 4, cost: { request: 2 } }", "cost", "a slot is a slot"},
+        {"{ algorithm: SLIDING_WINDOW, limit: 4, window: 1s, cost: { request: 2 } }",
+         "cost",
+         "not weighted yet"},
+        {"{ " + bucket + "cost: { request: body:max_tokens } }",
+         "cost.request",
+         "a number or header:NAME"},
+        {"{ " + bucket + "cost: { request: json:max_tokens } }",
+         "cost.request",
+         "not supported yet"},
+        {"{ " + bucket + "cost: { request: header:X-Cost, default: -5 } }",
+         "cost.default",
+         "an integer between 0"},
+        {"{ " + bucket + "cost: { request: 0 } }", "cost.request", "an integer between 1"},
+        {"{ " + bucket + "cost: { request: 2, response: 5 } }", "cost.response", "header:NAME"},
+        {"{ " + bucket + "cost: { request: 2, on-missing: refund } }",
+         "cost.on-missing",
+         "only with a response source"},
+        {"{ " + bucket + "cost: { request: 2, response: header:X-Usage, on-missing: drop } }",
+         "cost.on-missing",
+         "keep"},
+        {"{ " + bucket + "cost: { default: 5 } }", "cost.request", "required"},
+        {"{ " + bucket + "cost: { request: 2, colour: red } }", "cost.colour", "unknown"},
+    });
 }
 
 TEST(CheckConfig, UnknownKeyExitsNonZeroNamingKeyAndLine) {

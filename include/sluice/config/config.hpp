@@ -57,6 +57,35 @@ struct key_part {
     std::string header; // the header name, for kind::header
 };
 
+/// Where a cost-weighted limit reads a figure: a fixed number, or a header's value.
+struct cost_source {
+    enum class kind {
+        none,
+        number, // `number`
+        header, // the value of header `header` (request: a request header; response: a
+                // response header or trailer)
+    };
+    kind what = kind::none;
+    std::int64_t number = 0;
+    std::string header;
+};
+
+/**
+ * A limit's `cost` block: what a request reserves before it is forwarded, and what it is
+ * settled at once the response is over (issue 15). Without one every request costs 1.
+ */
+struct cost_block {
+    /// The reservation; a figure that is missing or not a finite non-negative number reserves
+    /// `fallback` instead.
+    cost_source request;
+    std::int64_t fallback = 1;
+    /// The real cost, from the response; `none`: the reservation stands.
+    cost_source response;
+    /// A response without a usable figure (absent, not a number, a 5xx, cut short) gives the
+    /// reservation back (`on-missing: refund`) instead of keeping it (`keep`).
+    bool refund_on_missing = false;
+};
+
 /// One limit: an algorithm and its parameters. Which fields apply depends on `algo`.
 struct limit {
     algorithm algo = algorithm::leaky_bucket;
@@ -79,6 +108,8 @@ struct limit {
     milliseconds lease{30'000};
     bool dry_run = false;
     std::vector<key_part> key{{key_part::kind::ip, {}}, {key_part::kind::endpoint, {}}};
+    /// TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW: cost-weighted requests.
+    std::optional<cost_block> cost;
     /// 1-based line in the config file, for messages; 0 when built in code.
     int line = 0;
 };

@@ -74,6 +74,12 @@ append_rate_limit_lines(boost::beast::http::basic_fields<std::pmr::polymorphic_a
 /// naming the rule (or "fallback") and which of its limits refused (0-based, as in the config).
 std::string rejection_body(std::string_view name, int limit_index, std::int64_t retry_after);
 
+/// The 429 body of a request whose cost can never fit limit `limit_index`: the same fields,
+/// `"retry_after":null`, and the cost asked and the limit's capacity:
+/// `{..."retry_after":null,"cost":200,"capacity":100}`.
+std::string
+never_fits_body(std::string_view name, int limit_index, std::int64_t cost, std::int64_t capacity);
+
 /// Appends `text` to `out` as the inside of a JSON string (quotes, backslashes and control
 /// characters escaped; other bytes as they are).
 void append_json_escaped(std::string& out, std::string_view text);

@@ -32,8 +32,11 @@ struct verdict {
     /// queued: the index of the CONCURRENCY limit whose slot to wait for, else -1.
     int wait_for = -1;
     /// rejected: the index of the refusing enforced limit with the longest wait (named in the
-    /// 429's body), else -1.
+    /// 429's body), else -1; a limit the request's cost can never fit comes first.
     int refused_by = -1;
+    /// rejected: the request's cost exceeds the capacity of limit `refused_by`, so it can never
+    /// be admitted: no Retry-After (`retry_after` 0).
+    bool never_fits = false;
     /// The decision whose values go into the RateLimit headers, or -1 for none.
     int headers_from = -1;
 };

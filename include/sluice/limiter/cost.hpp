@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace sluice::limiter {
 
@@ -42,5 +44,13 @@ constexpr std::int64_t settle_level(std::int64_t level, std::int64_t delta) noex
     }
     return std::max<std::int64_t>(level + delta, 0);
 }
+
+/**
+ * A cost figure as a peer wrote it (a request's `X-Cost`, a response's `X-Usage`): a finite
+ * non-negative decimal number, optionally surrounded by spaces or tabs, rounded up to a whole
+ * amount and saturated at max_amount. Anything else (empty, `abc`, `-5`, `inf`, `nan`, `1e309`,
+ * trailing bytes) is no figure: nullopt, and the caller uses its fallback.
+ */
+std::optional<std::int64_t> parse_cost_figure(std::string_view text) noexcept;
 
 } // namespace sluice::limiter

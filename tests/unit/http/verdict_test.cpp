@@ -231,5 +231,23 @@ TEST(RefusedOnlyForWaiting, IgnoresDryRunLimitsAndStoreErrors) {
     EXPECT_FALSE(refused_only_for_waiting(std::vector{enforced()}, failed));
 }
 
+// A cost that can never fit a limit (issue 15) is refused without Retry-After, naming that
+// limit, even when another limit refuses with a wait: no wait would admit the request.
+TEST(Decide, ACostThatNeverFitsIsRefusedWithoutRetryAfterNamingItsLimit) {
+    auto never = refuse(milliseconds(0));
+    never.never_fits = true;
+    const std::vector<config::limit> limits{enforced(), enforced()};
+    const auto v =
+        decide(limits, outcome_of({refuse(milliseconds(4000)), never}), config::failure_mode::open);
+    EXPECT_EQ(v.what, kind::rejected);
+    EXPECT_TRUE(v.never_fits);
+    EXPECT_EQ(v.refused_by, 1);
+    EXPECT_EQ(v.retry_after, 0);
+    // Beside a CONCURRENCY limit that would wait for a slot: refused, not queued.
+    const std::vector<config::limit> with_slots{slots(config::shaping_mode::shape), enforced()};
+    EXPECT_EQ(decide(with_slots, outcome_of({no_slot(), never}), config::failure_mode::open).what,
+              kind::rejected);
+}
+
 } // namespace
 } // namespace sluice::http

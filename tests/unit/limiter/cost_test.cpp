@@ -53,6 +53,21 @@ config::limit leaky(std::int64_t capacity, double flow_rate, config::shaping_mod
     return l;
 }
 
+// What a peer writes as a cost (a request header, a response header or trailer): a finite
+// non-negative number, rounded up; anything else is no figure, never an error or a charge.
+TEST(Cost, FiguresAreFiniteNonNegativeNumbersRoundedUp) {
+    EXPECT_EQ(parse_cost_figure("60"), 60);
+    EXPECT_EQ(parse_cost_figure(" 10\t"), 10);
+    EXPECT_EQ(parse_cost_figure("0"), 0);
+    EXPECT_EQ(parse_cost_figure("2.5"), 3);
+    EXPECT_EQ(parse_cost_figure("1e3"), 1000);
+    EXPECT_EQ(parse_cost_figure("1e300"), max_amount) << "saturates";
+    for (const char* bad :
+         {"", " ", "abc", "-5", "-0.5", "1e309", "inf", "nan", "+3", "5x", "5 5", "0x10"}) {
+        EXPECT_EQ(parse_cost_figure(bad), std::nullopt) << bad;
+    }
+}
+
 TEST(Cost, AmountsAreClampedToWhereDoublesAreExact) {
     EXPECT_EQ(clamp_cost(0), 1);
     EXPECT_EQ(clamp_cost(-5), 1);

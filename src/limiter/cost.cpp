@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/limiter/cost.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <system_error>
+
+namespace sluice::limiter {
+
+std::optional<std::int64_t> parse_cost_figure(std::string_view text) noexcept {
+    const auto first = text.find_first_not_of(" \t");
+    if (first == std::string_view::npos) {
+        return std::nullopt;
+    }
+    text = text.substr(first, text.find_last_not_of(" \t") - first + 1);
+    // from_chars accepts neither a '+' nor leading spaces, and reads "inf" and "nan": refused
+    // below by the checks on the value.
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(value) ||
+        value < 0) {
+        return std::nullopt;
+    }
+    const double whole = std::ceil(value);
+    // Saturates: a figure beyond 2^53 is more than any limit holds.
+    if (whole >= static_cast<double>(max_amount)) {
+        return max_amount;
+    }
+    return static_cast<std::int64_t>(whole);
+}
+
+} // namespace sluice::limiter

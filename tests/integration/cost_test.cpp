@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cost-weighted limits (issue 15), from headers: a request reserves the cost its X-Cost header
+// names before it is forwarded, and is settled by what the response's X-Usage (header or
+// trailer) says it really cost, once the response is over; a reservation larger than the
+// capacity is refused at once. Through the real binary, on both stores.
+
+#include "integration_util.hpp"
+#include "support/limit_probe.hpp"
+#include "support/limited_sluice.hpp"
+#include "support/redis_server.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+/// Two rules on a token bucket of 100 tokens (refill `refill`/s), keyed globally: /keep/* keeps
+/// a reservation whose response carries no figure, /refund/* gives it back.
+std::string cost_rules(int refill) {
+    std::string out = "  rules:\n";
+    for (const char* mode : {"keep", "refund"}) {
+        out += fmt::format(
+            "    - name: {0}\n"
+            "      match: {{ path: /{0}/* }}\n"
+            "      limits:\n"
+            "        - algorithm: TOKEN_BUCKET\n"
+            "          capacity: 100\n"
+            "          refillRate: {1}\n"
+            "          key: [global]\n"
+            "          cost: {{ request: header:X-Cost, default: 5, response: header:X-Usage, "
+            "on-missing: {0} }}\n",
+            mode,
+            refill);
+    }
+    return out;
+}
+
+/// An upstream that reports as usage what the request asks it to: `X-Reply-Usage` as a header,
+/// `X-Reply-Trailer` as a trailer of a chunked body, neither: no figure.
+recording_upstream usage_upstream() {
+    return recording_upstream([](const recorded_request& request) {
+        response_plan plan;
+        if (const auto usage = request.header("X-Reply-Usage")) {
+            plan.headers.emplace_back("X-Usage", *usage);
+        }
+        if (const auto usage = request.header("X-Reply-Trailer")) {
+            plan.chunked = true;
+            plan.headers.emplace_back("Trailer", "X-Usage");
+            plan.trailer = "X-Usage: " + *usage + "\r\n";
+        }
+        return plan;
+    });
+}
+
+/// The tokens left as the response's RateLimit field says (`r=`), or -1.
+long remaining(const http_response& response) {
+    const auto field = response.header("RateLimit");
+    if (!field) {
+        return -1;
+    }
+    const auto at = field->find(";r=");
+    return at == std::string::npos ? -1 : std::stol(field->substr(at + 3));
+}
+
+class CostTest : public ::testing::TestWithParam<const char*> {
+protected:
+    void SetUp() override {
+        if (std::string(GetParam()) == "redis") {
+            if (!redis_server::available()) {
+                GTEST_SKIP() << "redis-server is not on PATH";
+            }
+            redis_ = std::make_unique<redis_server>();
+        }
+    }
+
+    std::string yaml(const recording_upstream& upstream, int refill) const {
+        return compose_yaml(upstream.url(),
+                            (redis_ ? redis_store_yaml(redis_->port()) : std::string()) +
+                                cost_rules(refill));
+    }
+
+    std::unique_ptr<redis_server> redis_;
+};
+
+// The issue's example: a reservation of 60 leaves 40; the response reports 10, so 50 come back,
+// and a reservation of 80 right after is admitted (without the refund: 40 and a token or two of
+// refill). A reservation of 200 can never fit 100: refused at once, never forwarded, without
+// Retry-After, its body naming the cost and the capacity.
+TEST_P(CostTest, ARefundMakesRoomAndANeverFittingReservationIsRefusedAtOnce) {
+    auto upstream = usage_upstream();
+    sluice_process sluice(yaml(upstream, 10));
+    const auto first = get(sluice.port(), "/keep/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}});
+    ASSERT_EQ(first.status, 200u) << first.body;
+    EXPECT_EQ(remaining(first), 40);
+    // The settlement follows the response; a refused try charges nothing, so try until it lands.
+    http_response second;
+    ASSERT_TRUE(eventually(
+        [&] {
+            second = get(sluice.port(), "/keep/b", {{"X-Cost", "80"}, {"X-Reply-Usage", "80"}});
+            return second.status == 200;
+        },
+        150ms))
+        << "the refund did not land within 150 ms: " << second.status;
+    // 40 + 50 refunded (+ at most a couple of tokens of refill) - 80.
+    EXPECT_GE(remaining(second), 10);
+    EXPECT_LE(remaining(second), 12);
+
+    const auto huge = get(sluice.port(), "/keep/c", {{"X-Cost", "200"}});
+    EXPECT_EQ(huge.status, 429u);
+    EXPECT_FALSE(huge.header("Retry-After").has_value());
+    EXPECT_NE(huge.body.find(R"("retry_after":null,"cost":200,"capacity":100)"), std::string::npos)
+        << huge.body;
+    EXPECT_EQ(upstream.requests().size(), 2u) << "the never-fitting request went upstream";
+}
+
+// A response that reports more than was reserved leaves a debt: 10 reserved, 150 used, so the
+// bucket owes 50 and a request of 1 is refused until 51 tokens have come back (510 ms at
+// 100/s), then admitted.
+TEST_P(CostTest, ADebtRefusesUntilPaidOffAtTheRefillRate) {
+    auto upstream = usage_upstream();
+    sluice_process sluice(yaml(upstream, 100));
+    const auto spent = get(sluice.port(), "/keep/a", {{"X-Cost", "10"}, {"X-Reply-Usage", "150"}});
+    ASSERT_EQ(spent.status, 200u);
+    const auto answered = clock_type::now();
+    ASSERT_TRUE(eventually(
+        [&] {
+            return get(sluice.port(), "/keep/b", {{"X-Cost", "1"}}).status == 429;
+        },
+        150ms))
+        << "no debt";
+    const auto refused = get(sluice.port(), "/keep/b", {{"X-Cost", "1"}});
+    ASSERT_EQ(refused.status, 429u) << "the debt was paid off within 150 ms";
+    ASSERT_TRUE(refused.header("Retry-After").has_value());
+    EXPECT_EQ(*refused.header("Retry-After"), "1") << "0.51 s at most, rounded up";
+    ASSERT_TRUE(eventually(
+        [&] {
+            return get(sluice.port(), "/keep/b", {{"X-Cost", "1"}}).status == 200;
+        },
+        2s));
+    const auto paid = clock_type::now() - answered;
+    // 51 tokens at 100/s, less the time the settlement took to land after the response.
+    EXPECT_GE(paid, 400ms);
+    EXPECT_LT(paid, 1s);
+}
+
+// Figures a peer cannot be trusted with: a request whose X-Cost is not a finite non-negative
+// number reserves `default` (5); a response whose figure is missing or broken keeps the
+// reservation (on-missing: keep) or gives it back (on-missing: refund); a trailer counts like a
+// header.
+TEST_P(CostTest, BrokenOrMissingFiguresFallBackAsConfigured) {
+    auto upstream = usage_upstream();
+    sluice_process sluice(yaml(upstream, 1));
+    long left = 100;
+    // (The /keep rule's bucket; the /refund rule's below has one of its own.)
+    for (const char* bad : {"abc", "-5", "1e309", "inf", ""}) {
+        const auto r = get(sluice.port(), "/keep/a", {{"X-Cost", bad}, {"X-Reply-Usage", "x"}});
+        ASSERT_EQ(r.status, 200u) << bad;
+        left -= 5;
+        // A refill of 1/s may add a token while the test runs.
+        EXPECT_GE(remaining(r), left) << bad;
+        EXPECT_LE(remaining(r), left + 2) << bad;
+    }
+    // on-missing: refund. No figure at all: the 30 come back. The probe reserves more than the
+    // capacity: refused, it charges nothing and reports the tokens there are.
+    const auto tokens = [&](const char* path) {
+        return remaining(get(sluice.port(), path, {{"X-Cost", "1000"}}));
+    };
+    const auto none = get(sluice.port(), "/refund/a", {{"X-Cost", "30"}});
+    ASSERT_EQ(none.status, 200u);
+    EXPECT_EQ(remaining(none), 70);
+    ASSERT_TRUE(eventually([&] { return tokens("/refund/b") == 100; }, 150ms))
+        << "refund not seen: " << tokens("/refund/b") << " tokens";
+    // A trailer's figure settles the reservation: 20 reserved, 2 used, 18 back.
+    const auto trailed =
+        get(sluice.port(), "/refund/c", {{"X-Cost", "20"}, {"X-Reply-Trailer", "2"}});
+    ASSERT_EQ(trailed.status, 200u);
+    EXPECT_EQ(remaining(trailed), 80);
+    ASSERT_TRUE(eventually([&] { return tokens("/refund/d") >= 98; }, 150ms))
+        << "trailer not settled: " << tokens("/refund/d") << " tokens";
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores,
+                         CostTest,
+                         ::testing::Values("memory", "redis"),
+                         [](const auto& param_info) { return std::string(param_info.param); });
+
+} // namespace
+} // namespace sluice::test
