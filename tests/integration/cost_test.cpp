@@ -187,6 +187,39 @@ TEST_P(CostTest, BrokenOrMissingFiguresFallBackAsConfigured) {
         << "trailer not settled: " << tokens("/refund/d") << " tokens";
 }
 
+// Two instances on one Redis share one budget: what one reserves, the other sees charged, and a
+// settlement from either lands on the same key.
+TEST(RedisCostTest, TwoInstancesShareOneBudgetAndEachOthersSettlements) {
+    if (!redis_server::available()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    redis_server redis;
+    auto upstream = usage_upstream();
+    const auto config =
+        compose_yaml(upstream.url(), redis_store_yaml(redis.port()) + cost_rules(1));
+    sluice_process a(config);
+    sluice_process b(config);
+    const auto tokens = [&](const sluice_process& s) {
+        return remaining(get(s.port(), "/refund/probe", {{"X-Cost", "1000"}}));
+    };
+    const auto on_a = get(a.port(), "/refund/x", {{"X-Cost", "60"}, {"X-Reply-Usage", "60"}});
+    ASSERT_EQ(on_a.status, 200u);
+    EXPECT_EQ(remaining(on_a), 40);
+    // (A refill of 1/s may add a token while the test runs: each figure may be one higher.)
+    const auto seen_by_b = tokens(b);
+    EXPECT_GE(seen_by_b, 40) << "b sees a's reservation";
+    EXPECT_LE(seen_by_b, 41) << "b sees a's reservation";
+    // b reserves 30 and uses 5: its settlement gives 25 back, which a sees.
+    const auto on_b = get(b.port(), "/refund/y", {{"X-Cost", "30"}, {"X-Reply-Usage", "5"}});
+    ASSERT_EQ(on_b.status, 200u);
+    EXPECT_GE(remaining(on_b), 10);
+    EXPECT_LE(remaining(on_b), 11);
+    // Before the settlement lands a sees 10 or 11; after it, 35 or 36.
+    ASSERT_TRUE(eventually([&] { return tokens(a) >= 35; }, 150ms))
+        << "a sees " << tokens(a) << " tokens, not 40 - 5";
+    EXPECT_LE(tokens(a), 36);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores,
                          CostTest,
                          ::testing::Values("memory", "redis"),
