@@ -728,24 +728,31 @@ void redis_store::schedule_renewal() {
 }
 
 void redis_store::renew_all() {
-    if (live_slots_.empty()) {
-        return;
+    // In calls of at most max_batch slots, as everything else sent: a worker holding thousands
+    // of slots must not make one call that keeps Redis busy for long.
+    auto next = live_slots_.begin();
+    while (next != live_slots_.end()) {
+        std::vector<std::pair<std::string_view, const slot*>> part;
+        for (; next != live_slots_.end() && part.size() < max_batch; ++next) {
+            part.emplace_back(next->second.key, &next->second);
+        }
+        std::vector<std::string> args{
+            "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(part.size())};
+        args.reserve(5 + 3 * part.size());
+        for (const auto& [key, s] : part) {
+            args.emplace_back(key);
+        }
+        args.emplace_back("renew");
+        args.push_back(now_override_ ? format_double(*now_override_) : std::string());
+        for (const auto& [key, s] : part) {
+            args.push_back(s->lease_id);
+            args.push_back(std::to_string(s->lease.count()));
+        }
+        run_script(redis::slots_script,
+                   std::move(args),
+                   "renew concurrency slots",
+                   "they lapse with their lease");
     }
-    std::vector<std::string> args{
-        "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(live_slots_.size())};
-    for (const auto& [name, s] : live_slots_) {
-        args.push_back(s.key);
-    }
-    args.emplace_back("renew");
-    args.push_back(now_override_ ? format_double(*now_override_) : std::string());
-    for (const auto& [name, s] : live_slots_) {
-        args.push_back(s.lease_id);
-        args.push_back(std::to_string(s.lease.count()));
-    }
-    run_script(redis::slots_script,
-               std::move(args),
-               "renew concurrency slots",
-               "they lapse with their lease");
 }
 
 void redis_store::apply_reloadable(const config::redis_settings& settings) noexcept {

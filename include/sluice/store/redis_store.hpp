@@ -117,9 +117,6 @@ public:
      */
     static std::size_t wake_waiters(slot_waiters& waiters, std::string_view announcement);
 
-    /// CONCURRENCY slots this store holds for running requests (renewed until given back).
-    std::size_t live_slots() const noexcept { return live_slots_.size(); }
-
     /// Counts Redis latency and errors in `registry` (which must outlive the store); optional.
     void set_metrics(metrics::registry* registry) noexcept { metrics_ = registry; }
 
