@@ -135,10 +135,17 @@ bool is_token(std::string_view text) {
     });
 }
 
+/// What is wrong with a `json:PATH` whose PATH parse_json_path refused.
+std::string json_path_error(const std::string& text) {
+    return "must name a dotted path into a JSON body after 'json:' (such as "
+           "json:usage.total_tokens: no empty segment, at most " +
+           std::to_string(max_json_path_segments) + " segments), got " + quoted(text);
+}
+
 std::optional<key_part>
 parse_key_part(problems& report, const YAML::Node& item, const std::string& path) {
     static const std::vector<std::string> words{"ip", "endpoint", "global"};
-    const std::string expected = "ip, endpoint, global or header:NAME";
+    const std::string expected = "ip, endpoint, global, header:NAME or json:PATH";
     if (!item.IsScalar()) {
         report.add(item.Mark(), path, must_be(expected, item));
         return std::nullopt;
@@ -151,16 +158,24 @@ parse_key_part(problems& report, const YAML::Node& item, const std::string& path
                 item.Mark(), path, "must name an HTTP header after 'header:', got " + quoted(text));
             return std::nullopt;
         }
-        return key_part{key_part::kind::header, name};
+        return key_part{key_part::kind::header, name, {}};
+    }
+    if (text.rfind("json:", 0) == 0) {
+        auto json = parse_json_path(std::string_view(text).substr(5));
+        if (!json) {
+            report.add(item.Mark(), path, json_path_error(text));
+            return std::nullopt;
+        }
+        return key_part{key_part::kind::json, {}, std::move(*json)};
     }
     if (text == "ip") {
-        return key_part{key_part::kind::ip, {}};
+        return key_part{key_part::kind::ip, {}, {}};
     }
     if (text == "endpoint") {
-        return key_part{key_part::kind::endpoint, {}};
+        return key_part{key_part::kind::endpoint, {}, {}};
     }
     if (text == "global") {
-        return key_part{key_part::kind::global, {}};
+        return key_part{key_part::kind::global, {}, {}};
     }
     auto what = must_be(expected, item);
     if (const auto near = closest(text, words); !near.empty()) {
@@ -173,6 +188,9 @@ parse_key_part(problems& report, const YAML::Node& item, const std::string& path
 bool same_part(const key_part& a, const key_part& b) {
     if (a.what != b.what) {
         return false;
+    }
+    if (a.what == key_part::kind::json) {
+        return a.json.text == b.json.text; // JSON member names are case-sensitive
     }
     return std::equal(
         a.header.begin(), a.header.end(), b.header.begin(), b.header.end(), [](char x, char y) {
@@ -225,14 +243,17 @@ void read_key(mapping& m, limit& out) {
 /// the same bound).
 constexpr std::int64_t max_cost = std::int64_t{1} << 53;
 
-/// `cost.request` or `cost.response`: a number (request only) or header:NAME. `json:` paths are
-/// refused with a clear word until they are built.
+/// The most `cost.max-body` may be: a request body that large is held in memory per request.
+constexpr std::uint64_t max_json_body = 64ULL * 1024 * 1024;
+
+/// `cost.request` or `cost.response`: a number (request only), header:NAME or json:PATH.
 void read_cost_source(mapping& m, std::string_view name, bool number_allowed, cost_source& out) {
     if (!m.has(name)) {
         return;
     }
     const auto node = m.get(name);
-    const std::string expected = number_allowed ? "a number or header:NAME" : "header:NAME";
+    const std::string expected =
+        number_allowed ? "a number, header:NAME or json:PATH" : "header:NAME or json:PATH";
     if (!node.IsScalar()) {
         m.error(name, must_be(expected, node));
         return;
@@ -244,18 +265,22 @@ void read_cost_source(mapping& m, std::string_view name, bool number_allowed, co
             m.error(name, "must name an HTTP header after 'header:', got " + quoted(text));
             return;
         }
-        out = {cost_source::kind::header, 0, header};
+        out = {cost_source::kind::header, 0, header, {}};
         return;
     }
     if (text.rfind("json:", 0) == 0) {
-        m.error(name,
-                "json: sources are not supported yet; use " + expected + ", got " + quoted(text));
+        auto json = parse_json_path(std::string_view(text).substr(5));
+        if (!json) {
+            m.error(name, json_path_error(text));
+            return;
+        }
+        out = {cost_source::kind::json, 0, {}, std::move(*json)};
         return;
     }
     if (number_allowed) {
         std::int64_t value = 0;
         if (m.read_int(name, value, 1, max_cost)) {
-            out = {cost_source::kind::number, value, {}};
+            out = {cost_source::kind::number, value, {}, {}};
         }
         return;
     }
@@ -297,8 +322,11 @@ void read_cost(mapping& m, limit& out, const std::string& algo_name, bool algo_k
             block.refund_on_missing = refund;
         }
     }
+    if (c.has("max-body")) {
+        c.read_size("max-body", block.max_body, 1, max_json_body);
+    }
     if (block.request.what == cost_source::kind::none) {
-        c.require("request", "what the request reserves: a number or header:NAME");
+        c.require("request", "what the request reserves: a number, header:NAME or json:PATH");
     }
     c.finish();
     out.cost = std::move(block);

@@ -53,10 +53,10 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) n
 std::optional<double> parse_rate(std::string_view text) noexcept;
 
 /**
- * A byte size: a number, optionally followed by a unit. Decimal units k/K/kB/KB, M/MB, G/GB
- * (10^3, 10^6, 10^9) and binary units Ki/KiB, Mi/MiB, Gi/GiB (2^10, 2^20, 2^30), as Kubernetes
- * quantities spell them; B is bytes. A fraction is allowed when the result is a whole number
- * of bytes ("1.5M" = 1500000). nullopt on overflow.
+ * A byte size: a number, optionally followed by a unit: k/K/kB/KB/Ki/KiB, M/MB/Mi/MiB, G/GB/Gi/GiB,
+ * every one 1024-based as nginx's (2^10, 2^20, 2^30; see size_units in scalars.cpp); B is bytes.
+ * A fraction is allowed when the result is a whole number of bytes ("1.5M" = 1572864). nullopt
+ * on overflow.
  */
 std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
 

@@ -29,7 +29,7 @@ std::string format_size(std::uint64_t bytes) {
 
 std::string size_range(std::uint64_t min, std::uint64_t max) {
     const std::string forms =
-        " (plain bytes, or with kB, MB, GB (10^3...), KiB, MiB, GiB (2^10...))";
+        " (plain bytes, or with k, M, G, KiB, MiB, GiB: every unit 1024-based)";
     if (max == std::numeric_limits<std::uint64_t>::max()) {
         return "a size >= " + format_size(min) + forms;
     }

@@ -1,1 +1,1 @@
-list(APPEND SLUICE_CORE_SOURCES src/core/errc.cpp src/core/clock.cpp)
+list(APPEND SLUICE_CORE_SOURCES src/core/errc.cpp src/core/clock.cpp src/core/json_fields.cpp)

@@ -16,6 +16,7 @@
 // Connection fields; an upstream that answers 101 gets the connection as a tunnel (tunnel.cpp)
 // until it ends, and any other answer is relayed as usual.
 #include "http/forwarder_detail.hpp"
+#include "http/response_figures.hpp"
 #include "http/tunnel.hpp"
 #include "sluice/core/errc.hpp"
 #include "sluice/http/forward_headers.hpp"
@@ -54,14 +55,23 @@ void close_connection(upstream::connection_ptr& conn) noexcept {
 // The deadline of the client's next body read: server.idle-timeout, but never past the whole
 // body's server.body-timeout, counted from its first read. (A deadline per read alone lets a
 // client that sends a byte now and then keep an upstream connection forever.)
-milliseconds body_read_timeout(forward_args& a) {
+milliseconds body_read_timeout(const config::config& cfg,
+                               std::optional<clock_type::time_point>& started) {
     const auto now = clock_type::now();
-    if (!a.body_started) {
-        a.body_started = now;
+    if (!started) {
+        started = now;
     }
-    const auto elapsed = std::chrono::duration_cast<milliseconds>(now - *a.body_started);
-    const auto left = std::max(a.config.server.body_timeout - elapsed, milliseconds{0});
-    return std::min(a.config.server.idle_timeout, left);
+    const auto elapsed = std::chrono::duration_cast<milliseconds>(now - *started);
+    const auto left = std::max(cfg.server.body_timeout - elapsed, milliseconds{0});
+    return std::min(cfg.server.idle_timeout, left);
+}
+
+// Answers Expect: 100-continue, because the client sends no body before it.
+awaitable<bool> send_continue(timed_stream& client, const config::config& cfg) {
+    static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+    client.expires_after(cfg.server.idle_timeout);
+    auto [ec, n] = co_await net::async_write(client, net::buffer(continue_line));
+    co_return !ec;
 }
 
 // Reads the client's body until one block of it is in `buf` (or the body is all in). Done
@@ -73,7 +83,7 @@ awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
     do {
         body.data = buf.data();
         body.size = buf.size();
-        a.client.expires_after(body_read_timeout(a));
+        a.client.expires_after(body_read_timeout(a.config, a.body_started));
         const auto ec = co_await read_message(
             a.client, a.client_buffer, a.parser, false, chunk_limits_of(a.config));
         if (ec == beast::error::timeout) {
@@ -93,10 +103,8 @@ awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
 // sends nothing before it.
 awaitable<failure> prefetch_body(forward_args& a, const relay_buffer& buf) {
     if (a.expect_continue) {
-        static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
-        a.client.expires_after(a.config.server.idle_timeout);
-        auto [ec, n] = co_await net::async_write(a.client, net::buffer(continue_line));
-        if (ec) {
+        const bool sent = co_await send_continue(a.client, a.config);
+        if (!sent) {
             co_return failure::client_gone;
         }
     }
@@ -107,6 +115,11 @@ awaitable<failure> prefetch_body(forward_args& a, const relay_buffer& buf) {
 // The block of the request body that `read_body_block` left in `buf`.
 std::string_view request_block(forward_args& a, const relay_buffer& buf) {
     return {buf.data(), a.parser.get().body().size};
+}
+
+// The first block of the body sent with the header: what was read ahead, or prefetched.
+std::string_view first_body_block(forward_args& a, const relay_buffer& buf) {
+    return a.body_read_ahead ? a.body_ahead : request_block(a, buf);
 }
 
 // Streams the rest of the body to the upstream, block by block, after the first.
@@ -167,7 +180,7 @@ awaitable<failure> exchange(forward_args& a,
     // The forwarding fields, made once in `forward`, are in scratch.lines.
     message_writer writer(
         a.parser.get(), request_framing(a, has_body), a.scratch.header, a.scratch.lines);
-    const auto first_block = has_body ? request_block(a, buf) : std::string_view{};
+    const auto first_block = has_body ? first_body_block(a, buf) : std::string_view{};
     conn->stream.expires_after(up.timeout);
     error_code ec;
     if (!writer.write_now(conn->stream, first_block, a.parser.is_done(), ec)) {
@@ -297,14 +310,76 @@ awaitable<forward_result> tunnel_through(forward_args& a,
     co_return result;
 }
 
+// After the body, the figures the caller asked for: a field's value (a chunked response's
+// trailer fields are among the fields by now), or what the scan found in the body.
+void collect_figures(const forward_args& a,
+                     const bhttp::response_header<header_fields>& res,
+                     std::optional<response_figures>& scan,
+                     boost::container::small_vector<std::optional<std::string>, 1>& out) {
+    for (std::size_t i = 0; i < a.settle_sources.size(); ++i) {
+        const auto& source = *a.settle_sources[i];
+        if (source.what == config::cost_source::kind::json) {
+            out.push_back(scan ? scan->figure(i) : std::nullopt);
+            continue;
+        }
+        const auto it = res.find(source.header);
+        out.push_back(it == res.end() ? std::nullopt
+                                      : std::optional<std::string>(std::string(it->value())));
+    }
+}
+
 } // namespace
+
+awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max) {
+    if (src.expect_continue) {
+        src.expect_continue = false; // answered here: the forwarder must not answer it again
+        const bool sent = co_await send_continue(src.client, src.config);
+        if (!sent) {
+            co_return body_read::client_gone;
+        }
+    }
+    auto& b = src.parser.get().body();
+    const auto limits = chunk_limits_of(src.config);
+    while (!src.parser.is_done() && body.size() < max) {
+        // Grows by at most one relay buffer a read: a body is held only as far as it came.
+        const auto room =
+            static_cast<std::size_t>(std::min<std::uint64_t>(max - body.size(), relay_buffer_size));
+        const auto had = body.size();
+        body.resize(had + room);
+        b.data = body.data() + had;
+        b.size = room;
+        src.client.expires_after(body_read_timeout(src.config, src.body_started));
+        const auto ec =
+            co_await read_message(src.client, src.client_buffer, src.parser, false, limits);
+        body.resize(had + (room - b.size));
+        if (ec == beast::error::timeout) {
+            co_return body_read::too_slow;
+        }
+        if (ec && ec != bhttp::error::need_buffer) {
+            switch (classify_client_read(ec)) {
+            case failure::client_too_large:
+                co_return body_read::too_large;
+            case failure::client_bad_body:
+                co_return body_read::broken;
+            default:
+                co_return body_read::client_gone;
+            }
+        }
+    }
+    b.data = nullptr;
+    b.size = 0;
+    co_return body_read::done;
+}
 
 awaitable<forward_result> forward(forward_args& a) {
     const auto start = clock_type::now();
     auto& req = a.parser.get();
+    // A request without a body can be sent again after the upstream read failed; one with a
+    // body only while the body is still unread, i.e. when the header write failed.
+    const bool bodyless = a.parser.is_done() && !a.body_read_ahead;
     // An upgrade with a body is none: the body's end could not be told from the new protocol's
     // first bytes.
-    const bool upgrade = a.parser.is_done() && is_websocket_upgrade(req);
+    const bool upgrade = bodyless && is_websocket_upgrade(req);
     strip_hop_by_hop(req);
     a.scratch.lines.clear();
     append_forwarding_lines(req, a.peer, a.scratch.lines);
@@ -336,10 +411,7 @@ awaitable<forward_result> forward(forward_args& a) {
     upstream::connection_ptr conn;
     std::optional<response_parser> rp;
     failure f = failure::none;
-    // A request without a body can be sent again after the upstream read failed; one with a
-    // body only while the body is still unread, i.e. when the header write failed.
-    const bool bodyless = a.parser.is_done();
-    if (!bodyless) {
+    if (!bodyless && !a.body_read_ahead) {
         f = co_await prefetch_body(a, buf);
     }
     for (int attempt = 0; f == failure::none; ++attempt) {
@@ -369,20 +441,21 @@ awaitable<forward_result> forward(forward_args& a) {
     result.status = rp->get().result_int();
     result.upstream = upstream_outcome::response;
     result.keep_alive = prepare_response(a, *rp);
-    response_relay relay(a, *conn, *rp, buf);
+    std::optional<response_figures> scan;
+    if (a.response_json_bytes > 0) {
+        scan.emplace(a.settle_sources,
+                     rp->get()[bhttp::field::content_type],
+                     rp->get()[bhttp::field::content_encoding],
+                     a.response_json_bytes);
+    }
+    response_relay relay(a, *conn, *rp, buf, scan && scan->active() ? &*scan : nullptr);
     if (const auto done = relay.start()) {
         f = *done;
     } else {
         f = co_await relay.run();
     }
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
-    // After the body: a chunked response's trailer fields are among the fields by now.
-    for (const auto& name : a.settle_headers) {
-        const auto it = rp->get().find(name);
-        result.figures.push_back(it == rp->get().end()
-                                     ? std::nullopt
-                                     : std::optional<std::string>(std::string(it->value())));
-    }
+    collect_figures(a, rp->get(), scan, result.figures);
     if (f != failure::none) {
         // The response has started (or the client left): the only honest end is to close.
         close_connection(conn);

@@ -44,8 +44,9 @@ struct forward_result {
     std::string_view cut_short;
     /// From the start of forwarding to the end of the response (for a tunnel: to its 101).
     milliseconds upstream_time{-1};
-    /// The values of `forward_args::settle_headers` in the response (header or trailer), in
-    /// order; nullopt where absent. Empty when no response came.
+    /// The figures of `forward_args::settle_sources` in the response (a header or trailer's
+    /// value, a JSON number as written), in order; nullopt where absent. Empty when no response
+    /// came.
     boost::container::small_vector<std::optional<std::string>, 1> figures;
 };
 
@@ -71,10 +72,46 @@ struct forward_args {
     buffer_pool& relay_buffers;
     /// When the request body's first read began (server.body-timeout counts from there).
     std::optional<std::chrono::steady_clock::time_point> body_started{};
-    /// Response fields whose values the caller wants once the response is over (the figures
-    /// that settle cost-weighted limits).
-    std::span<const std::string> settle_headers{};
+    /// Where in the response the caller wants figures from once it is over (the figures that
+    /// settle cost-weighted limits: fields, or `json:` paths into the body), and how much of
+    /// the body to keep aside for the `json:` ones.
+    std::span<const config::cost_source* const> settle_sources{};
+    std::uint64_t response_json_bytes = 0;
+    /// The request body was read ahead of the decision (`read_body_ahead`): `body_ahead` is
+    /// what was read, all of it when the parser is done, otherwise the rest follows from the
+    /// client.
+    bool body_read_ahead = false;
+    std::string_view body_ahead{};
 };
+
+/// What reading a request body ahead of the decision came to.
+enum class body_read {
+    done,        // read: all of it, or the first `max` bytes (the parser is not done)
+    broken,      // its framing is broken: 400
+    too_large,   // past server.max-body-size: 413
+    too_slow,    // past server.idle-timeout or body-timeout: 408
+    client_gone, // closed or failed: close
+};
+
+/// The client side of a request whose body is read ahead.
+struct body_source {
+    timed_stream& client;
+    beast::flat_buffer& client_buffer;
+    request_parser& parser;
+    const config::config& config;
+    /// Answered (100 Continue) and cleared before the body is read.
+    bool& expect_continue;
+    /// Set at the first read; server.body-timeout counts from there, forwarding included.
+    std::optional<std::chrono::steady_clock::time_point>& body_started;
+};
+
+/**
+ * Reads the body of the request in `src.parser` (header read) into `body`, up to `max` bytes,
+ * so that the limiter can look into it (`json:` fields) before anything goes upstream; the
+ * forwarder then sends it from there. Bounded as forwarding is: server.max-body-size, the chunk
+ * limits, idle-timeout per read and body-timeout for the whole body.
+ */
+awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max);
 
 /**
  * Sends the request in `args.parser` (header read, body not) to the upstream and its response

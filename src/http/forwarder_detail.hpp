@@ -67,16 +67,20 @@ bool prepare_response(forward_args& a, response_parser& rp);
  */
 void prepare_switch(forward_args& a, response_parser& rp);
 
+class response_figures;
+
 /**
  * Sends a prepared response to the client: the header with the body that came in with it in one
- * write, then the rest of the body, block by block, as it arrives.
+ * write, then the rest of the body, block by block, as it arrives. Each block, once written, goes
+ * to `scan` too when there is one (the `json:` figures of cost-weighted limits).
  */
 class response_relay {
 public:
     response_relay(forward_args& a,
                    upstream::connection& conn,
                    response_parser& rp,
-                   const relay_buffer& buf);
+                   const relay_buffer& buf,
+                   response_figures* scan);
 
     /**
      * The first write, without waiting: a small response goes out whole here, with no coroutine
@@ -95,12 +99,15 @@ private:
     upstream::connection& conn_;
     response_parser& rp_;
     const relay_buffer& buf_;
+    response_figures* scan_;
     message_writer writer_;
     bool has_body_;
     /// The buffered part of the body was broken: the header goes, then the connection closes.
     bool broken_ = false;
     /// The first write did not go out at once.
     bool pending_ = false;
+    /// The body block of the first write, for `scan_` once it is out.
+    std::string_view first_block_;
 };
 
 } // namespace sluice::http::detail

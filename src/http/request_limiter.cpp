@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "http/request_limiter.hpp"
 
+#include "sluice/core/json_fields.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
 #include "sluice/key/client_address.hpp"
 #include "sluice/key/rate_limit_key.hpp"
@@ -73,31 +74,120 @@ std::string_view forwarded_for(const request_parser::value_type& message,
     return xff;
 }
 
-// What a request reserves of a cost-weighted limit: the configured number, or the figure in
-// the named request header; `default` when that is absent or not a usable number.
-template <typename Lookup>
-std::int64_t reservation_of(const config::cost_block& block, const Lookup& lookup) {
-    if (block.request.what == config::cost_source::kind::number) {
-        return block.request.number;
-    }
-    if (block.request.what == config::cost_source::kind::header) {
-        if (const auto value = lookup(block.request.header)) {
-            if (const auto figure = limiter::parse_cost_figure(*value)) {
-                return *figure;
+/// The fields of the request's JSON body that its limits read (`json:` key parts and
+/// `cost.request` sources), found in one pass over the body.
+class request_json {
+public:
+    request_json(std::span<const config::limit> limits, const limited_request& req) {
+        for (const auto& l : limits) {
+            for (const auto& part : l.key) {
+                if (part.what == config::key_part::kind::json) {
+                    add(part.json);
+                }
+            }
+            if (l.cost && l.cost->request.what == config::cost_source::kind::json) {
+                add(l.cost->request.json);
             }
         }
+        values_.resize(paths_.size());
+        if (!paths_.empty() && req.body_complete) {
+            find_json_fields(req.body, paths_, values_);
+        }
     }
-    return block.fallback;
+
+    /// The field at the path spelt `text`; nullptr when the body holds no scalar there.
+    const json_scalar* find(std::string_view text) const noexcept {
+        for (std::size_t i = 0; i < paths_.size(); ++i) {
+            if (paths_[i]->text == text) {
+                const auto& v = values_[i];
+                const bool scalar =
+                    v.what == json_scalar::kind::number || v.what == json_scalar::kind::string;
+                return scalar ? &v : nullptr;
+            }
+        }
+        return nullptr;
+    }
+
+private:
+    void add(const json_path& path) {
+        const auto same = [&path](const json_path* p) {
+            return p->text == path.text;
+        };
+        if (std::none_of(paths_.begin(), paths_.end(), same)) {
+            paths_.push_back(&path);
+        }
+    }
+
+    boost::container::small_vector<const json_path*, 2> paths_;
+    boost::container::small_vector<json_scalar, 2> values_;
+};
+
+// What a request reserves of a cost-weighted limit: the configured number, or the figure in the
+// named request header or JSON field; `default` when that is absent or not a usable number (a
+// JSON string "60" is no number).
+template <typename Lookup>
+std::int64_t
+reservation_of(const config::cost_block& block, const Lookup& headers, const request_json& json) {
+    using kind = config::cost_source::kind;
+    std::optional<std::int64_t> figure;
+    switch (block.request.what) {
+    case kind::number:
+        return block.request.number;
+    case kind::header:
+        if (const auto value = headers(block.request.header)) {
+            figure = limiter::parse_cost_figure(*value);
+        }
+        break;
+    case kind::json:
+        if (const auto* value = json.find(block.request.json.text);
+            value != nullptr && value->what == json_scalar::kind::number) {
+            figure = limiter::parse_cost_figure(value->text);
+        }
+        break;
+    case kind::none:
+        break;
+    }
+    return figure.value_or(block.fallback);
+}
+
+/// What a limit reads of the request's JSON body, if anything: its `cost.max-body`, or the
+/// default when only a key part does.
+std::uint64_t json_body_bytes(const config::limit& l) noexcept {
+    const bool reserves = l.cost && l.cost->request.what == config::cost_source::kind::json;
+    const bool keyed = std::any_of(l.key.begin(), l.key.end(), [](const config::key_part& p) {
+        return p.what == config::key_part::kind::json;
+    });
+    if (!reserves && !keyed) {
+        return 0;
+    }
+    return l.cost ? l.cost->max_body : config::default_json_body_bytes;
 }
 
 } // namespace
 
+void request_limiter::select_rule(const config::config& cfg, const limited_request& req) {
+    if (selected_) {
+        return;
+    }
+    selected_ = true;
+    rule_ = key::match_rule(cfg.rate_limit.rules, req.message.method_string(), req.path);
+    rule_name_ = rule_ ? std::string_view(rule_->name) : "fallback";
+    limits_ = rule_ ? std::span<const config::limit>(rule_->limits)
+                    : std::span<const config::limit>(&cfg.rate_limit.fallback, 1);
+}
+
+std::uint64_t request_limiter::body_wanted(const config::config& cfg, const limited_request& req) {
+    select_rule(cfg, req);
+    std::uint64_t wanted = 0;
+    for (const auto& l : limits_) {
+        wanted = std::max(wanted, json_body_bytes(l));
+    }
+    return wanted;
+}
+
 void request_limiter::derive_checks(const config::config& cfg, const limited_request& req) {
     const auto& message = req.message;
-    const auto* rule = key::match_rule(cfg.rate_limit.rules, message.method_string(), req.path);
-    rule_name_ = rule ? std::string_view(rule->name) : "fallback";
-    limits_ = rule ? std::span<const config::limit>(rule->limits)
-                   : std::span<const config::limit>(&cfg.rate_limit.fallback, 1);
+    select_rule(cfg, req);
     if (limits_.empty()) {
         return;
     }
@@ -112,21 +202,31 @@ void request_limiter::derive_checks(const config::config& cfg, const limited_req
         const auto it = message.find(name);
         return it == message.end() ? std::nullopt : std::optional<std::string_view>(it->value());
     };
-    auto keys = key::request_limit_keys(rule, limits_, rule_name_, client_part, req.path, lookup);
+    const request_json json(limits_, req);
+    auto json_lookup = [&json](std::string_view text) -> std::optional<std::string_view> {
+        const auto* value = json.find(text);
+        return value != nullptr ? std::optional<std::string_view>(value->text) : std::nullopt;
+    };
+    auto keys = key::request_limit_keys(
+        rule_, limits_, rule_name_, client_part, req.path, lookup, json_lookup);
     queue_keys_.clear();
     costs_.clear();
     reservations_.clear();
-    settle_headers_.clear();
+    settle_sources_.clear();
+    response_json_bytes_ = 0;
     for (std::size_t i = 0; i < limits_.size(); ++i) {
         const auto& l = limits_[i];
         if (l.algo == config::algorithm::concurrency && may_hold(l)) {
             queue_keys_.emplace_back(static_cast<int>(i), keys[i]);
         }
-        const auto cost = l.cost ? reservation_of(*l.cost, lookup) : 1;
+        const auto cost = l.cost ? reservation_of(*l.cost, lookup, json) : 1;
         costs_.push_back(cost);
-        if (l.cost && l.cost->response.what == config::cost_source::kind::header) {
+        if (l.cost && l.cost->response.what != config::cost_source::kind::none) {
             reservations_.emplace_back(static_cast<int>(i), keys[i]);
-            settle_headers_.push_back(l.cost->response.header);
+            settle_sources_.push_back(&l.cost->response);
+            if (l.cost->response.what == config::cost_source::kind::json) {
+                response_json_bytes_ = std::max(response_json_bytes_, l.cost->max_body);
+            }
         }
         pending_.push_back({std::move(keys[i]), &l, cost});
     }

@@ -57,6 +57,10 @@ struct limited_request {
     std::string_view path;
     /// The connection's peer.
     const key::ip_address& peer;
+    /// The body read ahead of the decision (`request_limiter::body_wanted`), and whether that
+    /// is all of it: a `json:` field is looked for only in a whole body.
+    std::string_view body = {};
+    bool body_complete = false;
 };
 
 class request_limiter {
@@ -73,11 +77,18 @@ public:
     }
 
     /**
-     * Finds the rule, derives the store keys, takes a place among the held requests when a limit
-     * may hold the request (`rate-limit.max-held`, checked before anything is charged), and has
-     * the store decide at once when it can. True: decided, or nothing to decide. False: co_await
-     * the store's `acquire(take_pending())`, then `settle` with its outcome. `cfg` (the
-     * request's snapshot) and `w` outlive the limiter.
+     * Finds the rule that decides the request and says how much of its body to read before
+     * `try_now`: 0 when none of its limits looks into a JSON body (a `json:` key part or
+     * `cost.request`), otherwise the largest `cost.max-body` among those that do.
+     */
+    std::uint64_t body_wanted(const config::config& cfg, const limited_request& req);
+
+    /**
+     * Finds the rule (unless `body_wanted` did), derives the store keys, takes a place among the
+     * held requests when a limit may hold the request (`rate-limit.max-held`, checked before
+     * anything is charged), and has the store decide at once when it can. True: decided, or nothing
+     * to decide. False: co_await the store's `acquire(take_pending())`, then `settle` with its
+     * outcome. `cfg` (the request's snapshot) and `w` outlive the limiter.
      */
     bool try_now(worker_context& w, const config::config& cfg, const limited_request& req);
 
@@ -98,13 +109,19 @@ public:
     /// Gives back the request's slots now (idempotent).
     void release_slots() noexcept;
 
-    /// The response fields (header or trailer) whose figures settle the request's reservations,
-    /// one per cost-weighted limit with a `cost.response` source; empty when there is none.
-    std::span<const std::string> settle_headers() const noexcept { return settle_headers_; }
+    /// Where the figures that settle the request's reservations are in its response (a header
+    /// or trailer, a JSON field), one per cost-weighted limit with a `cost.response` source;
+    /// empty when there is none.
+    std::span<const config::cost_source* const> settle_sources() const noexcept {
+        return settle_sources_;
+    }
+
+    /// The most of the response body to keep aside for the `json:` sources among them.
+    std::uint64_t response_json_bytes() const noexcept { return response_json_bytes_; }
 
     /**
      * Settles, once, the reservations of an admitted request's cost-weighted limits, when its
-     * response is over: `figures` holds the values of `settle_headers()` found in the response
+     * response is over: `figures` holds the figures of `settle_sources()` found in the response
      * (nullopt: absent), `usable` is false when the response can carry no honest figure (none
      * came, a 5xx, cut short). Each limit is adjusted by `actual - reserved`, or, without a
      * usable figure, by `-reserved` (`on-missing: refund`) or not at all (`keep`). Never blocks:
@@ -152,6 +169,7 @@ public:
     std::optional<metrics::decision_kind> counted_as() const noexcept;
 
 private:
+    void select_rule(const config::config& cfg, const limited_request& req);
     void derive_checks(const config::config& cfg, const limited_request& req);
     void reserve_hold(worker_context& w);
     /// A request that arrives while others wait for a slot of one of its keys joins the line
@@ -160,6 +178,9 @@ private:
     bool decide_now(worker_context& w);
 
     const config::config* cfg_ = nullptr;
+    /// select_rule ran: rule_, rule_name_ and limits_ are this request's.
+    bool selected_ = false;
+    const config::rule* rule_ = nullptr;
     std::string_view rule_name_;
     std::span<const config::limit> limits_;
     store::checks pending_;
@@ -183,9 +204,10 @@ private:
     /// What the request reserves of each limit (1 without a `cost` block), by limit index.
     boost::container::small_vector<std::int64_t, 2> costs_;
     /// The reservations to settle from the response: limit index and key, aligned with
-    /// `settle_headers_`.
+    /// `settle_sources_`.
     boost::container::small_vector<std::pair<int, std::string>, 1> reservations_;
-    boost::container::small_vector<std::string, 1> settle_headers_;
+    boost::container::small_vector<const config::cost_source*, 1> settle_sources_;
+    std::uint64_t response_json_bytes_ = 0;
     bool costs_settled_ = false;
     std::optional<metrics::decision_kind> counted_as_;
     bool dry_run_rejected_ = false;

@@ -2,6 +2,7 @@
 // The forwarder's response side: the response header from the upstream, fitted for the client,
 // and the body streamed after it.
 #include "http/forwarder_detail.hpp"
+#include "http/response_figures.hpp"
 #include "sluice/http/forward_headers.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
 
@@ -225,12 +226,14 @@ bool prepare_response(forward_args& a, response_parser& rp) {
 response_relay::response_relay(forward_args& a,
                                upstream::connection& conn,
                                response_parser& rp,
-                               const relay_buffer& buf)
+                               const relay_buffer& buf,
+                               response_figures* scan)
     // The rate-limit fields, made by `prepare_response`, are in scratch.lines.
     : a_(a)
     , conn_(conn)
     , rp_(rp)
     , buf_(buf)
+    , scan_(scan)
     , writer_(rp.get(), response_framing(a, rp), a.scratch.header, a.scratch.lines)
     , has_body_(carries_body(a, rp)) {}
 
@@ -242,6 +245,7 @@ std::optional<failure> response_relay::start() {
         broken_ = static_cast<bool>(parse_buffered_body(a_, conn_, rp_, buf_));
         block = {buf_.data(), broken_ ? 0 : rp_.get().body().size};
     }
+    first_block_ = block;
     a_.client.expires_after(a_.config.server.idle_timeout);
     error_code ec;
     if (!writer_.write_now(
@@ -256,6 +260,9 @@ std::optional<failure> response_relay::start() {
 }
 
 std::optional<failure> response_relay::after_first_write() const {
+    if (scan_ != nullptr) {
+        scan_->feed(first_block_);
+    }
     if (!has_body_ || (!broken_ && !rp_.get().body().more)) {
         return failure::none;
     }
@@ -305,6 +312,9 @@ awaitable<failure> response_relay::run() {
         }
         if (ec) {
             co_return failure::client_gone;
+        }
+        if (scan_ != nullptr) {
+            scan_->feed({buf_.data(), body.size});
         }
         if (!body.more) {
             co_return failure::none;

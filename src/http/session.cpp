@@ -172,8 +172,7 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         // Woken or not (the recheck), no wake-up may go to it while it decides: this decision
         // may admit it, and the slot freed meanwhile would then be lost to the line.
         ticket.begin_decision();
-        const limited_request req{r.parser.get(), r.record.path, c.peer};
-        if (!r.limiter.try_again(c.w, req)) {
+        if (!r.limiter.try_again(c.w, r.limited(c.peer))) {
             r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
         }
         if (r.limiter.result().what != verdict::kind::queued) {
@@ -206,8 +205,11 @@ forward_args forward_args_for(connection_state& c, request_state& r) {
             &c.w.draining,
             c.scratch,
             c.w.relay_buffers,
-            std::nullopt,
-            r.limiter.settle_headers()};
+            r.body_started,
+            r.limiter.settle_sources(),
+            r.limiter.response_json_bytes(),
+            r.body_read_ahead,
+            r.body_ahead};
 }
 
 // Records what forwarding came to; returns what the connection does next.
@@ -305,6 +307,30 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
     return std::nullopt;
 }
 
+// Reads the body ahead of the decision, for the limiter's `json:` fields. nullopt: read (all,
+// or `wanted` bytes of a longer body); otherwise how the request ends (the connection closes).
+awaitable<std::optional<early_end>>
+read_ahead(connection_state& c, request_state& r, std::uint64_t wanted) {
+    r.body_read_ahead = true;
+    const auto read = co_await read_body_ahead(
+        {c.stream, c.buffer, r.parser, *r.cfg, r.expect_continue, r.body_started},
+        r.body_ahead,
+        wanted);
+    switch (read) {
+    case body_read::done:
+        co_return std::nullopt;
+    case body_read::broken:
+        co_return early_end{local_reply{bhttp::status::bad_request, {}, 0}, true};
+    case body_read::too_large:
+        co_return early_end{local_reply{bhttp::status::payload_too_large, {}, 0}, true};
+    case body_read::too_slow:
+        co_return early_end{local_reply{bhttp::status::request_timeout, {}, 0}, true};
+    case body_read::client_gone:
+        break;
+    }
+    co_return early_end{};
+}
+
 // What the response and the access log take from the limiter's decision.
 void note_decision(request_state& r) {
     r.reply.limits = r.limiter.response_fields();
@@ -335,7 +361,20 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
         auto e = co_await answer(c, r, *early->reply, early->must_close);
         co_return e;
     }
-    if (!r.limiter.try_now(c.w, *r.cfg, {r.parser.get(), r.record.path, c.peer})) {
+    if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer));
+        wanted > 0 && !r.parser.is_done()) {
+        if (auto early = co_await read_ahead(c, r, wanted)) {
+            if (!early->reply) {
+                co_return ending::close;
+            }
+            auto e = co_await answer(c, r, *early->reply, early->must_close);
+            co_return e;
+        }
+        if (r.body_ahead.empty() && r.parser.is_done()) {
+            r.body_read_ahead = false; // nothing came: forwarded as the bodyless request it is
+        }
+    }
+    if (!r.limiter.try_now(c.w, *r.cfg, r.limited(c.peer))) {
         r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
     }
     note_decision(r);

@@ -64,6 +64,16 @@ struct request_state {
     request_limiter limiter;
     bool keep_alive = false;
     bool expect_continue = false;
+    /// The body read before the decision, for the limiter's `json:` fields (read_body_ahead).
+    std::string body_ahead;
+    bool body_read_ahead = false;
+    /// When the body's first read began (server.body-timeout counts from there).
+    std::optional<std::chrono::steady_clock::time_point> body_started;
+
+    /// The request as the limiter sees it.
+    limited_request limited(const key::ip_address& peer) const noexcept {
+        return {parser.get(), record.path, peer, body_ahead, body_read_ahead && parser.is_done()};
+    }
 };
 
 } // namespace sluice::http::detail

@@ -89,10 +89,22 @@ struct piece {
     std::string_view text;
 };
 
+// A JSON field's text as a key part: a short printable one only. A body's string can be a
+// megabyte long or hold a newline (which would break the access log's line); leaving it out
+// falls back to the client, as a missing field does, so nothing escapes the limit by it.
+bool usable_json_part(std::string_view text) noexcept {
+    return !text.empty() && text.size() <= max_json_key_part &&
+           std::none_of(text.begin(), text.end(), [](char c) {
+               const auto u = static_cast<unsigned char>(c);
+               return u < 0x20 || u == 0x7f;
+           });
+}
+
 piece resolve(const config::key_part& part,
               std::string_view client_part,
               std::string_view endpoint,
-              const header_lookup& headers) {
+              const header_lookup& headers,
+              const header_lookup& json_fields) {
     switch (part.what) {
     case config::key_part::kind::ip:
         return {{}, client_part};
@@ -100,6 +112,13 @@ piece resolve(const config::key_part& part,
         return {{}, endpoint};
     case config::key_part::kind::global:
         return {{}, "*"};
+    case config::key_part::kind::json: {
+        const std::optional<std::string_view> value = json_fields(part.json.text);
+        if (!value || !usable_json_part(*value)) {
+            return {{}, client_part};
+        }
+        return {"j=", *value};
+    }
     case config::key_part::kind::header:
         break;
     }
@@ -124,14 +143,15 @@ limit_keys request_limit_keys(const config::rule* rule,
                               std::string_view rule_name,
                               std::string_view client_part,
                               std::string_view normalized_path,
-                              header_lookup headers) {
+                              header_lookup headers,
+                              header_lookup json_fields) {
     const bool pattern_key = rule != nullptr && rule->kind != config::rule::match_kind::exact;
     const std::string_view endpoint = pattern_key ? std::string_view(rule->path) : normalized_path;
     bool page_key_taken = false;
     const bool page_key_allowed = rule == nullptr || rule->methods.empty();
     limit_keys keys;
     for (std::size_t i = 0; i < limits.size(); ++i) {
-        auto k = limit_key(limits[i], client_part, endpoint, headers);
+        auto k = limit_key(limits[i], client_part, endpoint, headers, json_fields);
         if (!page_key_taken && page_key_allowed && is_page_key(limits[i])) {
             page_key_taken = true;
         } else {
@@ -177,7 +197,8 @@ const config::rule* match_rule(std::span<const config::rule> rules,
 std::string limit_key(const config::limit& limit,
                       std::string_view client_part,
                       std::string_view endpoint,
-                      header_lookup headers) {
+                      header_lookup headers,
+                      header_lookup json_fields) {
     const std::size_t n = limit.key.size();
     if (n == 0) {
         return std::string(key_prefix) + "*";
@@ -187,7 +208,7 @@ std::string limit_key(const config::limit& limit,
     const bool cached = n <= cache.size();
     std::size_t size = key_prefix.size() + n - 1;
     for (std::size_t i = 0; i < n; ++i) {
-        const piece p = resolve(limit.key[i], client_part, endpoint, headers);
+        const piece p = resolve(limit.key[i], client_part, endpoint, headers, json_fields);
         if (cached) {
             cache[i] = p;
         }
@@ -197,7 +218,8 @@ std::string limit_key(const config::limit& limit,
     out.reserve(size);
     out.append(key_prefix);
     for (std::size_t i = 0; i < n; ++i) {
-        const piece p = cached ? cache[i] : resolve(limit.key[i], client_part, endpoint, headers);
+        const piece p =
+            cached ? cache[i] : resolve(limit.key[i], client_part, endpoint, headers, json_fields);
         if (i > 0) {
             out.push_back(':');
         }

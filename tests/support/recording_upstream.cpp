@@ -354,6 +354,10 @@ bool recording_upstream::write_response(fd_stream& stream,
         }
         offset += n;
     }
+    if (!ec && plan.chunked && plan.cut_short) {
+        stream.shutdown_send();
+        return false;
+    }
     if (!ec && plan.chunked && !no_body) {
         stream.write_all("0\r\n" + plan.trailer + "\r\n", ec);
     }

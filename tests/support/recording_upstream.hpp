@@ -63,6 +63,9 @@ struct response_plan {
     std::string interim;
     /// Raw trailer lines ("Name: value\r\n" each) after the last chunk of a chunked body.
     std::string trailer;
+    /// A chunked body ends without its last chunk: the connection closes after the body's bytes,
+    /// as an upstream that dies mid-stream.
+    bool cut_short = false;
 };
 
 /// Counters over the upstream's lifetime.

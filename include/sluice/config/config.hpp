@@ -4,6 +4,7 @@
 // The configuration as plain, immutable-after-load structs. Only src/config includes yaml-cpp;
 // every other module reads these structs. Defaults here are the documented defaults.
 
+#include "sluice/core/json_fields.hpp"
 #include "sluice/key/cidr.hpp"
 
 #include <chrono>
@@ -52,23 +53,32 @@ struct key_part {
         endpoint,
         header,
         global,
+        json, // a field of the request's JSON body (issue 15)
     };
     kind what = kind::ip;
     std::string header; // the header name, for kind::header
+    json_path json;     // for kind::json
 };
 
-/// Where a cost-weighted limit reads a figure: a fixed number, or a header's value.
+/// Where a cost-weighted limit reads a figure: a fixed number, a header's value, or a field of
+/// a JSON body.
 struct cost_source {
     enum class kind {
         none,
         number, // `number`
         header, // the value of header `header` (request: a request header; response: a
                 // response header or trailer)
+        json,   // the number at `json` in the JSON body (request: its body; response: an
+                // application/json body, or the last server-sent event that carries it)
     };
     kind what = kind::none;
     std::int64_t number = 0;
     std::string header;
+    json_path json;
 };
+
+/// How much of a body sluice reads for its `json:` fields, unless `cost.max-body` says.
+inline constexpr std::uint64_t default_json_body_bytes = 1024 * 1024;
 
 /**
  * A limit's `cost` block: what a request reserves before it is forwarded, and what it is
@@ -84,6 +94,10 @@ struct cost_block {
     /// A response without a usable figure (absent, not a number, a 5xx, cut short) gives the
     /// reservation back (`on-missing: refund`) instead of keeping it (`keep`).
     bool refund_on_missing = false;
+    /// The most of a body sluice holds to find a `json:` figure in it (a request body is read
+    /// ahead of the decision up to this; a response body, or one server-sent event, is kept
+    /// aside while it streams). A larger body has no figure.
+    std::uint64_t max_body = default_json_body_bytes;
 };
 
 /// One limit: an algorithm and its parameters. Which fields apply depends on `algo`.
@@ -107,7 +121,7 @@ struct limit {
     /// are renewed every lease / 3.
     milliseconds lease{30'000};
     bool dry_run = false;
-    std::vector<key_part> key{{key_part::kind::ip, {}}, {key_part::kind::endpoint, {}}};
+    std::vector<key_part> key{{key_part::kind::ip, {}, {}}, {key_part::kind::endpoint, {}, {}}};
     /// TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW: cost-weighted requests.
     std::optional<cost_block> cost;
     /// 1-based line in the config file, for messages; 0 when built in code.

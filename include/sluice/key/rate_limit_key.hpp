@@ -93,7 +93,10 @@ const config::rule* match_rule(std::span<const config::rule> rules,
  *   (one bucket for the whole pattern) and the normalized path otherwise;
  * - header: "h=<value>" of the named header; when the header is missing or empty, the client
  *   part instead, so that leaving the header out does not escape the limit;
- * - global: "*".
+ * - global: "*";
+ * - json: "j=<value>" of the request body's field at the part's path, as `json_fields` finds it
+ *   by the path's text (a string unescaped, a number as written); when it is missing, longer
+ *   than max_json_key_part bytes or holds a control character, the client part instead.
  *
  * The default key [ip, endpoint] gives exactly make_key(client_part, endpoint). An empty key
  * list gives "rate-limit:*" (one bucket). Cost: one allocation, sized up front; each header is
@@ -102,7 +105,11 @@ const config::rule* match_rule(std::span<const config::rule> rules,
 std::string limit_key(const config::limit& limit,
                       std::string_view client_part,
                       std::string_view endpoint,
-                      header_lookup headers);
+                      header_lookup headers,
+                      header_lookup json_fields = {});
+
+/// The longest JSON field value a key part takes (a model name, a tenant id).
+inline constexpr std::size_t max_json_key_part = 256;
 
 /// One store key per limit of the rule that decides a request, in the limits' order.
 using limit_keys = boost::container::small_vector<std::string, 2>;
@@ -125,6 +132,7 @@ limit_keys request_limit_keys(const config::rule* rule,
                               std::string_view rule_name,
                               std::string_view client_part,
                               std::string_view normalized_path,
-                              header_lookup headers);
+                              header_lookup headers,
+                              header_lookup json_fields = {});
 
 } // namespace sluice::key

@@ -272,6 +272,37 @@ TEST(ConfigLoader, RulesKeepTheirLinesAndPatternKinds) {
     EXPECT_TRUE(cfg.warnings.empty());
 }
 
+// json: sources and key parts (issue 15): paths split into segments, max-body read as a size.
+TEST(ConfigLoader, JsonSourcesAndKeyPartsKeepTheirPaths) {
+    const auto cfg = load(base + R"(rate-limit:
+  rules:
+    - name: llm
+      match: { path: /v1/* }
+      limits:
+        - algorithm: TOKEN_BUCKET
+          capacity: 20000
+          refillRate: 500
+          key: ["header:X-Api-Key", "json:model"]
+          cost:
+            request: json:max_tokens
+            default: 256
+            response: json:usage.total_tokens
+            max-body: 64KiB
+)");
+    ASSERT_EQ(cfg.rate_limit.rules.size(), 1u);
+    const auto& l = cfg.rate_limit.rules[0].limits.at(0);
+    ASSERT_EQ(l.key.size(), 2u);
+    EXPECT_EQ(l.key[1].what, key_part::kind::json);
+    EXPECT_EQ(l.key[1].json.text, "model");
+    ASSERT_TRUE(l.cost.has_value());
+    EXPECT_EQ(l.cost->request.what, cost_source::kind::json);
+    EXPECT_EQ(l.cost->request.json.segments, std::vector<std::string>{"max_tokens"});
+    EXPECT_EQ(l.cost->response.what, cost_source::kind::json);
+    EXPECT_EQ(l.cost->response.json.segments, (std::vector<std::string>{"usage", "total_tokens"}));
+    EXPECT_EQ(l.cost->max_body, 64u * 1024);
+    EXPECT_EQ(l.cost->fallback, 256);
+}
+
 TEST(ConfigLoader, EmptyFallbackMeansThePageDefault) {
     const auto cfg = load(base + "rate-limit:\n  fallback:\n");
     EXPECT_EQ(cfg.rate_limit.fallback.algo, algorithm::leaky_bucket);

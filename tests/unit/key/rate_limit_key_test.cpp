@@ -168,16 +168,18 @@ TEST(LimitKey, EachDimension) {
     };
 
     const key_case cases[] = {
-        {{{part::kind::ip, {}}}, "rate-limit:203.0.113.7"},
-        {{{part::kind::endpoint, {}}}, "rate-limit:/v1/models/*"},
-        {{{part::kind::global, {}}}, "rate-limit:*"},
-        {{{part::kind::header, "X-Api-Key"}}, "rate-limit:h=k-123"},
-        {{{part::kind::header, "X-Missing"}}, "rate-limit:203.0.113.7"},
-        {{{part::kind::header, "X-Empty"}}, "rate-limit:203.0.113.7"},
-        {{{part::kind::header, "X-Api-Key"}, {part::kind::endpoint, {}}},
+        {{{part::kind::ip, {}, {}}}, "rate-limit:203.0.113.7"},
+        {{{part::kind::endpoint, {}, {}}}, "rate-limit:/v1/models/*"},
+        {{{part::kind::global, {}, {}}}, "rate-limit:*"},
+        {{{part::kind::header, "X-Api-Key", {}}}, "rate-limit:h=k-123"},
+        {{{part::kind::header, "X-Missing", {}}}, "rate-limit:203.0.113.7"},
+        {{{part::kind::header, "X-Empty", {}}}, "rate-limit:203.0.113.7"},
+        {{{part::kind::header, "X-Api-Key", {}}, {part::kind::endpoint, {}, {}}},
          "rate-limit:h=k-123:/v1/models/*"},
-        {{{part::kind::endpoint, {}}, {part::kind::ip, {}}}, "rate-limit:/v1/models/*:203.0.113.7"},
-        {{{part::kind::global, {}}, {part::kind::endpoint, {}}}, "rate-limit:*:/v1/models/*"},
+        {{{part::kind::endpoint, {}, {}}, {part::kind::ip, {}, {}}},
+         "rate-limit:/v1/models/*:203.0.113.7"},
+        {{{part::kind::global, {}, {}}, {part::kind::endpoint, {}, {}}},
+         "rate-limit:*:/v1/models/*"},
         {{}, "rate-limit:*"},
     };
     for (const key_case& c : cases) {
@@ -186,9 +188,61 @@ TEST(LimitKey, EachDimension) {
     }
 }
 
+// A `json:` part takes the body field's text as the JSON finder gave it, unless it is missing,
+// empty, longer than max_json_key_part or holds a control character: then the client's part.
+TEST(LimitKey, JsonPartsTakeShortPrintableValuesOnly) {
+    const std::string long_value(max_json_key_part + 1, 'm');
+    const std::string longest(max_json_key_part, 'm');
+    auto fields = [&](std::string_view path) -> std::optional<std::string_view> {
+        if (path == "model") {
+            return "gpt-x";
+        }
+        if (path == "tenant.id") {
+            return "42";
+        }
+        if (path == "long") {
+            return long_value;
+        }
+        if (path == "longest") {
+            return longest;
+        }
+        if (path == "newline") {
+            return "a\nb";
+        }
+        if (path == "empty") {
+            return "";
+        }
+        return std::nullopt;
+    };
+    const auto json = [](std::string_view path) {
+        return part{part::kind::json, {}, *parse_json_path(path)};
+    };
+    const std::string_view ip = "203.0.113.7";
+
+    const struct {
+        std::string_view path;
+        std::string expected;
+    } cases[] = {
+        {"model", "rate-limit:j=gpt-x"},
+        {"tenant.id", "rate-limit:j=42"},
+        {"longest", "rate-limit:j=" + longest},
+        {"long", "rate-limit:203.0.113.7"},
+        {"newline", "rate-limit:203.0.113.7"},
+        {"empty", "rate-limit:203.0.113.7"},
+        {"missing", "rate-limit:203.0.113.7"},
+    };
+
+    for (const auto& c : cases) {
+        SCOPED_TRACE(std::string(c.path));
+        EXPECT_EQ(limit_key(limit_with({json(c.path)}), ip, "/", {}, fields), c.expected);
+    }
+    // Without a JSON lookup (no body read), the client's part.
+    EXPECT_EQ(limit_key(limit_with({json("model")}), ip, "/", {}), "rate-limit:203.0.113.7");
+}
+
 TEST(LimitKey, ManyPartsBeyondTheCache) {
-    std::vector<part> key(10, part{part::kind::header, "X-Api-Key"});
-    key.push_back({part::kind::ip, {}});
+    std::vector<part> key(10, part{part::kind::header, "X-Api-Key", {}});
+    key.push_back({part::kind::ip, {}, {}});
     const fake_headers headers{{{"X-Api-Key", "k"}}};
     std::string expected = "rate-limit:";
     for (int i = 0; i < 10; ++i) {
@@ -204,7 +258,8 @@ TEST(LimitKey, LooksUpEachHeaderOnce) {
         ++calls;
         return "v";
     };
-    const config::limit l = limit_with({{part::kind::header, "A"}, {part::kind::header, "B"}});
+    const config::limit l =
+        limit_with({{part::kind::header, "A", {}}, {part::kind::header, "B", {}}});
     EXPECT_EQ(limit_key(l, "1.2.3.4", "/", lookup), "rate-limit:h=v:h=v");
     EXPECT_EQ(calls, 2);
 }
@@ -228,10 +283,10 @@ TEST(RequestLimitKeys, TheFallbackOwnsThePagesKey) {
 TEST(RequestLimitKeys, TheFirstIpEndpointLimitOwnsThePagesKeyTheRestAreScoped) {
     auto rule = make_rule("api", "/v1/infer");
     const std::vector<config::limit> limits = {
-        limit_with({{part::kind::ip, {}}}),
+        limit_with({{part::kind::ip, {}, {}}}),
         page_limit,
         page_limit,
-        limit_with({{part::kind::global, {}}}),
+        limit_with({{part::kind::global, {}, {}}}),
     };
     EXPECT_EQ(keys_of(&rule, limits, "/v1/infer"),
               (std::vector<std::string>{"rate-limit:api#0:203.0.113.7",
