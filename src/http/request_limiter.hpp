@@ -158,6 +158,7 @@ private:
     /// rather than taking a slot first.
     bool join_line(worker_context& w);
     bool decide_now(worker_context& w);
+    void count_reservations();
 
     const config::config* cfg_ = nullptr;
     std::string_view rule_name_;
@@ -187,6 +188,8 @@ private:
     boost::container::small_vector<std::pair<int, std::string>, 1> reservations_;
     boost::container::small_vector<std::string, 1> settle_headers_;
     bool costs_settled_ = false;
+    /// The rule's counters, for the cost metrics of an admitted cost-weighted request.
+    metrics::rule_counters* cost_counters_ = nullptr;
     std::optional<metrics::decision_kind> counted_as_;
     bool dry_run_rejected_ = false;
     std::optional<held_count> held_;
