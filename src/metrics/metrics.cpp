@@ -208,14 +208,17 @@ constexpr scalar_metric scalar_metrics[] = {
      &registry::memory_store_evictions_total},
 };
 
-/// A histogram of the registry, with its name and help text.
-struct histogram_metric {
+/// A metric read from one field (`Field`: a pointer to a member of the registry or of a rule's
+/// counters), with its name and help text.
+template <typename Field>
+struct field_metric {
     const char* name;
     const char* help;
-    histogram registry::*field;
+    Field field;
 };
 
-constexpr histogram_metric histogram_metrics[] = {
+/// The histograms of the registry.
+constexpr field_metric<histogram registry::*> histogram_metrics[] = {
     {"sluice_upstream_latency_seconds",
      "Upstream time of answered requests, from the start of forwarding (connection included) to "
      "the response's last byte relayed to the client.",
@@ -229,14 +232,8 @@ constexpr histogram_metric histogram_metrics[] = {
      &registry::redis_latency},
 };
 
-/// A per-rule counter of the cost-weighted limits, with its name and help text.
-struct rule_counter_metric {
-    const char* name;
-    const char* help;
-    counter rule_counters::*field;
-};
-
-constexpr rule_counter_metric cost_counter_metrics[] = {
+/// The per-rule counters of cost-weighted limits.
+constexpr field_metric<counter rule_counters::*> cost_counter_metrics[] = {
     {"sluice_cost_reserved_total",
      "Cost reserved by admitted requests of the rule's cost-weighted limits, counted with the "
      "settlement (at admission for a limit without cost.response).",
