@@ -8,6 +8,7 @@
 #   $hz                   ticks per second
 #   cpu_ns PID            the same in nanoseconds (the scheduler's run time of its live threads)
 #   start_redis           redis-server on a free port: sets $redis_port, $redis_pid
+#   redis_cpu_us          Redis's CPU time (INFO cpu), in microseconds
 #   script_calls          EVALSHA + EVAL calls since Redis's last `config resetstat`
 #   nginx_reference_config, sluice_config, start_sluice: the proxies under test (see below)
 # Env: SLUICE_BIN=path/to/sluice (default build/release/sluice, built if missing).
@@ -52,6 +53,11 @@ start_redis() {
   redis_port=$(free_port)
   redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
     >"$work/redis.log" 2>&1 & redis_pid=$!; pids+=($redis_pid)
+}
+
+# Redis's own CPU time (INFO cpu: used_cpu_sys + used_cpu_user, every thread) in microseconds.
+redis_cpu_us() {
+  redis-cli -p "$redis_port" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.0f\n", s * 1000000}'
 }
 
 script_calls() {

@@ -163,6 +163,25 @@ std::uint64_t json_body_bytes(const config::limit& l) noexcept {
     return l.cost ? l.cost->max_body : config::default_json_body_bytes;
 }
 
+// The rule's cost metrics for one settled reservation: what it reserved, what it was finally
+// charged, and, with a usable figure, the error `delta` (else on-missing applied).
+void count_settlement(metrics::rule_counters* counters,
+                      std::int64_t reserved,
+                      std::int64_t delta,
+                      bool had_figure) noexcept {
+    if (counters == nullptr) {
+        return;
+    }
+    metrics::bump(counters->cost_reserved, static_cast<std::uint64_t>(reserved));
+    metrics::bump(counters->cost_settled,
+                  static_cast<std::uint64_t>(std::max<std::int64_t>(reserved + delta, 0)));
+    if (had_figure) {
+        counters->cost_settle_error.observe(delta);
+    } else {
+        metrics::bump(counters->cost_missing);
+    }
+}
+
 } // namespace
 
 void request_limiter::select_rule(const config::config& cfg, const limited_request& req) {
@@ -262,6 +281,7 @@ void request_limiter::settle_costs(std::span<const std::optional<std::string>> f
         } else if (block.refund_on_missing) {
             delta = -reserved;
         }
+        count_settlement(cost_counters_, reserved, limiter::clamp_delta(delta), actual.has_value());
         if (delta != 0) {
             adjustments.push_back({key, &limits_[i], limiter::clamp_delta(delta)});
         }
@@ -403,6 +423,7 @@ void request_limiter::settle(store::outcome outcome) {
         in_flight_->fetch_add(static_cast<std::int64_t>(slots_.size()), std::memory_order_relaxed);
     }
     v_ = decide(limits_, outcome_, cfg.rate_limit.redis.on_failure);
+    count_reservations();
     if (v_.what != verdict::kind::delayed && v_.what != verdict::kind::queued) {
         held_.reset();
     }
@@ -421,6 +442,29 @@ void request_limiter::settle(store::outcome outcome) {
         fields_ = {rule_name_,
                    &outcome_.decisions[static_cast<std::size_t>(v_.headers_from)],
                    cfg.rate_limit.x_ratelimit_headers};
+    }
+}
+
+// An admitted request's cost metrics: the rule's counters for `settle_costs`, and the final
+// charges of the limits whose reservation stands (no `cost.response`: nothing to settle).
+void request_limiter::count_reservations() {
+    if (worker_ == nullptr ||
+        (v_.what != verdict::kind::allowed && v_.what != verdict::kind::delayed) ||
+        outcome_.decisions.size() != limits_.size()) {
+        return;
+    }
+    for (std::size_t i = 0; i < limits_.size(); ++i) {
+        if (!limits_[i].cost || !outcome_.decisions[i].allowed) {
+            continue;
+        }
+        if (cost_counters_ == nullptr) {
+            cost_counters_ = &worker_->rule_counters(rule_name_);
+        }
+        if (limits_[i].cost->response.what == config::cost_source::kind::none) {
+            const auto reserved = static_cast<std::uint64_t>(limiter::clamp_cost(costs_[i]));
+            metrics::bump(cost_counters_->cost_reserved, reserved);
+            metrics::bump(cost_counters_->cost_settled, reserved);
+        }
     }
 }
 

@@ -176,6 +176,7 @@ private:
     /// rather than taking a slot first.
     bool join_line(worker_context& w);
     bool decide_now(worker_context& w);
+    void count_reservations();
 
     const config::config* cfg_ = nullptr;
     /// select_rule ran: rule_, rule_name_ and limits_ are this request's.
@@ -209,6 +210,8 @@ private:
     boost::container::small_vector<const config::cost_source*, 1> settle_sources_;
     std::uint64_t response_json_bytes_ = 0;
     bool costs_settled_ = false;
+    /// The rule's counters, for the cost metrics of an admitted cost-weighted request.
+    metrics::rule_counters* cost_counters_ = nullptr;
     std::optional<metrics::decision_kind> counted_as_;
     bool dry_run_rejected_ = false;
     std::optional<held_count> held_;

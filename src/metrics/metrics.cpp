@@ -38,21 +38,22 @@ std::string escape_label(const std::string& value) {
 
 } // namespace
 
-void histogram::observe(std::chrono::nanoseconds elapsed) noexcept {
-    const double seconds = std::chrono::duration<double>(elapsed).count();
-    std::size_t i = 0;
-    while (i < bounds.size() && seconds > bounds[i]) {
-        ++i;
-    }
-    bump(buckets_[i]);
-    bump(sum_ns_, static_cast<std::uint64_t>(elapsed.count() > 0 ? elapsed.count() : 0));
-}
+namespace {
 
-void histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+// The `_bucket`, `_sum` and `_count` lines of a histogram: `buckets` holds one count per bound
+// and then the +Inf bucket's, each alone (they are summed here, Prometheus buckets being
+// cumulative); `sum` is already in the metric's unit.
+template <typename Bound, std::size_t N>
+void render_histogram(std::string& out,
+                      const std::string& name,
+                      const std::string& labels,
+                      const std::array<Bound, N>& bounds,
+                      const std::array<counter, N + 1>& buckets,
+                      double sum) {
     const std::string sep = labels.empty() ? "" : ",";
     std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < bounds.size(); ++i) {
-        cumulative += load(buckets_[i]);
+    for (std::size_t i = 0; i < N; ++i) {
+        cumulative += load(buckets[i]);
         fmt::format_to(std::back_inserter(out),
                        "{}_bucket{{{}{}le=\"{}\"}} {}\n",
                        name,
@@ -61,7 +62,7 @@ void histogram::render(std::string& out, const std::string& name, const std::str
                        bounds[i],
                        cumulative);
     }
-    cumulative += load(buckets_.back());
+    cumulative += load(buckets.back());
     fmt::format_to(std::back_inserter(out),
                    "{}_bucket{{{}{}le=\"+Inf\"}} {}\n",
                    name,
@@ -73,10 +74,46 @@ void histogram::render(std::string& out, const std::string& name, const std::str
                    "{}_sum{} {}\n{}_count{} {}\n",
                    name,
                    braces,
-                   static_cast<double>(load(sum_ns_)) / 1e9,
+                   sum,
                    name,
                    braces,
                    cumulative);
+}
+
+} // namespace
+
+void histogram::observe(std::chrono::nanoseconds elapsed) noexcept {
+    const double seconds = std::chrono::duration<double>(elapsed).count();
+    std::size_t i = 0;
+    while (i < bounds.size() && seconds > bounds[i]) {
+        ++i;
+    }
+    bump(buckets_[i]);
+    bump(sum_ns_, static_cast<std::uint64_t>(elapsed.count() > 0 ? elapsed.count() : 0));
+}
+
+void histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+    render_histogram(out, name, labels, bounds, buckets_, static_cast<double>(load(sum_ns_)) / 1e9);
+}
+
+void amount_histogram::observe(std::int64_t amount) noexcept {
+    std::size_t i = 0;
+    while (i < bounds.size() && amount > bounds[i]) {
+        ++i;
+    }
+    bump(buckets_[i]);
+    sum_.fetch_add(amount, std::memory_order_relaxed);
+}
+
+void amount_histogram::render(std::string& out,
+                              const std::string& name,
+                              const std::string& labels) const {
+    render_histogram(out,
+                     name,
+                     labels,
+                     bounds,
+                     buckets_,
+                     static_cast<double>(sum_.load(std::memory_order_relaxed)));
 }
 
 const char* to_string(decision_kind kind) noexcept {
@@ -171,14 +208,17 @@ constexpr scalar_metric scalar_metrics[] = {
      &registry::memory_store_evictions_total},
 };
 
-/// A histogram of the registry, with its name and help text.
-struct histogram_metric {
+/// A metric read from one field (`Field`: a pointer to a member of the registry or of a rule's
+/// counters), with its name and help text.
+template <typename Field>
+struct field_metric {
     const char* name;
     const char* help;
-    histogram registry::*field;
+    Field field;
 };
 
-constexpr histogram_metric histogram_metrics[] = {
+/// The histograms of the registry.
+constexpr field_metric<histogram registry::*> histogram_metrics[] = {
     {"sluice_upstream_latency_seconds",
      "Upstream time of answered requests, from the start of forwarding (connection included) to "
      "the response's last byte relayed to the client.",
@@ -192,7 +232,45 @@ constexpr histogram_metric histogram_metrics[] = {
      &registry::redis_latency},
 };
 
+/// The per-rule counters of cost-weighted limits.
+constexpr field_metric<counter rule_counters::*> cost_counter_metrics[] = {
+    {"sluice_cost_reserved_total",
+     "Cost reserved by admitted requests of the rule's cost-weighted limits, counted with the "
+     "settlement (at admission for a limit without cost.response).",
+     &rule_counters::cost_reserved},
+    {"sluice_cost_settled_total",
+     "Cost those requests were finally charged: the reservation plus its settlement (actual - "
+     "reserved, or on-missing's 0 or -reserved).",
+     &rule_counters::cost_settled},
+    {"sluice_cost_settle_missing_total",
+     "Settlements whose response carried no usable figure, so on-missing applied.",
+     &rule_counters::cost_missing},
+};
+
 } // namespace
+
+void registry::render_cost_metrics(std::string& out) const {
+    std::lock_guard lock(rules_mutex_);
+    for (const auto& m : cost_counter_metrics) {
+        header(out, m.name, "counter", m.help);
+        for (const auto& [name, counters] : rules_) {
+            fmt::format_to(std::back_inserter(out),
+                           "{}{{rule=\"{}\"}} {}\n",
+                           m.name,
+                           escape_label(name),
+                           load((*counters).*m.field));
+        }
+    }
+    header(out,
+           "sluice_cost_settle_error",
+           "histogram",
+           "actual - reserved of the settlements with a usable figure, in the limit's units "
+           "(negative: a refund; _sum may decrease).");
+    for (const auto& [name, counters] : rules_) {
+        counters->cost_settle_error.render(
+            out, "sluice_cost_settle_error", "rule=\"" + escape_label(name) + "\"");
+    }
+}
 
 std::string registry::render() const {
     std::string out;
@@ -225,6 +303,8 @@ std::string registry::render() const {
                            counters->in_flight.load(std::memory_order_relaxed));
         }
     }
+
+    render_cost_metrics(out);
 
     header(out,
            "sluice_upstream_responses_total",

@@ -5,6 +5,7 @@
 // capacity is refused at once. Through the real binary, on both stores.
 
 #include "integration_util.hpp"
+#include "support/admin_client.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace sluice::test {
 namespace {
@@ -185,6 +187,87 @@ TEST_P(CostTest, BrokenOrMissingFiguresFallBackAsConfigured) {
     EXPECT_EQ(remaining(trailed), 80);
     ASSERT_TRUE(eventually([&] { return tokens("/refund/d") >= 98; }, 150ms))
         << "trailer not settled: " << tokens("/refund/d") << " tokens";
+}
+
+// The cost metrics, per rule, after a known sequence: reserved and settled totals count the
+// admitted requests' reservations and final charges, the histogram the settlements' `actual -
+// reserved` when the response had a figure, the missing counter those where on-missing applied.
+// A refused request (a try before the refund landed, a never-fitting one) counts in none of them;
+// a limit without cost.response is charged its reservation, with nothing to settle.
+TEST_P(CostTest, MetricsCountReservationsSettlementsAndTheirError) {
+    auto upstream = usage_upstream();
+    const std::string fixed_rule = "    - name: fixed\n"
+                                   "      match: { path: /fixed/* }\n"
+                                   "      limits:\n"
+                                   "        - algorithm: TOKEN_BUCKET\n"
+                                   "          capacity: 100\n"
+                                   "          refillRate: 1\n"
+                                   "          key: [global]\n"
+                                   "          cost: { request: 7 }\n";
+    sluice_process sluice(compose_yaml(upstream.url(),
+                                       (redis_ ? redis_store_yaml(redis_->port()) : std::string()) +
+                                           cost_rules(1) + fixed_rule));
+    const auto admin = admin_port(sluice);
+    // keep: 60 reserved, 10 used (-50); 80 reserved, no figure (kept); 5 reserved, 25 used (+20).
+    ASSERT_EQ(get(sluice.port(), "/keep/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}}).status,
+              200u);
+    ASSERT_TRUE(eventually(
+        [&] {
+            return get(sluice.port(), "/keep/b", {{"X-Cost", "80"}}).status == 200;
+        },
+        150ms))
+        << "the refund did not land within 150 ms";
+    ASSERT_EQ(get(sluice.port(), "/keep/c", {{"X-Cost", "5"}, {"X-Reply-Usage", "25"}}).status,
+              200u);
+    ASSERT_EQ(get(sluice.port(), "/keep/d", {{"X-Cost", "200"}}).status, 429u);
+    // refund: 30 reserved, no figure (refunded); 20 reserved, 20 used (exact).
+    ASSERT_EQ(get(sluice.port(), "/refund/a", {{"X-Cost", "30"}}).status, 200u);
+    ASSERT_EQ(get(sluice.port(), "/refund/b", {{"X-Cost", "20"}, {"X-Reply-Usage", "20"}}).status,
+              200u);
+    // fixed: 7 reserved, and charged, twice.
+    ASSERT_EQ(get(sluice.port(), "/fixed/a").status, 200u);
+    ASSERT_EQ(get(sluice.port(), "/fixed/b").status, 200u);
+
+    const auto series = [](const char* name, const char* rule) {
+        return fmt::format(R"({}{{rule="{}"}})", name, rule);
+    };
+    const auto bucket = [](const char* rule, const char* le) {
+        return fmt::format(R"(sluice_cost_settle_error_bucket{{rule="{}",le="{}"}})", rule, le);
+    };
+    // A settlement is counted just after the response's last byte: wait for the last ones.
+    bool met = false;
+    const std::string text = wait_for_metrics(
+        admin,
+        [&](const std::string& t) {
+            return metric_or_zero(t, series("sluice_cost_settled_total", "keep")) == 115 &&
+                   metric_or_zero(t, series("sluice_cost_settled_total", "refund")) == 20 &&
+                   metric_or_zero(t, series("sluice_cost_settled_total", "fixed")) == 14;
+        },
+        10s,
+        met);
+    ASSERT_TRUE(met) << text;
+    EXPECT_EQ(metric_value(text, series("sluice_cost_reserved_total", "keep")), 145);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_missing_total", "keep")), 1);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_error_count", "keep")), 2);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_error_sum", "keep")), -30);
+    for (const auto& [le, n] : {std::pair{"-100", 0},
+                                {"-10", 1},
+                                {"-1", 1},
+                                {"0", 1},
+                                {"10", 1},
+                                {"100", 2},
+                                {"+Inf", 2}}) {
+        EXPECT_EQ(metric_value(text, bucket("keep", le)), n) << "le=" << le;
+    }
+    EXPECT_EQ(metric_value(text, series("sluice_cost_reserved_total", "refund")), 50);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_missing_total", "refund")), 1);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_error_count", "refund")), 1);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_error_sum", "refund")), 0);
+    EXPECT_EQ(metric_value(text, bucket("refund", "-1")), 0);
+    EXPECT_EQ(metric_value(text, bucket("refund", "0")), 1);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_reserved_total", "fixed")), 14);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_missing_total", "fixed")), 0);
+    EXPECT_EQ(metric_value(text, series("sluice_cost_settle_error_count", "fixed")), 0);
 }
 
 // Two instances on one Redis share one budget: what one reserves, the other sees charged, and a

@@ -39,6 +39,42 @@ private:
     counter sum_ns_{0};
 };
 
+/**
+ * A histogram of signed whole amounts (a cost settlement's `actual - reserved`, issue 15), with
+ * bucket bounds symmetric around 0 in decades: a refund is negative, a further charge positive,
+ * and, amounts being integers, the bucket (-1, 0] holds exactly the settlements that matched
+ * their reservation. Prometheus buckets are cumulative upper bounds (`le`), so negative bounds
+ * need nothing special; only `_sum` is no longer monotonic (refunds lower it), so take `rate()`
+ * of `_count` and of the buckets, not of `_sum`.
+ */
+class amount_histogram {
+public:
+    static constexpr std::array<std::int64_t, 15> bounds{-1000000,
+                                                         -100000,
+                                                         -10000,
+                                                         -1000,
+                                                         -100,
+                                                         -10,
+                                                         -1,
+                                                         0,
+                                                         1,
+                                                         10,
+                                                         100,
+                                                         1000,
+                                                         10000,
+                                                         100000,
+                                                         1000000};
+
+    void observe(std::int64_t amount) noexcept;
+
+    /// As `histogram::render`.
+    void render(std::string& out, const std::string& name, const std::string& labels) const;
+
+private:
+    std::array<counter, bounds.size() + 1> buckets_{}; // the last one is +Inf
+    gauge sum_{0};
+};
+
 /// How one request ended, as far as the limiter is concerned.
 enum class decision_kind {
     allowed,          // forwarded at once
@@ -61,6 +97,15 @@ struct rule_counters {
 
     /// CONCURRENCY slots of the rule's limits held by this instance's requests now.
     gauge in_flight{0};
+
+    // Cost-weighted limits (a `cost` block), summed over the rule's limits, for the admitted
+    // requests that each limit charged. A reservation is counted once its final charge is known:
+    // when the response is over for a limit with `cost.response`, at admission for one without
+    // (its reservation stands), so that both totals always count the same reservations.
+    counter cost_reserved{0};           // what those requests reserved
+    counter cost_settled{0};            // what they were finally charged: reserved + the settlement
+    counter cost_missing{0};            // settlements without a usable figure: `on-missing` applied
+    amount_histogram cost_settle_error; // `actual - reserved` of settlements with a figure
 };
 
 /// Every metric sluice exports. One instance per process, owned by the app.
@@ -102,6 +147,9 @@ public:
     std::string render() const;
 
 private:
+    /// The per-rule families of cost-weighted limits (issue 15).
+    void render_cost_metrics(std::string& out) const;
+
     mutable std::mutex rules_mutex_;
     std::map<std::string, std::unique_ptr<rule_counters>> rules_;
 };

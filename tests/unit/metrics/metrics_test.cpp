@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/metrics/metrics.hpp"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -100,14 +101,49 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_redis_command_duration_seconds histogram\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_concurrency_wait_seconds histogram\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_concurrency_in_flight gauge\n"));
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_cost_settle_error histogram\n"));
     // One TYPE line per family: the requests, the concurrency in flight (per rule), the
-    // upstream responses, 13 counters, 2 gauges and 3 histograms.
+    // upstream responses, the 3 cost counters and the cost histogram (per rule), 13 counters,
+    // 2 gauges and 3 histograms.
     std::size_t families = 0;
     for (auto at = text.find("# TYPE "); at != std::string::npos;
          at = text.find("# TYPE ", at + 1)) {
         ++families;
     }
-    EXPECT_EQ(families, 3u + std::size(counters) + 2u + 3u);
+    EXPECT_EQ(families, 3u + 4u + std::size(counters) + 2u + 3u);
+}
+
+// The settle error's buckets are cumulative upper bounds, negative ones included: a refund of
+// 50 is at or below -10, an exact settlement in (-1, 0], a further charge of 140 at or below
+// 1000; the sum is signed.
+TEST(Metrics, CostSettleErrorBucketsAreSignedAndCumulative) {
+    registry r;
+    auto& rule = r.rule("llm");
+    rule.cost_settle_error.observe(-50);
+    rule.cost_settle_error.observe(0);
+    rule.cost_settle_error.observe(140);
+    rule.cost_settle_error.observe(-2000000); // below every bound: in the first bucket
+    bump(rule.cost_reserved, 70);
+    bump(rule.cost_settled, 30);
+    bump(rule.cost_missing);
+    const auto text = r.render();
+    const auto bucket = [](const char* le, int n) {
+        return fmt::format("sluice_cost_settle_error_bucket{{rule=\"llm\",le=\"{}\"}} {}\n", le, n);
+    };
+    EXPECT_THAT(text, HasSubstr(bucket("-1000000", 1)));
+    EXPECT_THAT(text, HasSubstr(bucket("-100000", 1)));
+    EXPECT_THAT(text, HasSubstr(bucket("-100", 1)));
+    EXPECT_THAT(text, HasSubstr(bucket("-10", 2)));
+    EXPECT_THAT(text, HasSubstr(bucket("-1", 2)));
+    EXPECT_THAT(text, HasSubstr(bucket("0", 3)));
+    EXPECT_THAT(text, HasSubstr(bucket("100", 3)));
+    EXPECT_THAT(text, HasSubstr(bucket("1000", 4)));
+    EXPECT_THAT(text, HasSubstr(bucket("+Inf", 4)));
+    EXPECT_THAT(text, HasSubstr("sluice_cost_settle_error_sum{rule=\"llm\"} -1999910\n"));
+    EXPECT_THAT(text, HasSubstr("sluice_cost_settle_error_count{rule=\"llm\"} 4\n"));
+    EXPECT_THAT(text, HasSubstr("sluice_cost_reserved_total{rule=\"llm\"} 70\n"));
+    EXPECT_THAT(text, HasSubstr("sluice_cost_settled_total{rule=\"llm\"} 30\n"));
+    EXPECT_THAT(text, HasSubstr("sluice_cost_settle_missing_total{rule=\"llm\"} 1\n"));
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {
