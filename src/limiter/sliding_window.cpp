@@ -70,11 +70,13 @@ void append(sliding_window_state& state, std::int64_t amount) {
     state.log.push_back({state.clock_ms, top + amount});
 }
 
-// Until the newest entry that weighs leaves the window (0 when the log weighs nothing).
+// Until the log equals a fresh one: until its newest entry that weighs leaves the window, or,
+// when it weighs nothing, until the clock reaches the log's (ahead of it only after a step back;
+// before, an admission would be logged at the log's clock, not at the reading).
 milliseconds
 until_reset(const sliding_window_state& state, const config::limit& limit, double now_ms) noexcept {
     if (top_of(state) <= state.base) {
-        return milliseconds{0};
+        return ceil_ms(state.clock_ms - now_ms);
     }
     return ceil_ms(state.log.back().at_ms + static_cast<double>(limit.window.count()) - now_ms);
 }

@@ -459,10 +459,11 @@ local function first_reaching(key, target)
   return tonumber(redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2])
 end
 
--- Until the newest entry that weighs leaves the window (0 when the log weighs nothing).
+-- Until the log equals a fresh one: until the newest entry that weighs leaves the window, or,
+-- when it weighs nothing, until now reaches the log's clock (ahead only after a step back).
 local function until_reset(s, weight, logged, window, now)
   if weight <= 0 then
-    return 0
+    return ceil_ms(s.at - now)
   end
   local newest = s.newest_at
   if logged then

@@ -58,8 +58,9 @@ decision sliding_window_acquire(sliding_window_state& state,
  * request until enough of the log has left the window. A refund gives back from the oldest
  * entries first: it never makes later windows lighter than the request's own entry would (a
  * refund arriving after its request's entry left the window still lightens the current one).
- * No state (`exists == false`) settles an empty log. Returns how long until the settled log's
- * newest weighing entry leaves the window (0 when it weighs nothing).
+ * No state (`exists == false`) settles an empty log. Returns how long until the settled log
+ * equals a fresh one (its newest weighing entry has left the window; when it weighs nothing, the
+ * clock has reached the log's clock, which is ahead of it only after a step back): reset_after.
  */
 milliseconds sliding_window_settle(sliding_window_state& state,
                                    bool exists,
