@@ -2,17 +2,18 @@
 // The memory store's arithmetic over any sequence of clock readings (forward, still or back) and
 // requests, for each algorithm. Requests carry costs and are settled (issue 15) on the
 // algorithms that weigh them. Properties, checked after every request (abort on violation):
-// - (each property from the key's last forgetting by a sweep on)
 // - the admitted cost never exceeds what the limit allows over the time seen plus the refunds
 //   settled: capacity + elapsed x rate for the buckets, limit per window (or per window length)
 //   for the windows (a charge only makes admissions harder; a refund gives back at most its
 //   amount, less when clamped at an empty level);
-// - the state never goes back (a bucket's last leak, a fixed window's start), settlements
-//   included, while it is held (a forgotten key starts over);
+// - the state never goes back (a bucket's last leak, a fixed window's start, the log's clock),
+//   settlements included;
 // - 0 <= remaining <= the quota, also in a debt; a cost above the quota never fits (refused, no
 //   retry estimate), and no other cost is flagged so;
-// - the store decides exactly as the algorithm does on its own (with the same forgetting rule),
-//   settlements included.
+// - the store decides exactly as the algorithm does on its own with a state it never forgets,
+//   settlements included: forgetting a key changes no decision (a shard that has forgotten a key
+//   reads its clock as never going back, so the time seen is that clock's), and a sweep forgets
+//   the key exactly when its state has reset.
 //
 // Input: a header (algorithm, capacity or limit, rate or window, mode, max-delay), then steps: a
 // signed clock step in ms (2 bytes), a fraction of a ms, and a byte whose low three bits are the
@@ -156,6 +157,9 @@ double progress(const limiter::state& s) {
     if (const auto* fixed = std::get_if<limiter::fixed_window_state>(&s)) {
         return fixed->window_start_ms;
     }
+    if (const auto* sliding = std::get_if<limiter::sliding_window_state>(&s)) {
+        return sliding->clock_ms;
+    }
     return std::nan("");
 }
 
@@ -170,10 +174,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::int64_t quota = quota_of(limit);
     const bool weighs = limiter::settles(limit.algo);
 
-    // The algorithm on its own, kept as the store keeps it.
+    // The algorithm on its own, on a state never forgotten; whether the store holds the key, and
+    // the store's clock floor for its shard (-inf until a sweep forgets the key).
     limiter::state mirror;
     bool mirror_exists = false;
     double mirror_idle_at = 0;
+    bool stored = false;
+    double clock_floor = -HUGE_VAL;
 
     double first = std::floor(clock.now_ms());
     double last = first;
@@ -194,26 +201,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const double fraction = in.byte() / 256.0;
         const auto flags = in.byte();
         clock.set(std::max(0.0, clock.now_ms() + delta + fraction));
-        const double now = std::floor(clock.now_ms());
-        first = std::min(first, now);
-        last = std::max(last, now);
+        const double reading = std::floor(clock.now_ms());
         if ((flags & 8) != 0) {
-            table.sweep();
-            if (mirror_exists && mirror_idle_at <= now) {
-                // Forgotten: the key starts over as a fresh one, and the properties with it. (Not
-                // quite "no future decision changes": a clock that steps back after the sweep
-                // finds a fresh key, where the forgotten state would have kept its window or last
-                // leak. Reachable only with a sweep that no admission follows at once, which a
-                // never-fitting cost or a refund on nothing makes possible.)
-                mirror_exists = false;
-                last_progress = -HUGE_VAL;
-                admitted = 0;
-                refunded = 0;
-                first = last = now;
+            // Forgets the key exactly when its state has reset; the shard's clock then never
+            // goes back.
+            const bool forgets = stored && mirror_idle_at <= reading;
+            const auto forgotten = table.sweep();
+            if (forgotten != (forgets ? 1u : 0u)) {
+                fail("the sweep forgot", static_cast<double>(forgotten), forgets ? 1 : 0);
+            }
+            if (forgets) {
+                stored = false;
+                clock_floor = std::max(clock_floor, reading);
             }
         }
+        // The store's reading: its shard's clock once it has forgotten the key.
+        const double now = clock_floor == -HUGE_VAL ? reading : std::max(clock_floor, reading);
+        if (clock_floor != -HUGE_VAL) {
+            clock_floor = now;
+        }
+        first = std::min(first, now);
+        last = std::max(last, now);
         if ((flags & 16) != 0) {
-            // A settlement: the store and the algorithm on its own settle alike.
+            // A settlement: the store and the algorithm on its own settle alike. The store keeps
+            // what it settles unless it gives back on a key it does not hold.
             const auto delta = static_cast<std::int16_t>(in.u16());
             const store::settlement a{key, &limit, delta};
             table.settle(std::span(&a, 1));
@@ -223,6 +234,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 mirror = next;
                 mirror_exists = true;
                 mirror_idle_at = now + static_cast<double>(reset->count());
+                stored = stored || delta > 0;
                 check_progress();
             }
             if (weighs && delta < 0) {
@@ -261,6 +273,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             mirror = next;
             mirror_exists = true;
             mirror_idle_at = now + static_cast<double>(d.reset_after.count());
+            stored = true;
             admitted += static_cast<double>(weighs ? limiter::clamp_cost(cost) : 1);
             const double bound = allowance(limit, first, last) + refunded;
             if (admitted > bound) {

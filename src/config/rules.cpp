@@ -287,18 +287,16 @@ void read_cost_source(mapping& m, std::string_view name, bool number_allowed, co
     m.error(name, must_be(expected, node));
 }
 
-/// A limit's `cost` block (issue 15): TOKEN_BUCKET, LEAKY_BUCKET and FIXED_WINDOW only.
+/// A limit's `cost` block (issue 15): every algorithm but CONCURRENCY.
 void read_cost(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
     if (!m.has("cost")) {
         return;
     }
-    if (algo_known &&
-        (out.algo == algorithm::concurrency || out.algo == algorithm::sliding_window)) {
-        m.error("cost",
-                "applies only to TOKEN_BUCKET, LEAKY_BUCKET and FIXED_WINDOW, not " + algo_name +
-                    (out.algo == algorithm::concurrency
-                         ? " (a slot is a slot, whatever the request costs)"
-                         : " (not weighted yet)"));
+    if (algo_known && out.algo == algorithm::concurrency) {
+        m.error(
+            "cost",
+            "applies only to TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW and SLIDING_WINDOW, not " +
+                algo_name + " (a slot is a slot, whatever the request costs)");
         return;
     }
     const auto node = m.get("cost");

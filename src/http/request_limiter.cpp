@@ -501,8 +501,9 @@ local_reply request_limiter::refusal() const {
         static_cast<std::size_t>(v_.refused_by) < limits_.size()) {
         const auto i = static_cast<std::size_t>(v_.refused_by);
         const auto& l = limits_[i];
-        const auto capacity =
-            l.algo == config::algorithm::fixed_window ? l.limit_count : l.capacity;
+        const bool windowed = l.algo == config::algorithm::fixed_window ||
+                              l.algo == config::algorithm::sliding_window;
+        const auto capacity = windowed ? l.limit_count : l.capacity;
         return {
             bhttp::status::too_many_requests,
             never_fits_body(rule_name_, v_.refused_by, limiter::clamp_cost(costs_[i]), capacity),

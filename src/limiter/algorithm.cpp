@@ -33,7 +33,7 @@ acquire(state& current, bool exists, const config::limit& limit, double now_ms, 
     }
     case config::algorithm::sliding_window: {
         auto& s = hold<sliding_window_state>(current, exists);
-        return sliding_window_acquire(s, exists, limit, now_ms);
+        return sliding_window_acquire(s, exists, limit, now_ms, cost);
     }
     case config::algorithm::concurrency: {
         auto& s = hold<concurrency_state>(current, exists);
@@ -56,7 +56,9 @@ std::optional<milliseconds> settle(state& current,
                                 (limit.algo == config::algorithm::token_bucket &&
                                  std::holds_alternative<token_bucket_state>(current)) ||
                                 (limit.algo == config::algorithm::fixed_window &&
-                                 std::holds_alternative<fixed_window_state>(current)));
+                                 std::holds_alternative<fixed_window_state>(current)) ||
+                                (limit.algo == config::algorithm::sliding_window &&
+                                 std::holds_alternative<sliding_window_state>(current)));
     // A refund on a fresh state gives back nothing: storing it would only hold a key.
     if (delta == 0 || (!own && delta < 0)) {
         return std::nullopt;
@@ -74,7 +76,10 @@ std::optional<milliseconds> settle(state& current,
         auto& s = hold<fixed_window_state>(current, exists);
         return fixed_window_settle(s, exists, limit, now_ms, delta);
     }
-    case config::algorithm::sliding_window:
+    case config::algorithm::sliding_window: {
+        auto& s = hold<sliding_window_state>(current, exists);
+        return sliding_window_settle(s, exists, limit, now_ms, delta);
+    }
     case config::algorithm::concurrency:
         break;
     }

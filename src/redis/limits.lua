@@ -36,15 +36,16 @@
 -- (a call of settlement groups only). Each brings its key's state to now and adjusts it by the
 -- delta, as src/limiter/*_settle do (operation for operation): TOKEN_BUCKET tokens -= delta and
 -- LEAKY_BUCKET queue_size += delta after the refill/leak, FIXED_WINDOW count += delta in the
--- window current now; never below empty, a debt at most 2^53. A key without this algorithm's
--- state settles a fresh one (a refund then writes nothing); SLIDING_WINDOW and CONCURRENCY
--- ignore settlements. A bucket's settled state expires no sooner than its queue drains (the ttl
+-- window current now, SLIDING_WINDOW the weight of the log's window (a charge logged at now, a
+-- refund taken from the oldest entries); never below empty, a debt at most 2^53. A key without
+-- this algorithm's state settles a fresh one (a refund then writes nothing); CONCURRENCY
+-- ignores settlements. A bucket's settled state expires no sooner than its queue drains (the ttl
 -- or longer), so that a debt is never forgotten before it is paid. Settlements reply nothing.
 --
 -- Returns one string: per key of every request, in request order, six signed 64-bit
 -- little-endian integers: allowed (0/1), remaining, reset_ms, retry_after_ms, delay_ms, level,
 -- where level is the state's count after this request (queue_size, tokens, the window's count
--- or the log's size) as it is stored if committed. (One string rather than an array of
+-- or the log's weight) as it is stored if committed. (One string rather than an array of
 -- integers: an array costs the client an object per integer.)
 --
 -- Data layout, one Redis key per limit key (numbers are stored with %.17g, which round-trips a
@@ -57,10 +58,11 @@
 --   CONCURRENCY     sorted set of the slots taken, scored by when each lease lapses (ms), members
 --                   the lease ids; renewed (src/redis/slots.lua) while the request runs, removed
 --                   when it ends; PEXPIRE one lease after the newest slot taken
---   SLIDING_WINDOW  sorted set of the admissions in the window, scored by time (ms), members
---                   "<time>#<n>" (the n-th admission at that time: unique, since a time's
---                   members only ever leave together), never more than `limit` of them;
---                   PEXPIRE until one window after the newest leaves the window
+--   SLIDING_WINDOW  sorted set of the admissions (and settled charges) in the window, scored
+--                   by time (ms), members the log's running total after each, zero-padded to 16
+--                   digits (unique: totals only grow); plus the floor at score -inf,
+--                   "=<base>:<clock>" (see SLIDING_WINDOW below); PEXPIRE until one window after
+--                   the newest leaves the window
 -- The windows' keys outlive their window by one window length (WINDOW_GRACE): a state past
 -- its window counts as none, so the longer life changes no decision, and it keeps the state
 -- when the script's clock is not Redis's (an explicit test time stands still while Redis expires
@@ -384,64 +386,170 @@ function fixed_window.write(_, p, _, _, allowed, reset, level, state, start)
 end
 
 ---------------------------------------------------------------------------------------------------
--- SLIDING_WINDOW: src/limiter/sliding_window.cpp, an exact log of the admissions in the window
--- (at - window, at], where `at` is now or, when the clock stepped back behind the newest
--- admission, that admission's time (the log keeps a clock that never goes back). Phase 1 only
--- counts: what left the window is removed when writing, as the C++ erases it only from the state
--- it commits (with a clock that steps back, removing it on a rejection would change later
--- decisions).
+-- SLIDING_WINDOW: src/limiter/sliding_window.cpp, an exact log of the weight admitted in the
+-- window (at - window, at], where `at` is the log's clock: now or, when the clock stepped back,
+-- the newest reading the log was brought to (it never goes back). An entry is a member holding the
+-- log's running total after it, scored by its time; the floor, a member scored -inf (always rank
+-- 0), "=<base>:<clock>", holds the total that no longer counts (left the window, or given back by
+-- a refund, which takes from the oldest entries first) and the clock. The weight in the window is
+-- the newest total minus base: three lookups of O(log n), whatever the costs. Totals are
+-- zero-padded to 16 digits (2^53 has 16), so that the members of one time sort as their numbers.
+-- Reading changes nothing: what left the window is removed when writing, as the C++ erases it
+-- only from the state it commits (with a clock that steps back, removing it on a rejection would
+-- change later decisions).
 
 local sliding_window = {}
 
-function sliding_window.decide(key, p, now)
-  release(key) -- a hash cached under this key (another algorithm's) goes to Redis first
-  local limit, window = p.p1, p.p2
-  local top = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local fresh = top.err ~= nil -- another type under the key: no state
-  local at, newest, count = now, nil, 0
-  if not fresh and top[2] ~= nil then
-    newest = tonumber(top[2])
-    if newest > at then
-      at = newest
-    end
-  end
-  local after = '(' .. format_number(at - window)
-  if newest ~= nil then
-    count = redis.call('ZCOUNT', key, after, '+inf')
-    if count == 0 then
-      newest = nil -- everything in the set has left the window
-    end
-  end
-  local allowed, retry_after, written = 0, 0, { at = at }
-  if count < limit then
-    allowed = 1
-    written.member = format_number(at) .. '#' ..
-                     (fresh and 0 or redis.call('ZCOUNT', key, format_number(at), format_number(at)))
-    count = count + 1
-    newest = at
-  else
-    -- A slot frees when the oldest admission leaves the window.
-    local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    retry_after = max(ceil_ms(tonumber(oldest[2]) + window - now), 1)
-  end
-  local reset = 0
-  if newest ~= nil then
-    reset = ceil_ms(newest + window - now)
-  end
-  return allowed, limit - count, reset, retry_after, 0, count, written, fresh
+local function total_member(total)
+  return string.format('%016d', total)
 end
 
-function sliding_window.write(key, p, _, _, allowed, reset, _, written, fresh)
-  if fresh then
+-- The key's log brought to `now`, read without writing: {fresh, floor (the member to replace),
+-- base, top (the newest total, base when none weighs), newest_at, at, edge (at - window), trim
+-- (entries left the window), clear (the log weighs nothing: its totals start from 0 again)}.
+-- No floor (absent, another algorithm's sorted set, another type) is no state.
+local function sliding_read(key, window, now)
+  local s = { fresh = true, base = 0, top = 0, at = now, edge = now - window, trim = false,
+              clear = false }
+  local head = redis.pcall('ZRANGE', key, 0, 1, 'WITHSCORES')
+  local base, clock
+  if head.err == nil and head[1] ~= nil then
+    base, clock = string.match(head[1], '^=(%d+):(.+)$')
+  end
+  if base == nil or tonumber(clock) == nil then
+    return s
+  end
+  s.fresh, s.floor, s.base = false, head[1], tonumber(base)
+  s.at = max(now, tonumber(clock))
+  s.edge = s.at - window
+  local top = s.base
+  if head[3] ~= nil then
+    if tonumber(head[4]) <= s.edge then
+      -- What has left the window no longer counts: base rises to the newest such total.
+      local left = redis.call('ZREVRANGEBYSCORE', key, format_number(s.edge), '(-inf', 'LIMIT', 0, 1)
+      local total = tonumber(left[1])
+      if total > s.base then
+        s.base = total
+      end
+      s.trim = true
+    end
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    top, s.newest_at = tonumber(newest[1]), tonumber(newest[2])
+  end
+  if top <= s.base then
+    s.clear, s.base, top = true, 0, 0
+  end
+  s.top = top
+  return s
+end
+
+-- The time of the first entry whose total reaches `target` (it exists: the newest's is top).
+-- Totals grow with rank (rank 0 is the floor); entries that left the window but are not yet
+-- removed total at most base, below any target.
+local function first_reaching(key, target)
+  local lo, hi = 1, redis.call('ZCARD', key) - 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if tonumber(redis.call('ZRANGE', key, mid, mid)[1]) >= target then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return tonumber(redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2])
+end
+
+-- Until the log equals a fresh one: until the newest entry that weighs leaves the window, or,
+-- when it weighs nothing, until now reaches the log's clock (ahead only after a step back).
+local function until_reset(s, weight, logged, window, now)
+  if weight <= 0 then
+    return ceil_ms(s.at - now)
+  end
+  local newest = s.newest_at
+  if logged then
+    newest = s.at
+  end
+  return ceil_ms(newest + window - now)
+end
+
+-- Writes the log read as `s`: what left the window goes, `amount` (0, or 1 .. 2^53 with the
+-- weight after it at most 2^53) is logged at the clock, and the floor records base and clock.
+-- Totals stay within 2^53, where doubles are exact: when the next one would not, the log is
+-- renumbered from base (entries that weigh nothing go), as the C++ does.
+local function sliding_write(key, window, s, amount, reset)
+  if s.fresh or s.clear then
     redis.call('DEL', key)
+  else
+    if s.trim then
+      redis.call('ZREMRANGEBYSCORE', key, '(-inf', format_number(s.edge))
+    end
+    redis.call('ZREM', key, s.floor)
   end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', format_number(written.at - p.p2))
-  if allowed == 1 then
-    redis.call('ZADD', key, format_number(written.at), written.member)
+  if amount > 0 then
+    if s.top > MAX_AMOUNT - amount then
+      local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+      for i = 1, #entries, 2 do
+        local total = tonumber(entries[i])
+        redis.call('ZREM', key, entries[i])
+        if total > s.base then
+          redis.call('ZADD', key, entries[i + 1], total_member(total - s.base))
+        end
+      end
+      s.top, s.base = s.top - s.base, 0
+    end
+    s.top = s.top + amount
+    redis.call('ZADD', key, format_number(s.at), total_member(s.top))
   end
-  if reset > 0 then
-    redis.call('PEXPIRE', key, reset + WINDOW_GRACE * p.p2)
+  redis.call('ZADD', key, '-inf', '=' .. format_number(s.base) .. ':' .. format_number(s.at))
+  redis.call('PEXPIRE', key, reset + WINDOW_GRACE * window)
+end
+
+function sliding_window.decide(key, p, now, cost)
+  release(key) -- a hash cached under this key (another algorithm's) goes to Redis first
+  local limit, window = p.p1, p.p2
+  local s = sliding_read(key, window, now)
+  local weight = s.top - s.base
+  local allowed, retry_after = 0, 0
+  if cost > limit then
+    -- Never fits, not even in an empty window: refused without a retry estimate.
+  elseif weight <= limit - cost then
+    allowed = 1
+    weight = weight + cost
+  else
+    -- The cost fits once the entries up to the first whose total reaches top + cost - limit
+    -- have left the window (a cost of 1 without a debt: the oldest that weighs).
+    retry_after = max(ceil_ms(first_reaching(key, s.top + cost - limit) + window - now), 1)
   end
+  local remaining = limit - weight
+  if remaining < 0 then
+    remaining = 0 -- a debt
+  end
+  local reset = until_reset(s, weight, allowed == 1, window, now)
+  return allowed, remaining, reset, retry_after, 0, weight, s, allowed * cost
+end
+
+function sliding_window.write(key, p, _, _, _, reset, _, s, amount)
+  sliding_write(key, p.p2, s, amount, reset)
+end
+
+function sliding_window.settle(key, p, _, now, delta)
+  release(key)
+  local window = p.p2
+  local s = sliding_read(key, window, now)
+  if s.fresh and delta < 0 then
+    return -- a refund on an empty log gives back nothing
+  end
+  local weight = s.top - s.base
+  local settled = settle_level(weight, delta)
+  local amount = 0
+  if settled > weight then
+    amount = settled - weight -- a charge: its own entry, at the log's clock
+  elseif settled == 0 then
+    s.clear, s.base, s.top = true, 0, 0
+  else
+    s.base = s.top - settled -- a refund: the oldest entries weigh less
+  end
+  sliding_write(key, window, s, amount, until_reset(s, settled, amount > 0, window, now))
 end
 
 ---------------------------------------------------------------------------------------------------

@@ -68,6 +68,22 @@ struct shard {
     double idle_floor_ms = infinity;
     /// A full shard is not swept again before this reading.
     double next_sweep_ms = -infinity;
+    /// -infinity until a sweep of this shard forgets a key; from then on, the newest clock
+    /// reading the shard has used, and decisions never read the clock as earlier (see `now`).
+    double clock_floor_ms = -infinity;
+
+    /// The shard's reading of `now_ms`. A forgotten state equals a fresh one from its
+    /// idle_at_ms on, but not before: a clock stepping back behind the sweep would find the key
+    /// fresh where its state still counted (a window reopened, a drained queue refilled). So a
+    /// shard that has forgotten a key reads its clock as never going back, which makes
+    /// forgetting change no decision. A steady clock never goes back: then this changes nothing.
+    double now(double now_ms) noexcept {
+        if (clock_floor_ms == -infinity) {
+            return now_ms;
+        }
+        clock_floor_ms = std::max(clock_floor_ms, now_ms);
+        return clock_floor_ms;
+    }
 
     void unlink(entry& e) noexcept {
         (e.newer ? e.newer->older : newest) = e.older;
@@ -104,6 +120,9 @@ struct shard {
             }
         }
         idle_floor_ms = floor;
+        if (forgotten > 0) {
+            clock_floor_ms = std::max(clock_floor_ms, now);
+        }
         return forgotten;
     }
 };
@@ -228,8 +247,15 @@ outcome memory_store::acquire_now(const checks& request_checks) {
         locks.emplace_back(impl_->shards[index].mutex);
     }
 
-    // Whole milliseconds, as Redis TIME is used: both stores then see the same timeline.
-    const double now = std::floor(impl_->clock.now_ms());
+    // Whole milliseconds, as Redis TIME is used: both stores then see the same timeline. Never
+    // behind what a shard that forgot a key has read (see shard::now); one reading for all.
+    double now = std::floor(impl_->clock.now_ms());
+    for (auto index : order) {
+        now = impl_->shards[index].now(now);
+    }
+    for (auto index : order) {
+        impl_->shards[index].now(now);
+    }
 
     outcome result;
     boost::container::small_vector<pending, 2> writes;
@@ -308,7 +334,7 @@ void memory_store::settle(std::span<const settlement> adjustments) noexcept {
         auto& owner = impl_->shards[impl_->shard_index(key)];
         std::lock_guard lock(owner.mutex);
         // Whole milliseconds, read under the lock, as `acquire_now` does.
-        const double now = std::floor(impl_->clock.now_ms());
+        const double now = owner.now(std::floor(impl_->clock.now_ms()));
         const auto found = owner.entries.find(key);
         const bool exists = found != owner.entries.end();
         pending p;

@@ -124,8 +124,8 @@ bool never_fits(const config::limit& l, std::int64_t cost) noexcept {
     case config::algorithm::token_bucket:
         return c > l.capacity;
     case config::algorithm::fixed_window:
-        return c > l.limit_count;
     case config::algorithm::sliding_window:
+        return c > l.limit_count;
     case config::algorithm::concurrency:
         break;
     }

@@ -122,9 +122,6 @@ TEST(CheckConfig, CostMistakesNameTheKeyAndLine) {
     const std::string bucket = "algorithm: TOKEN_BUCKET, capacity: 100, refillRate: 10, ";
     expect_each_refused_naming_key_and_line({
         {"{ algorithm: CONCURRENCY, limit: 4, cost: { request: 2 } }", "cost", "a slot is a slot"},
-        {"{ algorithm: SLIDING_WINDOW, limit: 4, window: 1s, cost: { request: 2 } }",
-         "cost",
-         "not weighted yet"},
         {"{ " + bucket + "cost: { request: body:max_tokens } }",
          "cost.request",
          "a number, header:NAME or json:PATH"},

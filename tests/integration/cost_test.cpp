@@ -270,6 +270,61 @@ TEST_P(CostTest, MetricsCountReservationsSettlementsAndTheirError) {
     EXPECT_EQ(metric_value(text, series("sluice_cost_settle_error_count", "fixed")), 0);
 }
 
+// A SLIDING_WINDOW weighs its log (issue 15): 100 per minute, keyed globally. A reservation of
+// 60 reporting 10 used gets 50 back, so 80 fit right after; the log then holds 10 + 80, so 10
+// more fit and 20 do not: a 20 must wait for the oldest entry (the 10 left of the 60) to leave
+// the window, a minute after it was logged, which is what Retry-After says. 200 never fits.
+TEST_P(CostTest, ASlidingWindowAdmitsByWeightAndARefundMakesRoom) {
+    auto upstream = usage_upstream();
+    const std::string rules =
+        "  rules:\n"
+        "    - name: window\n"
+        "      match: { path: /window/* }\n"
+        "      limits:\n"
+        "        - algorithm: SLIDING_WINDOW\n"
+        "          limit: 100\n"
+        "          window: 60s\n"
+        "          key: [global]\n"
+        "          cost: { request: header:X-Cost, response: header:X-Usage }\n";
+    sluice_process sluice(compose_yaml(
+        upstream.url(), (redis_ ? redis_store_yaml(redis_->port()) : std::string()) + rules));
+    const auto sent = clock_type::now();
+    const auto first = get(sluice.port(), "/window/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}});
+    ASSERT_EQ(first.status, 200u) << first.body;
+    EXPECT_EQ(remaining(first), 40);
+    // Refused tries charge nothing: try until the refund has landed.
+    http_response second;
+    ASSERT_TRUE(eventually(
+        [&] {
+            second = get(sluice.port(), "/window/b", {{"X-Cost", "80"}, {"X-Reply-Usage", "80"}});
+            return second.status == 200;
+        },
+        150ms))
+        << "the refund did not land within 150 ms: " << second.status;
+    EXPECT_EQ(remaining(second), 10) << "nothing leaves a one-minute window during the test";
+
+    const auto too_much = get(sluice.port(), "/window/c", {{"X-Cost", "20"}});
+    ASSERT_EQ(too_much.status, 429u);
+    ASSERT_TRUE(too_much.header("Retry-After").has_value());
+    // The oldest entry was logged after `sent` and leaves 60 s after it: the wait left is in
+    // (60 s - elapsed, 60 s], in whole seconds rounded up.
+    const auto elapsed =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - sent);
+    const long retry = std::stol(*too_much.header("Retry-After"));
+    EXPECT_LE(retry, 60);
+    EXPECT_GE(retry, (60'000 - elapsed.count()) / 1000) << "elapsed " << elapsed.count() << " ms";
+
+    const auto huge = get(sluice.port(), "/window/d", {{"X-Cost", "200"}});
+    EXPECT_EQ(huge.status, 429u);
+    EXPECT_FALSE(huge.header("Retry-After").has_value());
+    EXPECT_NE(huge.body.find(R"("cost":200,"capacity":100)"), std::string::npos) << huge.body;
+
+    const auto last = get(sluice.port(), "/window/e", {{"X-Cost", "10"}, {"X-Reply-Usage", "10"}});
+    EXPECT_EQ(last.status, 200u) << "10 + 80 + 10 fit 100";
+    EXPECT_EQ(remaining(last), 0);
+    EXPECT_EQ(upstream.requests().size(), 3u);
+}
+
 // Two instances on one Redis share one budget: what one reserves, the other sees charged, and a
 // settlement from either lands on the same key.
 TEST(RedisCostTest, TwoInstancesShareOneBudgetAndEachOthersSettlements) {

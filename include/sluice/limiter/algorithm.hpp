@@ -23,15 +23,14 @@ using state = std::variant<leaky_bucket_state,
  * One request of cost `cost` against `limit` at `now_ms`, dispatching on the limit's algorithm.
  * A stored state of another algorithm (the limit changed on reload) counts as no state. On return
  * `current` holds the state to store if the caller commits. Allocates only for SLIDING_WINDOW.
- * SLIDING_WINDOW and CONCURRENCY count every request as 1, whatever its cost (see cost.hpp).
+ * CONCURRENCY counts every request as 1, whatever its cost (see cost.hpp).
  */
 decision acquire(
     state& current, bool exists, const config::limit& limit, double now_ms, std::int64_t cost = 1);
 
 /// Whether `algo` weighs requests by cost and settles reservations (see cost.hpp).
 constexpr bool settles(config::algorithm algo) noexcept {
-    return algo == config::algorithm::leaky_bucket || algo == config::algorithm::token_bucket ||
-           algo == config::algorithm::fixed_window;
+    return algo != config::algorithm::concurrency;
 }
 
 /**

@@ -11,9 +11,8 @@ namespace sluice::limiter {
 /**
  * Cost-weighted limits (issue 15): a request reserves a cost `c` of its limit before it is
  * forwarded and is settled by `actual - c` once its real cost is known. TOKEN_BUCKET,
- * LEAKY_BUCKET and FIXED_WINDOW weigh requests; SLIDING_WINDOW and CONCURRENCY count every
- * request as 1 and ignore settlements (the configuration will refuse `cost` on them until a later
- * slice gives them weights).
+ * LEAKY_BUCKET, FIXED_WINDOW and SLIDING_WINDOW weigh requests; CONCURRENCY counts every request
+ * as 1 and ignores settlements (a slot is a slot: the configuration refuses `cost` on it).
  *
  * Every amount is bounded by 2^53, the configuration's largest count: the Lua script computes in
  * doubles, which hold every integer up to 2^53 exactly, so both stores then compute the same

@@ -30,9 +30,13 @@ struct memory_store_limits {
  *
  * Memory stays bounded: `sweep()` forgets every key whose state has fully reset (a drained
  * queue, a full token bucket, a past window), since forgetting it changes no future decision;
- * the owner (the application's control thread) calls it periodically. And a shard never holds
- * more than its part of `max_keys`: a new key in a full shard first sweeps that shard (the only
- * sweep a decision ever does, at most once a second while it frees little), then evicts the
+ * the owner (the application's control thread) calls it periodically. (A state equals a fresh
+ * one only from the reading it reset at on; so that a clock stepping back behind a sweep cannot
+ * find a forgotten key fresh where its state still counted, a shard that has forgotten a key
+ * reads its clock as never going back: as the newest reading it has used. The steady clock the
+ * application gives the store never goes back, so there this changes nothing.) And a shard never
+ * holds more than its part of `max_keys`: a new key in a full shard first sweeps that shard (the
+ * only sweep a decision ever does, at most once a second while it frees little), then evicts the
  * least recently used keys, counting them in `evictions` and warning (throttled).
  * Each shard keeps its recency list through its entries: a hit costs a few pointer writes.
  */
@@ -62,7 +66,8 @@ public:
     /// Where the requests waiting for a slot of this store are (may be null: nobody waits).
     void set_waiters(slot_waiters* waiters) noexcept;
 
-    /// Forgets keys whose state has fully reset. Returns how many were forgotten.
+    /// Forgets keys whose state has fully reset. Returns how many were forgotten. From then on,
+    /// a shard that forgot a key never reads the clock as going back (see above).
     std::size_t sweep();
 
     /// Keys currently held.

@@ -21,10 +21,10 @@ struct check {
     const config::limit* limit = nullptr;
     /**
      * What the request reserves of the limit; 1 unless the limit is cost-weighted (issue 15:
-     * e.g. an LLM request's `max_tokens`). TOKEN_BUCKET, LEAKY_BUCKET and FIXED_WINDOW admit it
-     * only when the whole cost fits, and charge all of it; SLIDING_WINDOW and CONCURRENCY count
-     * 1 whatever the cost (the configuration will refuse `cost` on them until they weigh
-     * requests). Clamped to [1, 2^53] (limiter/cost.hpp). A cost above the limit's capacity
+     * e.g. an LLM request's `max_tokens`). TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW and
+     * SLIDING_WINDOW admit it only when the whole cost fits, and charge all of it; CONCURRENCY
+     * counts 1 whatever the cost (the configuration refuses `cost` on it). Clamped to [1, 2^53]
+     * (limiter/cost.hpp). A cost above the limit's capacity
      * (`limit` for a window) never fits: refused, nothing charged, `decision::never_fits`.
      */
     std::int64_t cost = 1;
@@ -106,7 +106,11 @@ public:
      *   flowRate: refusals (police), or longer waits for the next requests (shape).
      * - FIXED_WINDOW: count += delta in the window current at the settlement, never below 0: a
      *   settlement arriving after its window ended refunds nothing and charges the new window.
-     * - SLIDING_WINDOW, CONCURRENCY: nothing (their requests cost 1).
+     * - SLIDING_WINDOW: the weight logged in the window becomes weight + delta, never below 0: a
+     *   charge is logged at the settlement (it leaves the window one window later), a refund
+     *   takes from the oldest entries first; a weight above `limit` is a debt that refuses until
+     *   enough of the log has left the window.
+     * - CONCURRENCY: nothing (its requests cost 1).
      * A key without state (forgotten, expired, or holding another algorithm's state, which
      * counts as none as in `acquire`) settles a fresh state: a refund changes nothing, a charge
      * starts from a full bucket, an empty queue or an empty window. The settlements of one call

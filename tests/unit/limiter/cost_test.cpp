@@ -163,13 +163,52 @@ TEST(FixedWindowCost, RefundsNeverGoBelowZeroAndLateOnesAdjustTheNewWindow) {
     EXPECT_TRUE(k.request(2000, 10).allowed);
 }
 
+// The weight in the window (now - window, now] plus the cost must fit; a refused cost retries
+// when enough of the oldest weight has left for all of it.
+TEST(SlidingWindowCost, ACostWaitsForRoomForAllOfIt) {
+    costed_key k(windowed(config::algorithm::sliding_window, 10, milliseconds(1000)));
+    ASSERT_TRUE(k.request(0, 4).allowed);
+    ASSERT_TRUE(k.request(200, 3).allowed);
+    ASSERT_TRUE(k.request(400, 3).allowed);
+    EXPECT_EQ(k.request(500).retry_after, milliseconds(500));    // the 4 at 0 leaves at 1000
+    EXPECT_EQ(k.request(500, 5).retry_after, milliseconds(700)); // and the 3 at 200 at 1200
+    EXPECT_FALSE(k.request(1199, 5).allowed);
+    const auto d = k.request(1200, 5);
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 2);
+    const auto never = k.request(1200, 11);
+    EXPECT_TRUE(never.never_fits);
+    EXPECT_EQ(never.retry_after, milliseconds(0));
+}
+
+TEST(SlidingWindowCost, RefundsTakeFromTheOldestAndChargesAreLoggedAtTheSettlement) {
+    costed_key k(windowed(config::algorithm::sliding_window, 10, milliseconds(1000)));
+    ASSERT_TRUE(k.request(0, 6).allowed);
+    ASSERT_TRUE(k.request(500, 4).allowed);
+    // Weight 10 - 5: the 6 at 0 keeps 1; until the 4 at 500 leaves at 1500.
+    EXPECT_EQ(k.settle_by(600, -5), milliseconds(900));
+    ASSERT_TRUE(k.request(600, 5).allowed);
+    EXPECT_FALSE(k.request(999).allowed);
+    EXPECT_TRUE(k.request(1000).allowed) << "the 1 left of the 6 at 0 has left";
+    EXPECT_FALSE(k.request(1000).allowed);
+    // Never below an empty log.
+    EXPECT_EQ(k.settle_by(1000, -100), milliseconds(0));
+    ASSERT_TRUE(k.request(1000, 10).allowed);
+    // A charge is logged at the settlement: weight 15, a debt of 5 that leaves the window one
+    // window after the settlement, after the 10 logged at 1000.
+    EXPECT_EQ(k.settle_by(1100, 5), milliseconds(1000));
+    EXPECT_EQ(k.request(1100).retry_after, milliseconds(900));
+    EXPECT_FALSE(k.request(1999).allowed);
+    EXPECT_TRUE(k.request(2000, 5).allowed);
+    EXPECT_EQ(k.request(2000).retry_after, milliseconds(100));
+    EXPECT_TRUE(k.request(2100, 5).allowed);
+}
+
 TEST(AlgorithmSettle, WhatHasNothingToStore) {
     state s;
     // A refund on no state, a zero delta, an algorithm that does not settle.
     EXPECT_FALSE(settle(s, false, token(10, 1), 0, -3));
     EXPECT_FALSE(settle(s, false, token(10, 1), 0, 0));
-    EXPECT_FALSE(
-        settle(s, false, windowed(config::algorithm::sliding_window, 3, milliseconds(1000)), 0, 5));
     config::limit slots;
     slots.algo = config::algorithm::concurrency;
     slots.limit_count = 2;

@@ -100,6 +100,38 @@ TEST(MemoryStore, SweepForgetsOnlyDrainedKeys) {
     EXPECT_EQ(store.size(), 0u);
 }
 
+// Found by fuzz/memory_store_fuzz.cpp: a key forgotten by a sweep (here after a refusal that
+// stored nothing: a cost that never fits) started fresh when the clock then stepped back, and
+// its window, over at the sweep but not at the earlier reading, admitted its limit a second
+// time. A shard that has forgotten a key now reads its clock as never going back: the requests
+// at 5500 count as at 6500, in the window the sweep saw, [6000, 7000).
+TEST(MemoryStore, ASweptKeyNeverReopensItsWindowWhenTheClockStepsBack) {
+    manual_clock clock(5000);
+    memory_store store(clock);
+    config::limit l;
+    l.algo = config::algorithm::fixed_window;
+    l.limit_count = 2;
+    l.window = milliseconds(1000);
+    const checks request = one("window", l);
+    ASSERT_TRUE(store.acquire_now(request).decisions[0].allowed);
+    ASSERT_TRUE(store.acquire_now(request).decisions[0].allowed);
+    clock.set(6500);
+    EXPECT_TRUE(store.acquire_now(checks{check{"window", &l, 3}}).decisions[0].never_fits);
+    ASSERT_EQ(store.sweep(), 1u); // [5000, 6000) is over: the key is forgotten
+    clock.set(5500);
+    for (int i = 0; i < 2; ++i) {
+        const auto d = store.acquire_now(request).decisions[0];
+        EXPECT_TRUE(d.allowed);
+        EXPECT_EQ(d.remaining, 1 - i);
+        EXPECT_EQ(d.reset_after, milliseconds(500)) << "until 7000, from 6500";
+    }
+    clock.set(6999);
+    EXPECT_FALSE(store.acquire_now(request).decisions[0].allowed)
+        << "[5000, 6000) admitted 4, or [6000, 7000) admitted 3";
+    clock.set(7000);
+    EXPECT_TRUE(store.acquire_now(request).decisions[0].allowed);
+}
+
 TEST(MemoryStore, ManyClientsStayBounded) {
     manual_clock clock;
     memory_store store(clock);

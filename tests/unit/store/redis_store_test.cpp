@@ -439,18 +439,22 @@ TEST_F(RedisStore, FixedWindowIsACountExpiringWithItsWindow) {
     EXPECT_GT(pttl.integer, 90'000);
 }
 
-TEST_F(RedisStore, SlidingWindowIsASortedSetOfAtMostLimitAdmissions) {
+TEST_F(RedisStore, SlidingWindowIsASortedSetOfItsAdmissionsAndAFloor) {
     const std::int64_t limit = 4;
     const auto l = windowed(config::algorithm::sliding_window, limit, 1000ms);
-    // Three admissions in one millisecond: three members, all scored with that time.
+    // Three admissions in one millisecond: three members, all scored with that time, holding the
+    // log's running total; and the floor at -inf: base 0, the log's clock.
     for (int i = 0; i < 3; ++i) {
         ASSERT_TRUE(acquire_one("log", l, t0).allowed);
     }
     EXPECT_EQ(command({"TYPE", "log"}).str, "zset");
     const auto members = command({"ZRANGE", "log", "0", "-1", "WITHSCORES"});
-    ASSERT_EQ(members.elements.size(), 6u);
-    for (std::size_t i = 1; i < members.elements.size(); i += 2) {
-        EXPECT_EQ(members.elements[i].str, "1700000000000");
+    ASSERT_EQ(members.elements.size(), 8u);
+    EXPECT_EQ(members.elements[0].str, "=0:1700000000000");
+    EXPECT_EQ(members.elements[1].str, "-inf");
+    for (std::size_t i = 1; i < 4; ++i) {
+        EXPECT_EQ(members.elements[2 * i].str, "000000000000000" + std::to_string(i));
+        EXPECT_EQ(members.elements[2 * i + 1].str, "1700000000000");
     }
 
     std::mt19937 random(11);
@@ -460,7 +464,7 @@ TEST_F(RedisStore, SlidingWindowIsASortedSetOfAtMostLimitAdmissions) {
     for (int i = 0; i < 500; ++i) {
         t += gap(random);
         const auto d = acquire_one("log", l, t);
-        const auto card = command({"ZCARD", "log"}).integer;
+        const auto card = command({"ZCARD", "log"}).integer - 1; // the floor aside
         ASSERT_LE(card, limit) << "request " << i;
         if (d.allowed) {
             // What left the window was removed as this admission was logged.
@@ -494,8 +498,8 @@ TEST_F(RedisStore, RejectedGlobalWindowLeavesThePerClientBucketUntouched) {
     EXPECT_TRUE(rejected.decisions[0].allowed); // it would have admitted...
     EXPECT_FALSE(rejected.decisions[1].allowed);
     EXPECT_EQ(rejected.decisions[1].retry_after, 900ms);
-    EXPECT_EQ(hash("rate-limit:10.0.0.2:/api"), before); // ...but was not charged
-    EXPECT_EQ(command({"ZCARD", "rate-limit:*:/api"}).integer, 3);
+    EXPECT_EQ(hash("rate-limit:10.0.0.2:/api"), before);           // ...but was not charged
+    EXPECT_EQ(command({"ZCARD", "rate-limit:*:/api"}).integer, 4); // three and the floor
 }
 
 TEST_F(RedisStore, AnotherAlgorithmsStateIsReplacedNotMixed) {
@@ -516,7 +520,7 @@ TEST_F(RedisStore, AnotherAlgorithmsStateIsReplacedNotMixed) {
     EXPECT_EQ(fields(), (std::vector<std::string>{"last_refill_time", "tokens"}));
     ASSERT_TRUE(acquire_one("k", l3, t0).allowed);
     EXPECT_EQ(command({"TYPE", "k"}).str, "zset");
-    EXPECT_EQ(command({"ZCARD", "k"}).integer, 1);
+    EXPECT_EQ(command({"ZCARD", "k"}).integer, 2); // one admission and the floor
     ASSERT_TRUE(acquire_one("k", l4, t0).allowed);
     EXPECT_EQ(fields(), (std::vector<std::string>{"count", "window_start"}));
     const auto d = acquire_one("k", l1, t0);

@@ -215,7 +215,7 @@ TYPED_TEST(StoreContract, FixedWindowVectors) {
 }
 
 TYPED_TEST(StoreContract, SlidingWindowVectors) {
-    this->run_vectors(test_vectors::files[3], 7);
+    this->run_vectors(test_vectors::files[3], 15);
 }
 
 // Several limits per request: all are charged, or none; a dry-run limit never blocks.
@@ -555,6 +555,8 @@ TEST_F(StoreContractAgreement, RandomizedCostsAndSettlementsDecideIdentically) {
         {make(algorithm::leaky_bucket, 21, 0.7, 0ms), 500}, // police
         {make(algorithm::fixed_window, 50, 0, 1000ms), 100},
         {make(algorithm::fixed_window, 12, 0, 1500ms), 300},
+        {make(algorithm::sliding_window, 50, 0, 1000ms), 100},
+        {make(algorithm::sliding_window, 12, 0, 1500ms), 300},
     };
     variants[2].limit.max_delay = 4000ms;
     variants[3].limit.mode = config::shaping_mode::police;
@@ -562,8 +564,9 @@ TEST_F(StoreContractAgreement, RandomizedCostsAndSettlementsDecideIdentically) {
     for (std::size_t v = 0; v < variants.size(); ++v) {
         SCOPED_TRACE("variant " + std::to_string(v));
         const auto& l = variants[v].limit;
-        const int quota =
-            static_cast<int>(l.algo == algorithm::fixed_window ? l.limit_count : l.capacity);
+        const int quota = static_cast<int>(
+            l.algo == algorithm::fixed_window || l.algo == algorithm::sliding_window ? l.limit_count
+                                                                                     : l.capacity);
         random_clock clock(20261201 + v, variants[v].max_gap_ms);
         int admitted = 0;
         int rejected = 0;
