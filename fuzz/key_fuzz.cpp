@@ -86,10 +86,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
 
     config::limit limit;
-    limit.key = {{config::key_part::kind::ip, {}},
-                 {config::key_part::kind::endpoint, {}},
-                 {config::key_part::kind::header, "x-tenant"},
-                 {config::key_part::kind::global, {}}};
+    limit.key = {{config::key_part::kind::ip, {}, {}},
+                 {config::key_part::kind::endpoint, {}, {}},
+                 {config::key_part::kind::header, "x-tenant", {}},
+                 {config::key_part::kind::global, {}, {}}};
     auto headers = [&](std::string_view) -> std::optional<std::string_view> {
         return header_value;
     };

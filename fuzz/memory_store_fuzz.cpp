@@ -225,20 +225,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if ((flags & 16) != 0) {
             // A settlement: the store and the algorithm on its own settle alike. The store keeps
             // what it settles unless it gives back on a key it does not hold.
-            const auto delta = static_cast<std::int16_t>(in.u16());
-            const store::settlement a{key, &limit, delta};
+            const auto amount = static_cast<std::int16_t>(in.u16());
+            const store::settlement a{key, &limit, amount, false};
             table.settle(std::span(&a, 1));
             auto next = mirror;
-            const auto reset = limiter::settle(next, mirror_exists, limit, now, delta);
+            const auto reset = limiter::settle(next, mirror_exists, limit, now, amount);
             if (reset) {
                 mirror = next;
                 mirror_exists = true;
                 mirror_idle_at = now + static_cast<double>(reset->count());
-                stored = stored || delta > 0;
+                stored = stored || amount > 0;
                 check_progress();
             }
-            if (weighs && delta < 0) {
-                refunded -= delta;
+            if (weighs && amount < 0) {
+                refunded -= amount;
             }
         }
         const std::int64_t cost = cost_from(in, flags, quota);

@@ -283,7 +283,7 @@ void request_limiter::settle_costs(std::span<const std::optional<std::string>> f
         }
         count_settlement(cost_counters_, reserved, limiter::clamp_delta(delta), actual.has_value());
         if (delta != 0) {
-            adjustments.push_back({key, &limits_[i], limiter::clamp_delta(delta)});
+            adjustments.push_back({key, &limits_[i], limiter::clamp_delta(delta), outcome_.local});
         }
     }
     if (!adjustments.empty()) {

@@ -591,7 +591,13 @@ void redis_store::release(std::span<const slot> taken) noexcept {
 }
 
 void redis_store::settle(std::span<const settlement> adjustments) noexcept {
+    // A reservation the local fallback decided is settled there: Redis never charged it.
+    boost::container::small_vector<settlement, 1> local;
     for (const auto& a : adjustments) {
+        if (a.local) {
+            local.push_back(a);
+            continue;
+        }
         if (a.limit == nullptr || a.delta == 0 || !limiter::settles(a.limit->algo)) {
             continue; // nothing to adjust
         }
@@ -603,6 +609,9 @@ void redis_store::settle(std::span<const settlement> adjustments) noexcept {
                              std::move(p1),
                              std::move(p2),
                              limiter::clamp_delta(a.delta)});
+    }
+    if (!local.empty() && local_fallback_ != nullptr) {
+        local_fallback_->settle(local);
     }
     if (!settling_.empty()) {
         post_flush(settle_posted_, &redis_store::flush_settlements);
@@ -765,7 +774,9 @@ outcome redis_store::fail(checks& request_checks, error_code ec) {
         metrics::bump(metrics_->store_errors_total);
     }
     if (on_failure_ == config::failure_mode::local && local_fallback_ != nullptr) {
-        return local_fallback_->acquire_now(request_checks);
+        auto out = local_fallback_->acquire_now(request_checks);
+        out.local = true;
+        return out;
     }
     outcome out;
     out.ec = ec;

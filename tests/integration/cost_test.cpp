@@ -358,6 +358,35 @@ TEST(RedisCostTest, TwoInstancesShareOneBudgetAndEachOthersSettlements) {
     EXPECT_LE(tokens(a), 36);
 }
 
+// With failure-mode local, a request the local fallback decided (Redis is gone) is settled on
+// the fallback, where it was charged: 60 reserved, 10 used, 50 back, so 80 fit right after on
+// the fallback's bucket. (Sent to Redis instead, the refund would be lost and 80 refused.)
+TEST(RedisCostTest, ARequestTheLocalFallbackDecidedIsSettledThere) {
+    if (!redis_server::available()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    redis_server redis;
+    auto upstream = usage_upstream();
+    std::string store = redis_store_yaml(redis.port());
+    store.replace(store.find("failure-mode: closed"), 20, "failure-mode: local");
+    store.replace(store.find("timeout: 500ms"), 14, "timeout: 50ms");
+    sluice_process sluice(compose_yaml(upstream.url(), store + cost_rules(1)));
+    redis.stop();
+    const auto first = get(sluice.port(), "/keep/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}});
+    ASSERT_EQ(first.status, 200u) << first.body;
+    EXPECT_EQ(remaining(first), 40) << "decided on the fallback's fresh bucket";
+    http_response second;
+    ASSERT_TRUE(eventually(
+        [&] {
+            second = get(sluice.port(), "/keep/b", {{"X-Cost", "80"}, {"X-Reply-Usage", "80"}});
+            return second.status == 200;
+        },
+        150ms))
+        << "the refund did not land on the fallback: " << second.status;
+    EXPECT_GE(remaining(second), 10);
+    EXPECT_LE(remaining(second), 12);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores,
                          CostTest,
                          ::testing::Values("memory", "redis"),

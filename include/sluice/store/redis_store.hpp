@@ -76,9 +76,9 @@ public:
      * Settles reservations by src/redis/limits.lua (its settlement groups), on Redis TIME: the
      * settlements of one event-loop turn in one call (at most `max_batch` per call), as
      * releases are. Redis unavailable or an error reply: the adjustments are dropped (a refund
-     * lost, a charge not made), with a rate-limited warning. Settlements go to Redis even for a
-     * request the local fallback decided (`on_failure: local`): the HTTP slice must route those
-     * to the fallback itself.
+     * lost, a charge not made), with a rate-limited warning. A settlement of a request the
+     * local fallback decided (`on_failure: local`; `settlement::local`) goes to the fallback,
+     * where it was charged, at once.
      */
     void settle(std::span<const settlement> adjustments) noexcept override;
 

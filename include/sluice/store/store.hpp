@@ -53,6 +53,9 @@ struct settlement {
     /// actual - reserved: negative gives back, positive charges more (may leave a debt).
     /// Clamped to [-2^53, 2^53].
     std::int64_t delta = 0;
+    /// The reservation was decided by the Redis store's local fallback (`outcome::local`): it is
+    /// settled there, where it was charged.
+    bool local = false;
 };
 
 /// One decision per check, in order; `ec` set when the store could not decide at all.
@@ -62,6 +65,9 @@ struct outcome {
     /// The slots taken for the admitted request's CONCURRENCY limits (dry-run ones included);
     /// the caller gives them back with `release` when the request is over.
     store::slots slots;
+    /// Decided by the Redis store's local fallback (`failure-mode: local`) rather than by Redis:
+    /// its settlements carry `settlement::local`.
+    bool local = false;
 };
 
 /**

@@ -448,7 +448,7 @@ TEST_F(StoreContractAgreement, MemoryAndRedisDecideIdenticallyOnTheVectors) {
                 SCOPED_TRACE(std::string(f.name) + ":" + std::to_string(st.line) + " (" + s.name +
                              ")");
                 if (st.settle) {
-                    settle_both(settlement{key, &s.limit, st.delta}, st.time_ms);
+                    settle_both(settlement{key, &s.limit, st.delta, false}, st.time_ms);
                     continue;
                 }
                 ASSERT_TRUE(agree(checks{check{key, &s.limit, st.cost}}, st.time_ms));
