@@ -10,6 +10,7 @@
 #include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
+#include "support/store_param_test.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -112,24 +113,7 @@ void expect_two_slots_kept_busy(const std::vector<clock_type::time_point>& at,
     }
 }
 
-class ConcurrencyTest : public ::testing::TestWithParam<const char*> {
-protected:
-    void SetUp() override {
-        if (std::string(GetParam()) == "redis") {
-            if (!redis_server::available()) {
-                GTEST_SKIP() << "redis-server is not on PATH";
-            }
-            redis_ = std::make_unique<redis_server>();
-        }
-    }
-
-    /// The rate-limit block: the store's lines, then `rules`.
-    std::string rate_limit(const std::string& rules) const {
-        return (redis_ ? redis_store_yaml(redis_->port()) : std::string()) + rules;
-    }
-
-    std::unique_ptr<redis_server> redis_;
-};
+using ConcurrencyTest = store_param_test;
 
 recording_upstream slow_upstream() {
     return recording_upstream([](const recorded_request&) {

@@ -9,7 +9,7 @@
 #include "support/body_pattern.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
-#include "support/redis_server.hpp"
+#include "support/store_param_test.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -88,26 +88,19 @@ recording_upstream json_upstream() {
 }
 
 /// The tokens left as the response's RateLimit field says (`r=`), or -1.
-long remaining(const http_response& response) {
-    const auto field = response.header("RateLimit");
-    if (!field) {
-        return -1;
-    }
-    const auto at = field->find(";r=");
-    return at == std::string::npos ? -1 : std::stol(field->substr(at + 3));
+long long remaining(const http_response& response) {
+    return view_of(response).remaining.value_or(-1);
 }
 
-class CostJsonTest : public ::testing::TestWithParam<const char*> {
+class CostJsonTest : public store_param_test {
 protected:
     void SetUp() override {
-        if (std::string(GetParam()) == "redis") {
-            if (!redis_server::available()) {
-                GTEST_SKIP() << "redis-server is not on PATH";
-            }
-            redis_ = std::make_unique<redis_server>();
+        store_param_test::SetUp();
+        if (IsSkipped()) {
+            return;
         }
-        sluice_ = std::make_unique<sluice_process>(compose_yaml(
-            upstream_.url(), (redis_ ? redis_store_yaml(redis_->port()) : std::string()) + rules));
+        sluice_ =
+            std::make_unique<sluice_process>(compose_yaml(upstream_.url(), rate_limit(rules)));
     }
 
     http_response post(std::string_view target,
@@ -123,7 +116,6 @@ protected:
     }
 
     recording_upstream upstream_ = json_upstream();
-    std::unique_ptr<redis_server> redis_;
     std::unique_ptr<sluice_process> sluice_;
 };
 

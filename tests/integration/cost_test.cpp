@@ -9,6 +9,7 @@
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
+#include "support/store_param_test.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -63,33 +64,36 @@ recording_upstream usage_upstream() {
 }
 
 /// The tokens left as the response's RateLimit field says (`r=`), or -1.
-long remaining(const http_response& response) {
-    const auto field = response.header("RateLimit");
-    if (!field) {
-        return -1;
-    }
-    const auto at = field->find(";r=");
-    return at == std::string::npos ? -1 : std::stol(field->substr(at + 3));
+long long remaining(const http_response& response) {
+    return view_of(response).remaining.value_or(-1);
 }
 
-class CostTest : public ::testing::TestWithParam<const char*> {
+/**
+ * The issue's refund, on a limit of 100 under `prefix` (`/keep`, ...): a reservation of 60 whose
+ * response reports 10 used leaves 40, then gives 50 back, so a reservation of 80 fits; the 80 is
+ * tried until the refund has landed (a refused try charges nothing), for at most 150 ms. Returns
+ * the 80's response; fails the test when it never fits.
+ */
+http_response refund_then_80(std::uint16_t port, const std::string& prefix) {
+    const auto first = get(port, prefix + "/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}});
+    EXPECT_EQ(first.status, 200u) << first.body;
+    EXPECT_EQ(remaining(first), 40);
+    http_response second;
+    EXPECT_TRUE(eventually(
+        [&] {
+            second = get(port, prefix + "/b", {{"X-Cost", "80"}, {"X-Reply-Usage", "80"}});
+            return second.status == 200;
+        },
+        150ms))
+        << "the refund did not land within 150 ms: " << second.status;
+    return second;
+}
+
+class CostTest : public store_param_test {
 protected:
-    void SetUp() override {
-        if (std::string(GetParam()) == "redis") {
-            if (!redis_server::available()) {
-                GTEST_SKIP() << "redis-server is not on PATH";
-            }
-            redis_ = std::make_unique<redis_server>();
-        }
-    }
-
     std::string yaml(const recording_upstream& upstream, int refill) const {
-        return compose_yaml(upstream.url(),
-                            (redis_ ? redis_store_yaml(redis_->port()) : std::string()) +
-                                cost_rules(refill));
+        return compose_yaml(upstream.url(), rate_limit(cost_rules(refill)));
     }
-
-    std::unique_ptr<redis_server> redis_;
 };
 
 // The example: a reservation of 60 leaves 40; the response reports 10, so 50 come back,
@@ -99,18 +103,8 @@ protected:
 TEST_P(CostTest, ARefundMakesRoomAndANeverFittingReservationIsRefusedAtOnce) {
     auto upstream = usage_upstream();
     sluice_process sluice(yaml(upstream, 10));
-    const auto first = get(sluice.port(), "/keep/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}});
-    ASSERT_EQ(first.status, 200u) << first.body;
-    EXPECT_EQ(remaining(first), 40);
-    // The settlement follows the response; a refused try charges nothing, so try until it lands.
-    http_response second;
-    ASSERT_TRUE(eventually(
-        [&] {
-            second = get(sluice.port(), "/keep/b", {{"X-Cost", "80"}, {"X-Reply-Usage", "80"}});
-            return second.status == 200;
-        },
-        150ms))
-        << "the refund did not land within 150 ms: " << second.status;
+    const auto second = refund_then_80(sluice.port(), "/keep");
+    ASSERT_EQ(second.status, 200u);
     // 40 + 50 refunded (+ at most a couple of tokens of refill) - 80.
     EXPECT_GE(remaining(second), 10);
     EXPECT_LE(remaining(second), 12);
@@ -204,9 +198,7 @@ TEST_P(CostTest, MetricsCountReservationsSettlementsAndTheirError) {
                                    "          refillRate: 1\n"
                                    "          key: [global]\n"
                                    "          cost: { request: 7 }\n";
-    sluice_process sluice(compose_yaml(upstream.url(),
-                                       (redis_ ? redis_store_yaml(redis_->port()) : std::string()) +
-                                           cost_rules(1) + fixed_rule));
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit(cost_rules(1) + fixed_rule)));
     const auto admin = admin_port(sluice);
     // keep: 60 reserved, 10 used (-50); 80 reserved, no figure (kept); 5 reserved, 25 used (+20).
     ASSERT_EQ(get(sluice.port(), "/keep/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}}).status,
@@ -286,21 +278,10 @@ TEST_P(CostTest, ASlidingWindowAdmitsByWeightAndARefundMakesRoom) {
         "          window: 60s\n"
         "          key: [global]\n"
         "          cost: { request: header:X-Cost, response: header:X-Usage }\n";
-    sluice_process sluice(compose_yaml(
-        upstream.url(), (redis_ ? redis_store_yaml(redis_->port()) : std::string()) + rules));
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit(rules)));
     const auto sent = clock_type::now();
-    const auto first = get(sluice.port(), "/window/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}});
-    ASSERT_EQ(first.status, 200u) << first.body;
-    EXPECT_EQ(remaining(first), 40);
-    // Refused tries charge nothing: try until the refund has landed.
-    http_response second;
-    ASSERT_TRUE(eventually(
-        [&] {
-            second = get(sluice.port(), "/window/b", {{"X-Cost", "80"}, {"X-Reply-Usage", "80"}});
-            return second.status == 200;
-        },
-        150ms))
-        << "the refund did not land within 150 ms: " << second.status;
+    const auto second = refund_then_80(sluice.port(), "/window");
+    ASSERT_EQ(second.status, 200u);
     EXPECT_EQ(remaining(second), 10) << "nothing leaves a one-minute window during the test";
 
     const auto too_much = get(sluice.port(), "/window/c", {{"X-Cost", "20"}});
@@ -372,17 +353,9 @@ TEST(RedisCostTest, ARequestTheLocalFallbackDecidedIsSettledThere) {
     store.replace(store.find("timeout: 500ms"), 14, "timeout: 50ms");
     sluice_process sluice(compose_yaml(upstream.url(), store + cost_rules(1)));
     redis.stop();
-    const auto first = get(sluice.port(), "/keep/a", {{"X-Cost", "60"}, {"X-Reply-Usage", "10"}});
-    ASSERT_EQ(first.status, 200u) << first.body;
-    EXPECT_EQ(remaining(first), 40) << "decided on the fallback's fresh bucket";
-    http_response second;
-    ASSERT_TRUE(eventually(
-        [&] {
-            second = get(sluice.port(), "/keep/b", {{"X-Cost", "80"}, {"X-Reply-Usage", "80"}});
-            return second.status == 200;
-        },
-        150ms))
-        << "the refund did not land on the fallback: " << second.status;
+    // Decided on the fallback's fresh bucket: 40 left, and the refund lands there.
+    const auto second = refund_then_80(sluice.port(), "/keep");
+    ASSERT_EQ(second.status, 200u) << "the refund did not land on the fallback";
     EXPECT_GE(remaining(second), 10);
     EXPECT_LE(remaining(second), 12);
 }
