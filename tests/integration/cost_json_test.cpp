@@ -137,8 +137,8 @@ TEST_P(CostJsonTest, ReservesTheBodysFigureAndForwardsTheBodyIntact) {
             second = post("/v1/b", R"({"max_tokens":80})", {{"X-Reply-Usage", "80"}});
             return second.status == 200;
         },
-        150ms))
-        << "the refund did not land within 150 ms: " << second.status;
+        100ms))
+        << "the refund did not land within 100 ms: " << second.status;
     EXPECT_GE(remaining(second), 10);
     EXPECT_LE(remaining(second), 12);
     const auto huge = post("/v1/c", R"({"max_tokens":200})");
@@ -160,7 +160,7 @@ TEST_P(CostJsonTest, TheLastEventCarryingThePathSettlesAndACutStreamHasNoFigure)
     ASSERT_EQ(streamed.status, 200u);
     EXPECT_EQ(remaining(streamed), 50);
     EXPECT_NE(streamed.body.find("[DONE]"), std::string::npos) << "the stream passed as sent";
-    ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 93; }, 150ms))
+    ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 93; }, 100ms))
         << tokens("/events/probe") << " tokens, not 100 - 7";
     EXPECT_LE(tokens("/events/probe"), 94);
 
@@ -174,7 +174,7 @@ TEST_P(CostJsonTest, TheLastEventCarryingThePathSettlesAndACutStreamHasNoFigure)
     (void)cut.try_read_response(ec);
     ASSERT_TRUE(upstream_.wait_for_count(2, 2s));
     // 93 or 94, less 50; then the whole 50 back (refund), not 43.
-    ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 93; }, 150ms))
+    ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 93; }, 100ms))
         << tokens("/events/probe") << " tokens: the cut stream was settled by its usage";
 }
 
@@ -187,14 +187,14 @@ TEST_P(CostJsonTest, AJsonResponseSettlesByItsFigure) {
     ASSERT_EQ(r.status, 200u);
     EXPECT_EQ(remaining(r), 60);
     EXPECT_EQ(r.body, R"({"id":"x","usage":{"total_tokens":12}})");
-    ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 88; }, 150ms))
+    ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 88; }, 100ms))
         << tokens("/events/probe") << " tokens, not 100 - 12";
     EXPECT_LE(tokens("/events/probe"), 89);
     for (const char* body :
          {R"({"usage":{"total_tokens":"30"}})", R"({"usage":{"total_tokens":30)"}) {
         const auto again = post("/events/b", R"({"max_tokens":30})", {{"X-Reply-Body", body}});
         ASSERT_EQ(again.status, 200u);
-        ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 88; }, 150ms))
+        ASSERT_TRUE(eventually([&] { return tokens("/events/probe") >= 88; }, 100ms))
             << body << ": " << tokens("/events/probe") << " tokens: not refunded";
     }
 }
