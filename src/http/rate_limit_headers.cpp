@@ -279,16 +279,40 @@ std::string rejection_body(std::string_view name, int limit_index, std::int64_t 
     return body;
 }
 
-std::string
-never_fits_body(std::string_view name, int limit_index, std::int64_t cost, std::int64_t capacity) {
-    auto body = rejection_body(name, limit_index, 0);
+namespace {
+
+// rejection_body's fields, then `"cost":<cost>,"<figure>":<value>`.
+std::string with_cost(std::string_view name,
+                      int limit_index,
+                      std::int64_t retry_after,
+                      std::int64_t cost,
+                      std::string_view figure,
+                      std::int64_t value) {
+    auto body = rejection_body(name, limit_index, retry_after);
     body.pop_back(); // the closing brace
     body += R"(,"cost":)";
     body += std::to_string(cost);
-    body += R"(,"capacity":)";
-    body += std::to_string(capacity);
+    body += ",\"";
+    body += figure;
+    body += "\":";
+    body += std::to_string(value);
     body += '}';
     return body;
+}
+
+} // namespace
+
+std::string
+never_fits_body(std::string_view name, int limit_index, std::int64_t cost, std::int64_t capacity) {
+    return with_cost(name, limit_index, 0, cost, "capacity", capacity);
+}
+
+std::string cost_rejection_body(std::string_view name,
+                                int limit_index,
+                                std::int64_t retry_after,
+                                std::int64_t cost,
+                                std::int64_t remaining) {
+    return with_cost(name, limit_index, retry_after, cost, "remaining", remaining);
 }
 
 template void append_rate_limit_lines(

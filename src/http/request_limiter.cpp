@@ -510,8 +510,19 @@ local_reply request_limiter::refusal() const {
             0};
     }
     if (v_.what == verdict::kind::rejected) {
+        const auto index = std::max(v_.refused_by, 0);
+        const auto i = static_cast<std::size_t>(index);
+        if (i < limits_.size() && limits_[i].cost && i < outcome_.decisions.size()) {
+            return {bhttp::status::too_many_requests,
+                    cost_rejection_body(rule_name_,
+                                        index,
+                                        v_.retry_after,
+                                        limiter::clamp_cost(costs_[i]),
+                                        outcome_.decisions[i].remaining),
+                    v_.retry_after};
+        }
         return {bhttp::status::too_many_requests,
-                rejection_body(rule_name_, std::max(v_.refused_by, 0), v_.retry_after),
+                rejection_body(rule_name_, index, v_.retry_after),
                 v_.retry_after};
     }
     return {bhttp::status::service_unavailable, {}, 1};

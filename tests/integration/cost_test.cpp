@@ -134,6 +134,11 @@ TEST_P(CostTest, ADebtRefusesUntilPaidOffAtTheRefillRate) {
         << "no debt";
     const auto refused = get(sluice.port(), "/keep/b", {{"X-Cost", "1"}});
     ASSERT_EQ(refused.status, 429u) << "the debt was paid off within 100 ms";
+    // The body names the limit, the cost asked and what remains (nothing: a debt reads as 0).
+    EXPECT_NE(refused.body.find(R"("limit":"keep","limit_index":0,"retry_after":1,"cost":1,)"
+                                R"("remaining":0})"),
+              std::string::npos)
+        << refused.body;
     ASSERT_TRUE(refused.header("Retry-After").has_value());
     EXPECT_EQ(*refused.header("Retry-After"), "1") << "0.51 s at most, rounded up";
     ASSERT_TRUE(eventually(

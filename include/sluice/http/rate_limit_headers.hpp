@@ -80,6 +80,15 @@ std::string rejection_body(std::string_view name, int limit_index, std::int64_t 
 std::string
 never_fits_body(std::string_view name, int limit_index, std::int64_t cost, std::int64_t capacity);
 
+/// The 429 body of a request refused by cost-weighted limit `limit_index` (its cost does not fit
+/// now): the same fields, then the cost asked and what the limit has left, in its own units:
+/// `{..."retry_after":3,"cost":80,"remaining":40}`.
+std::string cost_rejection_body(std::string_view name,
+                                int limit_index,
+                                std::int64_t retry_after,
+                                std::int64_t cost,
+                                std::int64_t remaining);
+
 /// Appends `text` to `out` as the inside of a JSON string (quotes, backslashes and control
 /// characters escaped; other bytes as they are).
 void append_json_escaped(std::string& out, std::string_view text);

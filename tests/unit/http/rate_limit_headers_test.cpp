@@ -147,6 +147,15 @@ TEST(RejectionBody, IsTheDocumentedJson) {
               R"({"error":"rate_limited","limit":"we\"ird","limit_index":0,"retry_after":1})");
 }
 
+TEST(RejectionBody, ACostWeightedRefusalNamesTheCostAndWhatRemainsOrTheCapacity) {
+    EXPECT_EQ(cost_rejection_body("llm", 0, 3, 80, 40),
+              R"({"error":"rate_limited","limit":"llm","limit_index":0,"retry_after":3,)"
+              R"("cost":80,"remaining":40})");
+    EXPECT_EQ(never_fits_body("llm", 1, 200, 100),
+              R"({"error":"rate_limited","limit":"llm","limit_index":1,"retry_after":null,)"
+              R"("cost":200,"capacity":100})");
+}
+
 TEST(AppendJsonEscaped, EscapesQuotesBackslashesAndControls) {
     std::string out;
     append_json_escaped(out, "a\"b\\c\nd\x01");
