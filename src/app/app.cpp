@@ -26,6 +26,7 @@
 #include <csignal>
 #include <cstdio>
 #include <optional>
+#include <pthread.h>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -313,6 +314,28 @@ void application::start_admin() {
                  admin_->port());
 }
 
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread for its lifetime, then restores the
+/// mask it had.
+class block_control_signals {
+public:
+    block_control_signals() noexcept {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &set, &previous_);
+    }
+
+    block_control_signals(const block_control_signals&) = delete;
+    block_control_signals& operator=(const block_control_signals&) = delete;
+
+    ~block_control_signals() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+
+private:
+    sigset_t previous_;
+};
+
 void application::start_workers() {
     const auto& cfg = *config_;
     auto count = cfg.server.workers;
@@ -344,6 +367,12 @@ void application::start_workers() {
         net::co_spawn(w->ioc, http::accept_loop(*w->acceptor, w->context), net::detached);
     }
     running_ = workers_.size();
+    // The workers start with the stop and reload signals blocked (a thread inherits its
+    // creator's mask), so that the kernel delivers them to the main thread, whose io_context
+    // waits for them: never to a worker in the middle of a request, where a sanitizer's runtime
+    // (ThreadSanitizer defers a signal to the receiving thread's next safe point) or a long
+    // handler would hold the drain back.
+    const block_control_signals blocked;
     for (auto& w : workers_) {
         w->thread = std::thread([this, raw = w.get()] {
             try {

@@ -330,6 +330,76 @@ void collect_figures(const forward_args& a,
 
 } // namespace
 
+namespace {
+
+// Makes room at the end of `body` for the next piece of a body read ahead and points the
+// parser's buffer at it: no more than the body has left when its length is known (no zero-filled
+// block for a small body), otherwise doubling, from 4 KiB to a relay buffer a step; never past
+// `max`. Returns the size it had.
+std::size_t make_room(request_parser& parser, std::string& body, std::uint64_t max) {
+    std::uint64_t room = std::min<std::uint64_t>(max - body.size(), relay_buffer_size);
+    if (const auto left = parser.content_length_remaining()) {
+        room = std::min<std::uint64_t>(room, std::max<std::uint64_t>(*left, 1));
+    } else {
+        room = std::min<std::uint64_t>(room, std::max<std::size_t>(body.size(), 4096));
+    }
+    const auto had = body.size();
+    body.resize(had + static_cast<std::size_t>(room));
+    auto& b = parser.get().body();
+    b.data = body.data() + had;
+    b.size = static_cast<std::size_t>(room);
+    return had;
+}
+
+// Keeps what the parse put into the room `make_room` made.
+void keep_piece(request_parser& parser, std::string& body, std::size_t had) {
+    body.resize(had + (body.size() - had - parser.get().body().size));
+}
+
+// What a read error means for a body read ahead.
+body_read read_failure(const error_code& ec) {
+    if (ec == beast::error::timeout) {
+        return body_read::too_slow;
+    }
+    switch (classify_client_read(ec)) {
+    case failure::client_too_large:
+        return body_read::too_large;
+    case failure::client_bad_body:
+        return body_read::broken;
+    default:
+        return body_read::client_gone;
+    }
+}
+
+// The parser's buffer pointed nowhere again: the forwarder points it at its own.
+body_read done_ahead(request_parser& parser) {
+    auto& b = parser.get().body();
+    b.data = nullptr;
+    b.size = 0;
+    return body_read::done;
+}
+
+} // namespace
+
+std::optional<body_read> take_body_ahead(body_source src, std::string& body, std::uint64_t max) {
+    if (src.expect_continue) {
+        return std::nullopt; // the client sends nothing before its 100 Continue
+    }
+    const auto limits = chunk_limits_of(src.config);
+    while (!src.parser.is_done() && body.size() < max) {
+        const auto had = make_room(src.parser, body, max);
+        const auto ec = parse_buffered(src.client_buffer, src.parser, false, limits);
+        keep_piece(src.parser, body, had);
+        if (!ec) {
+            return std::nullopt; // more to read: read_body_ahead goes on from here
+        }
+        if (*ec && *ec != bhttp::error::need_buffer) {
+            return read_failure(*ec);
+        }
+    }
+    return done_ahead(src.parser);
+}
+
 awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max) {
     if (src.expect_continue) {
         src.expect_continue = false; // answered here: the forwarder must not answer it again
@@ -338,37 +408,18 @@ awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::ui
             co_return body_read::client_gone;
         }
     }
-    auto& b = src.parser.get().body();
     const auto limits = chunk_limits_of(src.config);
     while (!src.parser.is_done() && body.size() < max) {
-        // Grows by at most one relay buffer a read: a body is held only as far as it came.
-        const auto room =
-            static_cast<std::size_t>(std::min<std::uint64_t>(max - body.size(), relay_buffer_size));
-        const auto had = body.size();
-        body.resize(had + room);
-        b.data = body.data() + had;
-        b.size = room;
+        const auto had = make_room(src.parser, body, max);
         src.client.expires_after(body_read_timeout(src.config, src.body_started));
         const auto ec =
             co_await read_message(src.client, src.client_buffer, src.parser, false, limits);
-        body.resize(had + (room - b.size));
-        if (ec == beast::error::timeout) {
-            co_return body_read::too_slow;
-        }
+        keep_piece(src.parser, body, had);
         if (ec && ec != bhttp::error::need_buffer) {
-            switch (classify_client_read(ec)) {
-            case failure::client_too_large:
-                co_return body_read::too_large;
-            case failure::client_bad_body:
-                co_return body_read::broken;
-            default:
-                co_return body_read::client_gone;
-            }
+            co_return read_failure(ec);
         }
     }
-    b.data = nullptr;
-    b.size = 0;
-    co_return body_read::done;
+    co_return done_ahead(src.parser);
 }
 
 awaitable<forward_result> forward(forward_args& a) {

@@ -113,6 +113,11 @@ struct body_source {
  */
 awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max);
 
+/// `read_body_ahead` for what the client buffer already holds, without reading (the usual case:
+/// a small body came with its header); nullopt: more is to come (or a 100 Continue to send),
+/// co_await `read_body_ahead`, which goes on from where this stopped. Spares a coroutine frame.
+std::optional<body_read> take_body_ahead(body_source src, std::string& body, std::uint64_t max);
+
 /**
  * Sends the request in `args.parser` (header read, body not) to the upstream and its response
  * back, streaming both bodies through one fixed buffer, and answers 502/504 itself when the

@@ -307,28 +307,23 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
     return std::nullopt;
 }
 
-// Reads the body ahead of the decision, for the limiter's `json:` fields. nullopt: read (all,
-// or `wanted` bytes of a longer body); otherwise how the request ends (the connection closes).
-awaitable<std::optional<early_end>>
-read_ahead(connection_state& c, request_state& r, std::uint64_t wanted) {
-    r.body_read_ahead = true;
-    const auto read = co_await read_body_ahead(
-        {c.stream, c.buffer, r.parser, *r.cfg, r.expect_continue, r.body_started},
-        r.body_ahead,
-        wanted);
+// How reading the body ahead ended, for the limiter's `json:` fields: nullopt when it was read
+// (all, or `cost.max-body` of a longer body); otherwise how the request ends (the connection
+// closes).
+std::optional<early_end> ending_of(body_read read) {
     switch (read) {
     case body_read::done:
-        co_return std::nullopt;
+        return std::nullopt;
     case body_read::broken:
-        co_return early_end{local_reply{bhttp::status::bad_request, {}, 0}, true};
+        return early_end{local_reply{bhttp::status::bad_request, {}, 0}, true};
     case body_read::too_large:
-        co_return early_end{local_reply{bhttp::status::payload_too_large, {}, 0}, true};
+        return early_end{local_reply{bhttp::status::payload_too_large, {}, 0}, true};
     case body_read::too_slow:
-        co_return early_end{local_reply{bhttp::status::request_timeout, {}, 0}, true};
+        return early_end{local_reply{bhttp::status::request_timeout, {}, 0}, true};
     case body_read::client_gone:
         break;
     }
-    co_return early_end{};
+    return early_end{};
 }
 
 // What the response and the access log take from the limiter's decision.
@@ -363,7 +358,14 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
     }
     if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer));
         wanted > 0 && !r.parser.is_done()) {
-        if (auto early = co_await read_ahead(c, r, wanted)) {
+        r.body_read_ahead = true;
+        const body_source src{
+            c.stream, c.buffer, r.parser, *r.cfg, r.expect_continue, r.body_started};
+        auto read = take_body_ahead(src, r.body_ahead, wanted);
+        if (!read) {
+            read = co_await read_body_ahead(src, r.body_ahead, wanted);
+        }
+        if (auto early = ending_of(*read)) {
             if (!early->reply) {
                 co_return ending::close;
             }
