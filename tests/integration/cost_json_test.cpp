@@ -241,6 +241,25 @@ TEST_P(CostJsonTest, BrokenOrOversizedBodiesReserveTheDefaultAndPassIntact) {
     EXPECT_EQ(seen.back().body_prefix, R"({"max_tokens":9})") << "the chunked body, re-chunked";
 }
 
+// A body read ahead is bounded as a forwarded one: past server.max-body-size it gets 413, its
+// chunked framing broken gets 400, and neither reaches the upstream or charges the limit.
+TEST_P(CostJsonTest, ABodyReadAheadIsBoundedAsAForwardedOne) {
+    sluice_process bounded(
+        compose_yaml(upstream_.url(), rate_limit(rules), "  max-body-size: 512\n"));
+    const std::string big = R"({"max_tokens":3,"pad":")" + std::string(1000, 'x') + "\"}";
+    const auto refused = request(bounded.port(), "POST", "/small/a", {}, big);
+    EXPECT_EQ(refused.status, 413u);
+    http_connection broken(bounded.port());
+    broken.send_raw(format_request("POST", "/small/a", {{"Transfer-Encoding", "chunked"}}) +
+                    "zz\r\n{}\r\n0\r\n\r\n");
+    EXPECT_EQ(broken.read_response().status, 400u);
+    ASSERT_TRUE(upstream_.wait_quiet(2s));
+    EXPECT_EQ(upstream_.requests().size(), 0u);
+    // Nothing was charged: the whole bucket is there.
+    const auto probe = request(bounded.port(), "POST", "/small/a", {}, R"({"max_tokens":1000})");
+    EXPECT_EQ(remaining(probe), 100);
+}
+
 // A client that asks before sending (Expect: 100-continue) gets its 100, then is decided by
 // its body.
 TEST_P(CostJsonTest, ExpectContinueIsAnsweredBeforeTheBodyIsRead) {
