@@ -138,6 +138,15 @@ void redis_server::start(std::chrono::milliseconds limit) {
     if (!unix_socket_.empty()) {
         args.insert(args.end(), {"--unixsocket", unix_socket_, "--unixsocketperm", "700"});
     }
+    if (opts_.cluster_enabled) {
+        args.insert(args.end(),
+                    {"--cluster-enabled",
+                     "yes",
+                     "--cluster-config-file",
+                     dir_.file("nodes.conf"),
+                     "--cluster-port",
+                     std::to_string(free_port())});
+    }
     std::vector<char*> argv;
     for (auto& a : args) {
         argv.push_back(a.data());

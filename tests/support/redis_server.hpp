@@ -22,6 +22,9 @@ public:
         std::string requirepass;
         /// Also listen on a unix socket in the temporary directory.
         bool unix_socket = false;
+        /// A node of a Redis Cluster (`--cluster-enabled yes`, its bus on a free port of its
+        /// own), with no slots assigned: it answers CLUSTER KEYSLOT and the like.
+        bool cluster_enabled = false;
     };
 
     /// True when `redis-server` can be found on PATH; tests skip themselves otherwise.

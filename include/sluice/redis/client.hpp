@@ -4,6 +4,7 @@
 #include "sluice/config/config.hpp"
 #include "sluice/core/errc.hpp"
 #include "sluice/io/net.hpp"
+#include "sluice/redis/reply.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
@@ -21,35 +22,6 @@
 namespace sluice::redis {
 
 using std::chrono::milliseconds;
-
-/**
- * One Redis reply, owned: hiredis frees its `redisReply` when the callback returns, so every
- * reply is copied into this small tree inside the callback.
- */
-struct reply {
-    enum class kind {
-        nil,
-        integer,
-        string, // bulk string
-        status, // "+OK"
-        error,  // "-ERR ...": `str` holds the text
-        array,
-    };
-
-    kind type = kind::nil;
-    std::int64_t integer = 0;
-    std::string str;
-    std::vector<reply> elements;
-
-    bool is_nil() const noexcept { return type == kind::nil; }
-
-    bool is_error() const noexcept { return type == kind::error; }
-
-    /// A one-line rendering for logs and test messages, e.g. `[1, "a", nil]`.
-    std::string describe() const;
-
-    friend bool operator==(const reply&, const reply&) = default;
-};
 
 /// How a `client` connects; `from_settings` maps the configuration onto it.
 struct client_options {

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/redis/cluster_slots.hpp"
+#include "support/redis_server.hpp"
+#include "support/resp_client.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace sluice::redis {
+namespace {
+
+TEST(ClusterSlots, Crc16IsTheSpecificationsXmodem) {
+    EXPECT_EQ(crc16("123456789"), 0x31C3);
+    EXPECT_EQ(crc16(""), 0);
+}
+
+// Slots `CLUSTER KEYSLOT` gave on Redis 7.0.15 (docs/redis-cluster.md).
+TEST(ClusterSlots, KeySlotsAreTheOnesRedisGives) {
+    EXPECT_EQ(key_slot("a"), 15495);
+    EXPECT_EQ(key_slot("b"), 3300);
+    EXPECT_EQ(key_slot("t10648"), 100);
+    EXPECT_EQ(key_slot("rate-limit:1.2.3.4:/api"), 12685);
+    EXPECT_EQ(key_slot("{1.2.3.4}:x"), 1781);
+    EXPECT_EQ(key_slot("1.2.3.4"), 1781);
+    EXPECT_EQ(key_slot("sluice:slot-freed"), 14336);
+}
+
+TEST(ClusterSlots, TheFirstNonEmptyHashTagDecides) {
+    EXPECT_EQ(hashed_part("{user1000}.following"), "user1000");
+    EXPECT_EQ(key_slot("{user1000}.following"), key_slot("{user1000}.followers"));
+    EXPECT_EQ(hashed_part("foo{}{bar}"), "foo{}{bar}") << "an empty tag: the whole key";
+    EXPECT_EQ(hashed_part("foo{{bar}}zap"), "{bar");
+    EXPECT_EQ(hashed_part("foo{bar}{zap}"), "bar");
+    EXPECT_EQ(hashed_part("no braces"), "no braces");
+    EXPECT_EQ(hashed_part("open{only"), "open{only");
+    EXPECT_EQ(hashed_part("}{x}"), "x");
+}
+
+// The whole rule against a real cluster-enabled redis-server, over keys full of braces.
+TEST(ClusterSlots, AgreeWithClusterKeyslotOverRandomKeys) {
+    if (!test::redis_server::available()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    test::redis_server::options opts;
+    opts.cluster_enabled = true;
+    test::redis_server server(opts);
+    test::resp_client redis(server.port());
+    std::mt19937 random(7);
+    const std::string alphabet = "ab{}:/.-1";
+    for (int i = 0; i < 500; ++i) {
+        std::string key;
+        const auto length = 1 + random() % 12;
+        for (std::size_t j = 0; j < length; ++j) {
+            key += alphabet[random() % alphabet.size()];
+        }
+        const auto answer = redis.command({"CLUSTER", "KEYSLOT", key});
+        ASSERT_EQ(answer.integer, key_slot(key)) << key << ": " << answer.describe();
+    }
+}
+
+reply integer(std::int64_t v) {
+    reply r;
+    r.type = reply::kind::integer;
+    r.integer = v;
+    return r;
+}
+
+reply string(std::string s) {
+    reply r;
+    r.type = reply::kind::string;
+    r.str = std::move(s);
+    return r;
+}
+
+reply array(std::vector<reply> elements) {
+    reply r;
+    r.type = reply::kind::array;
+    r.elements = std::move(elements);
+    return r;
+}
+
+reply node(std::string host, std::int64_t port, std::string id = "") {
+    return array({string(std::move(host)), integer(port), string(std::move(id))});
+}
+
+reply range(std::int64_t start, std::int64_t end, std::vector<reply> nodes) {
+    std::vector<reply> e{integer(start), integer(end)};
+    e.insert(e.end(), nodes.begin(), nodes.end());
+    return array(std::move(e));
+}
+
+TEST(ClusterSlots, AMapOfThreePrimariesCoversEverySlot) {
+    const auto r = array({range(0, 5460, {node("10.0.0.1", 7000, "a"), node("10.0.0.4", 7003)}),
+                          range(5461, 10922, {node("10.0.0.2", 7001, "b")}),
+                          range(10923, 16383, {node("", 7002, "c"), node("10.0.0.6", 7005)})});
+    const auto result = parse_cluster_slots(r, "10.0.0.9");
+    ASSERT_TRUE(result.map) << result.error;
+    const auto& map = *result.map;
+    EXPECT_EQ(map.covered(), cluster_slots);
+    ASSERT_EQ(map.primaries.size(), 3u);
+    EXPECT_EQ(*map.owner_of(0), (cluster_node{"10.0.0.1", 7000, "a"}));
+    EXPECT_EQ(map.owner_of(5461)->port, 7001);
+    EXPECT_EQ(map.owner_of(16383)->host, "10.0.0.9") << "an empty host is the node asked";
+    EXPECT_EQ(map.owner_of(16384), nullptr);
+}
+
+TEST(ClusterSlots, APrimaryWithSeveralRangesIsOneNodeAndGapsHaveNoOwner) {
+    const auto r = array({range(0, 99, {node("10.0.0.1", 7000)}),
+                          range(200, 299, {node("10.0.0.1", 7000)}),
+                          range(100, 100, {node("10.0.0.2", 7001)})});
+    const auto result = parse_cluster_slots(r, "x");
+    ASSERT_TRUE(result.map) << result.error;
+    EXPECT_EQ(result.map->primaries.size(), 2u);
+    EXPECT_EQ(result.map->covered(), 201u);
+    EXPECT_EQ(result.map->owner_of(150), nullptr);
+    EXPECT_EQ(result.map->owner_of(250)->port, 7000);
+}
+
+TEST(ClusterSlots, MalformedRepliesAreRefusedNamingTheFault) {
+    reply nil;
+    reply error;
+    error.type = reply::kind::error;
+    error.str = "ERR This instance has cluster support disabled";
+
+    const struct {
+        reply r;
+        std::string_view words;
+    } cases[] = {
+        {error, "not an array"},
+        {array({integer(1)}), "not [start, end, primary"},
+        {array({array({integer(0), integer(1)})}), "not [start, end, primary"},
+        {array({range(-1, 5, {node("h", 1)})}), "outside 0..16383"},
+        {array({range(0, 16384, {node("h", 1)})}), "outside 0..16383"},
+        {array({range(9, 5, {node("h", 1)})}), "ends before it starts"},
+        {array({range(0, 10, {node("h", 1)}), range(10, 20, {node("g", 2)})}), "share slot 10"},
+        {array({range(0, 10, {node("h", 0)})}), "port is outside"},
+        {array({range(0, 10, {node("h", 65536)})}), "port is outside"},
+        {array({range(0, 10, {node("?", 7000)})}), "address is unknown"},
+        {array({range(0, 10, {array({nil, integer(7000)})})}), "address is unknown"},
+        {array({range(0, 10, {array({integer(1), integer(7000)})})}), "host is not a string"},
+        {array({range(0, 10, {node("h", 1), integer(3)})}), "not [host, port"},
+    };
+
+    for (const auto& c : cases) {
+        const auto result = parse_cluster_slots(c.r, "asked");
+        EXPECT_FALSE(result.map) << c.r.describe();
+        EXPECT_NE(result.error.find(c.words), std::string::npos)
+            << c.r.describe() << ": " << result.error;
+    }
+    // A replica whose address is unknown is no fault: only primaries are routed to.
+    EXPECT_TRUE(parse_cluster_slots(array({range(0, 10, {node("h", 1), node("?", 2)})}), "a").map);
+}
+
+} // namespace
+} // namespace sluice::redis
