@@ -328,10 +328,6 @@ void collect_figures(const forward_args& a,
     }
 }
 
-} // namespace
-
-namespace {
-
 // Makes room at the end of `body` for the next piece of a body read ahead and points the
 // parser's buffer at it: no more than the body has left when its length is known (no zero-filled
 // block for a small body), otherwise doubling, from 4 KiB to a relay buffer a step; never past
@@ -462,7 +458,7 @@ awaitable<forward_result> forward(forward_args& a) {
     upstream::connection_ptr conn;
     std::optional<response_parser> rp;
     failure f = failure::none;
-    if (!bodyless && !a.body_read_ahead) {
+    if (!a.parser.is_done() && !a.body_read_ahead) {
         f = co_await prefetch_body(a, buf);
     }
     for (int attempt = 0; f == failure::none; ++attempt) {

@@ -74,20 +74,26 @@ std::string_view forwarded_for(const request_parser::value_type& message,
     return xff;
 }
 
-/// The fields of the request's JSON body that its limits read (`json:` key parts and
-/// `cost.request` sources), found in one pass over the body.
+/// Calls `f(path)` for each path into the request's JSON body that `l` reads: its `json:` key
+/// parts and its `cost.request` source.
+template <typename F>
+void for_each_request_json_path(const config::limit& l, F&& f) {
+    for (const auto& part : l.key) {
+        if (part.what == config::key_part::kind::json) {
+            f(part.json);
+        }
+    }
+    if (l.cost && l.cost->request.what == config::cost_source::kind::json) {
+        f(l.cost->request.json);
+    }
+}
+
+/// The fields of the request's JSON body that its limits read, found in one pass over the body.
 class request_json {
 public:
     request_json(std::span<const config::limit> limits, const limited_request& req) {
         for (const auto& l : limits) {
-            for (const auto& part : l.key) {
-                if (part.what == config::key_part::kind::json) {
-                    add(part.json);
-                }
-            }
-            if (l.cost && l.cost->request.what == config::cost_source::kind::json) {
-                add(l.cost->request.json);
-            }
+            for_each_request_json_path(l, [this](const json_path& p) { add(p); });
         }
         values_.resize(paths_.size());
         if (!paths_.empty() && req.body_complete) {
@@ -153,11 +159,9 @@ reservation_of(const config::cost_block& block, const Lookup& headers, const req
 /// What a limit reads of the request's JSON body, if anything: its `cost.max-body`, or the
 /// default when only a key part does.
 std::uint64_t json_body_bytes(const config::limit& l) noexcept {
-    const bool reserves = l.cost && l.cost->request.what == config::cost_source::kind::json;
-    const bool keyed = std::any_of(l.key.begin(), l.key.end(), [](const config::key_part& p) {
-        return p.what == config::key_part::kind::json;
-    });
-    if (!reserves && !keyed) {
+    bool reads = false;
+    for_each_request_json_path(l, [&reads](const json_path&) { reads = true; });
+    if (!reads) {
         return 0;
     }
     return l.cost ? l.cost->max_body : config::default_json_body_bytes;

@@ -144,17 +144,17 @@ void response_figures::end_event() {
         kept_.pop_back(); // the '\n' after the last data line
         // `data: [DONE]` and other events that are not JSON carry nothing.
         if (find_json_fields(kept_, paths_, values_)) {
-            take_values(true);
+            take_values();
         }
     }
     kept_.clear();
     overflow_ = false;
 }
 
-void response_figures::take_values(bool only_present) {
+void response_figures::take_values() {
     for (std::size_t p = 0; p < paths_.size(); ++p) {
         const auto& v = values_[p];
-        if (only_present && v.what == json_scalar::kind::absent) {
+        if (v.what == json_scalar::kind::absent) {
             continue;
         }
         figures_[p] =
@@ -168,7 +168,7 @@ std::optional<std::string> response_figures::figure(std::size_t i) {
         // An event the stream did not end with a blank line was never dispatched: a stream cut
         // short in its last event has no figure from it.
         if (mode_ == mode::document && !overflow_ && find_json_fields(kept_, paths_, values_)) {
-            take_values(false);
+            take_values();
         }
         kept_.clear();
         kept_.shrink_to_fit();

@@ -56,9 +56,9 @@ private:
 
     void end_line();
     void end_event();
-    /// Records what `values_` hold for each path, where a path was there (events: the last
-    /// event carrying it counts).
-    void take_values(bool only_present);
+    /// Records what `values_` hold for each path that was there (so that, in a stream, the last
+    /// event carrying a path counts).
+    void take_values();
 
     mode mode_ = mode::none;
     std::uint64_t max_bytes_;

@@ -372,9 +372,6 @@ awaitable<ending> handle_request(connection_state& c, request_state& r) {
             auto e = co_await answer(c, r, *early->reply, early->must_close);
             co_return e;
         }
-        if (r.body_ahead.empty() && r.parser.is_done()) {
-            r.body_read_ahead = false; // nothing came: forwarded as the bodyless request it is
-        }
     }
     if (!r.limiter.try_now(c.w, *r.cfg, r.limited(c.peer))) {
         r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));

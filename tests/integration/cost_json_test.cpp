@@ -228,6 +228,10 @@ TEST_P(CostJsonTest, BrokenOrOversizedBodiesReserveTheDefaultAndPassIntact) {
     chunked.send_raw(format_request("POST", "/small/a", {{"Transfer-Encoding", "chunked"}}) +
                      chunk_encode(R"({"max_tokens":9})", 4));
     expect_reserved(chunked.read_response(), 9, "chunked");
+    // A chunked body with no chunk at all: read ahead as empty, forwarded as an empty body.
+    chunked.send_raw(format_request("POST", "/small/a", {{"Transfer-Encoding", "chunked"}}) +
+                     "0\r\n\r\n");
+    expect_reserved(chunked.read_response(), 5, "empty chunked");
     ASSERT_TRUE(upstream_.wait_for_count(forwarded, 2s));
     const auto seen = upstream_.requests();
     bool big_seen = false;
@@ -238,7 +242,10 @@ TEST_P(CostJsonTest, BrokenOrOversizedBodiesReserveTheDefaultAndPassIntact) {
         }
     }
     EXPECT_TRUE(big_seen) << "the body over max-body did not reach the upstream whole";
-    EXPECT_EQ(seen.back().body_prefix, R"({"max_tokens":9})") << "the chunked body, re-chunked";
+    ASSERT_GE(seen.size(), 2u);
+    EXPECT_EQ(seen[seen.size() - 2].body_prefix, R"({"max_tokens":9})")
+        << "the chunked body, re-chunked";
+    EXPECT_EQ(seen.back().body_size, 0u) << "the empty chunked body";
 }
 
 // A body read ahead is bounded as a forwarded one: past server.max-body-size it gets 413, its
