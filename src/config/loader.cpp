@@ -3,7 +3,9 @@
 
 #include "loader_detail.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -175,14 +177,129 @@ void read_password_file(mapping& m, std::string& password, std::string& path) {
     password = std::move(content);
 }
 
+/**
+ * A list of Redis nodes at `name`, each `host[:port]` (`default_port` when left out), none
+ * twice. Each problem is reported at its element's line, keyed `name[i]`.
+ */
+std::vector<endpoint_address>
+read_nodes(mapping& m, std::string_view name, std::uint16_t default_port) {
+    const auto example = default_port == 6379 ? "[10.0.0.5:6379]" : "[10.0.0.7:26379]";
+    if (const auto node = m.get(name);
+        node.IsDefined() && (node.IsNull() || (node.IsSequence() && node.size() == 0))) {
+        m.error(name, std::string("must list at least one node, e.g. ") + example);
+        return {};
+    }
+    const auto items = m.read_list(name, "a list of host:port addresses");
+    std::vector<endpoint_address> out;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        const auto path = m.path_of(name) + "[" + std::to_string(i) + "]";
+        if (!items[i].IsScalar()) {
+            m.report().add(items[i].Mark(), path, detail::must_be("host[:port]", items[i]));
+            continue;
+        }
+        const auto& text = items[i].Scalar();
+        auto parsed = detail::parse_node_address(text, default_port);
+        if (!parsed.value) {
+            m.report().add(items[i].Mark(),
+                           path,
+                           detail::quoted(text) + " is not host[:port]: " + parsed.error);
+            continue;
+        }
+        auto address = *parsed.value;
+        // Host names compare without case, as DNS does: "Redis-1" and "redis-1" are one node.
+        std::transform(address.host.begin(),
+                       address.host.end(),
+                       address.host.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (std::find(out.begin(), out.end(), address) != out.end()) {
+            m.report().add(items[i].Mark(), path, format_address(address) + " is listed twice");
+            continue;
+        }
+        out.push_back(std::move(address));
+    }
+    return out;
+}
+
+void read_sentinel(mapping& redis, sentinel_settings& out) {
+    auto m = section(redis, "sentinel");
+    if (!m.has("master")) {
+        m.require("master", "the name the Sentinels monitor, e.g. master: sluice");
+    } else if (m.read("master", out.master, true) &&
+               (out.master.empty() || out.master.find_first_of(" \t\r\n") != std::string::npos)) {
+        m.error("master", "must not be empty or hold spaces");
+    }
+    if (!m.has("nodes")) {
+        m.require("nodes", "e.g. nodes: [10.0.0.7:26379]");
+    } else {
+        out.nodes = read_nodes(m, "nodes", 26379);
+    }
+    m.read("password", out.password, true);
+    m.finish();
+}
+
+/**
+ * Exactly one of `host`, `cluster` and `sentinel` says where Redis is; none written means
+ * `host`'s default. The keys that belong to one of them are refused beside another.
+ */
+void read_redis_topology(mapping& m, redis_settings& out) {
+    struct choice {
+        const char* key;
+        redis_topology topology;
+    };
+
+    const std::array<choice, 3> choices{{{"host", redis_topology::single},
+                                         {"cluster", redis_topology::cluster},
+                                         {"sentinel", redis_topology::sentinel}}};
+    const choice* chosen = nullptr;
+    for (const auto& c : choices) {
+        if (!m.has(c.key)) {
+            continue;
+        }
+        if (chosen != nullptr) {
+            m.error(c.key,
+                    std::string("only one of host, cluster and sentinel may be set (") +
+                        chosen->key + " is set at line " +
+                        std::to_string(detail::line_of(m.key_mark_of(chosen->key))) + ")");
+            continue;
+        }
+        chosen = &c;
+    }
+    if (chosen != nullptr) {
+        out.topology = chosen->topology;
+        out.line = detail::line_of(m.key_mark_of(chosen->key));
+    }
+    switch (out.topology) {
+    case redis_topology::single:
+        m.read("host", out.host, false);
+        m.read_int("port", out.port, 1, 65535);
+        break;
+    case redis_topology::cluster:
+        out.cluster = read_nodes(m, "cluster", 6379);
+        break;
+    case redis_topology::sentinel:
+        read_sentinel(m, out.sentinel);
+        break;
+    }
+    if (out.topology != redis_topology::single && m.has("port")) {
+        m.error("port", "belongs to host; write each node's port in its address");
+    }
+    if (m.read_enum<hash_tag_mode>(
+            "hash-tag", out.hash_tag, {{"none", hash_tag_mode::none}, {"ip", hash_tag_mode::ip}}) &&
+        out.topology != redis_topology::cluster) {
+        m.error("hash-tag", "applies only with cluster");
+    }
+}
+
 void read_redis(mapping& parent, redis_settings& out) {
     auto m = section(parent, "redis");
-    m.read("host", out.host, false);
-    m.read_int("port", out.port, 1, 65535);
+    read_redis_topology(m, out);
     m.read("username", out.username, true);
     m.read("password", out.password, true);
     read_password_file(m, out.password, out.password_file);
-    m.read_int("db", out.db, 0, std::numeric_limits<int>::max());
+    if (m.read_int("db", out.db, 0, std::numeric_limits<int>::max()) && out.db != 0 &&
+        out.topology == redis_topology::cluster) {
+        m.error("db", "Redis Cluster has only database 0");
+    }
     m.read_duration("ttl", out.ttl, false);
     m.read_duration("timeout", out.timeout, false);
     m.read_duration("connect-timeout", out.connect_timeout, false);

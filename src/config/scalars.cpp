@@ -131,6 +131,9 @@ parsed<endpoint_address> parse_authority(std::string_view text,
         out.port = *default_port;
         return {out, {}};
     }
+    if (port_text.empty()) {
+        return result::fail("the port is missing after ':'");
+    }
     const auto port = parse_int(port_text);
     if (!port || *port < min_port || *port > 65535) {
         return result::fail("the port must be a number between " + std::to_string(min_port) +
@@ -346,6 +349,14 @@ parsed<endpoint_address> parse_listen(std::string_view text) {
         return parse_authority(any, std::nullopt, 0);
     }
     return parse_authority(text, std::nullopt, 0);
+}
+
+parsed<endpoint_address> parse_node_address(std::string_view text, std::uint16_t default_port) {
+    if (text.starts_with('/')) {
+        return parsed<endpoint_address>::fail(
+            "a unix socket is not allowed here: the nodes are reached over TCP");
+    }
+    return parse_authority(text, default_port, 1);
 }
 
 parsed<endpoint_address> parse_upstream_url(std::string_view text) {

@@ -67,6 +67,10 @@ std::string quoted(std::string_view text);
 /// port".
 parsed<endpoint_address> parse_listen(std::string_view text);
 
+/// A Redis node: "host", "host:port", "[v6]" or "[v6]:port", port 1..65535, `default_port` when
+/// left out. A unix socket path is refused: Cluster announces TCP addresses, Sentinel gives one.
+parsed<endpoint_address> parse_node_address(std::string_view text, std::uint16_t default_port);
+
 /// The upstream URL: http://host[:port] with an empty or "/" path. Fills host and port (default
 /// 80).
 parsed<endpoint_address> parse_upstream_url(std::string_view text);

@@ -153,6 +153,64 @@ TEST(CheckConfig, CostMistakesNameTheKeyAndLine) {
     });
 }
 
+// rate-limit.redis's topologies (issue 16): --check-config refuses two at once, an empty node
+// list and a malformed address; a valid Cluster or Sentinel file passes it, but sluice refuses
+// to start with one until the store routes over it, naming the key and its line.
+TEST(CheckConfig, RedisTopologyMistakesNameTheKeyAndLine) {
+    temp_dir dir;
+    const std::string head = "upstream:\n  url: http://127.0.0.1:9\nrate-limit:\n  store: redis\n"
+                             "  redis:\n";
+
+    const struct {
+        std::string lines;
+        std::string key;
+        std::string needle; // the offending line
+        std::string words;
+    } mistakes[] = {
+        {"    host: 10.0.0.1\n    cluster: [10.0.0.5:6379]\n",
+         "rate-limit.redis.cluster",
+         "cluster:",
+         "only one of host, cluster and sentinel"},
+        {"    cluster: []\n", "rate-limit.redis.cluster", "cluster:", "at least one node"},
+        {"    cluster:\n      - 10.0.0.5\n      - \"10.0.0.6:\"\n",
+         "rate-limit.redis.cluster[1]",
+         "10.0.0.6:",
+         "the port is missing"},
+        {"    sentinel:\n      master: sluice\n      nodes: []\n",
+         "rate-limit.redis.sentinel.nodes",
+         "nodes:",
+         "at least one node"},
+    };
+
+    for (const auto& m : mistakes) {
+        SCOPED_TRACE(m.lines);
+        const std::string yaml = head + m.lines;
+        const command_result result = check_config(dir, yaml);
+        ASSERT_FALSE(result.timed_out);
+        ASSERT_TRUE(result.exit_code) << "killed by a signal: " << result.status;
+        EXPECT_NE(*result.exit_code, 0) << result.output;
+        EXPECT_TRUE(names_key_at_line(result.output, m.key, line_of(yaml, m.needle)))
+            << result.output;
+        EXPECT_NE(result.output.find(m.words), std::string::npos) << result.output;
+    }
+
+    for (const std::string topology :
+         {"    cluster: [127.0.0.1:9]\n", "    sentinel: { master: m, nodes: [127.0.0.1:9] }\n"}) {
+        SCOPED_TRACE(topology);
+        const std::string yaml = head + topology;
+        const std::string path = dir.write_file("topology.yaml", yaml);
+        const auto checked =
+            run_command(sluice_binary(), {"--check-config", "--config", path}, 10s);
+        ASSERT_FALSE(checked.timed_out);
+        EXPECT_EQ(checked.exit_code, 0) << checked.output;
+        const auto started = run_command(sluice_binary(), {"--config", path}, 10s);
+        ASSERT_FALSE(started.timed_out) << "sluice must refuse to start, not serve";
+        EXPECT_EQ(started.exit_code, 1) << started.output;
+        EXPECT_TRUE(names_key_at_line(started.output, "rate-limit.redis.", 6)) << started.output;
+        EXPECT_NE(started.output.find("not supported yet"), std::string::npos) << started.output;
+    }
+}
+
 TEST(CheckConfig, UnknownKeyExitsNonZeroNamingKeyAndLine) {
     temp_dir dir;
     std::string yaml = valid_config().yaml();

@@ -142,9 +142,55 @@ struct rule {
     int line = 0;
 };
 
+struct endpoint_address {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+
+    bool operator==(const endpoint_address&) const = default;
+};
+
+/// "10.0.0.5:6379", "[::1]:6379": an address as an operator writes it, for messages.
+inline std::string format_address(const endpoint_address& a) {
+    const auto port = std::to_string(a.port);
+    return a.host.find(':') == std::string::npos ? a.host + ":" + port : "[" + a.host + "]:" + port;
+}
+
+/// How sluice reaches Redis: one server (`host`), a Redis Cluster, or a primary found through
+/// Redis Sentinel. See docs/redis-cluster.md.
+enum class redis_topology {
+    single,
+    cluster,
+    sentinel,
+};
+
+/// `rate-limit.redis.hash-tag` (Cluster only).
+enum class hash_tag_mode {
+    /// Keys as the page writes them: a client's limits may live on different slots.
+    none,
+    /// The client part of a key is a hash tag, `rate-limit:{203.0.113.7}:/v1/infer`.
+    ip,
+};
+
+struct sentinel_settings {
+    /// The name the Sentinels monitor (`sentinel monitor <name> ...`).
+    std::string master;
+    /// Asked in order; port 26379 when the address leaves it out.
+    std::vector<endpoint_address> nodes;
+    /// For the Sentinels themselves; `redis_settings::password` is the data nodes'.
+    std::string password;
+
+    bool operator==(const sentinel_settings&) const = default;
+};
+
 struct redis_settings {
+    redis_topology topology = redis_topology::single;
     std::string host = "127.0.0.1"; // or a unix socket path (starts with '/')
     std::uint16_t port = 6379;
+    /// topology::cluster: the seed nodes (port 6379 when left out); the rest is discovered.
+    std::vector<endpoint_address> cluster;
+    hash_tag_mode hash_tag = hash_tag_mode::none;
+    /// topology::sentinel.
+    sentinel_settings sentinel;
     std::string username;
     std::string password;
     /// Where `password` was read from (rate-limit.redis.password-file); empty when written in the
@@ -155,6 +201,9 @@ struct redis_settings {
     milliseconds timeout{50};
     milliseconds connect_timeout{1'000};
     failure_mode on_failure = failure_mode::open;
+    /// 1-based line of the key that chose the topology (host, cluster or sentinel); 0 when none
+    /// is written.
+    int line = 0;
 };
 
 struct memory_settings {
@@ -175,11 +224,6 @@ struct rate_limit_settings {
     bool x_ratelimit_headers = false;
     /// IPv6 clients are grouped by this prefix length in keys.
     int ipv6_prefix = 64;
-};
-
-struct endpoint_address {
-    std::string host = "127.0.0.1";
-    std::uint16_t port = 0;
 };
 
 struct server_settings {
