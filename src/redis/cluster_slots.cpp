@@ -22,6 +22,21 @@ constexpr std::array<std::uint16_t, 256> crc16_table() noexcept {
 
 constexpr auto table = crc16_table();
 
+/// 1 to 5 decimal digits, nothing else: a slot or a port.
+std::optional<std::uint32_t> read_decimal(std::string_view text) noexcept {
+    if (text.empty() || text.size() > 5) {
+        return std::nullopt;
+    }
+    std::uint32_t value = 0;
+    for (const char c : text) {
+        if (c < '0' || c > '9') {
+            return std::nullopt;
+        }
+        value = value * 10 + static_cast<std::uint32_t>(c - '0');
+    }
+    return value;
+}
+
 // A node entry [host, port, id?, ...]; nullopt with `error` set when it is not one.
 std::optional<cluster_node>
 read_node(const reply& r, std::string_view asked_host, bool primary, std::string& error) {
@@ -139,6 +154,39 @@ slot_map_result parse_cluster_slots(const reply& r, std::string_view asked_host)
     }
     result.map = std::move(map);
     return result;
+}
+
+std::optional<redirection> parse_redirection(std::string_view error, std::string_view asked_host) {
+    if (error.starts_with("TRYAGAIN")) {
+        return redirection{redirection::kind::tryagain, 0, {}, 0};
+    }
+    redirection out;
+    if (error.starts_with("MOVED ")) {
+        out.type = redirection::kind::moved;
+        error.remove_prefix(6);
+    } else if (error.starts_with("ASK ")) {
+        out.type = redirection::kind::ask;
+        error.remove_prefix(4);
+    } else {
+        return std::nullopt;
+    }
+    const auto space = error.find(' ');
+    const auto slot =
+        space == std::string_view::npos ? std::nullopt : read_decimal(error.substr(0, space));
+    if (!slot || *slot >= cluster_slots) {
+        return std::nullopt;
+    }
+    const auto address = error.substr(space + 1);
+    const auto colon = address.rfind(':');
+    const auto port =
+        colon == std::string_view::npos ? std::nullopt : read_decimal(address.substr(colon + 1));
+    if (!port || *port == 0 || *port > 65535 || address.find(' ') != std::string_view::npos) {
+        return std::nullopt;
+    }
+    out.slot = static_cast<std::uint16_t>(*slot);
+    out.host = std::string(colon == 0 ? asked_host : address.substr(0, colon));
+    out.port = static_cast<std::uint16_t>(*port);
+    return out;
 }
 
 } // namespace sluice::redis

@@ -25,6 +25,7 @@ sluice_embed_lua(slots_script slots.lua _sluice_slots_cpp)
 list(APPEND SLUICE_NET_SOURCES
   src/redis/asio_adapter.cpp
   src/redis/client.cpp
+  src/redis/cluster_client.cpp
   src/redis/cluster_slots.cpp
   src/redis/reply.cpp
   ${_sluice_limits_cpp}

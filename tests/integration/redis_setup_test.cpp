@@ -109,7 +109,7 @@ protected:
 TEST_F(RedisStoreTestSetUp, WrongPasswordIsReportedOnceAndRetriedOnTheBackoff) {
     const std::string right = "the-right-password";
     const std::string wrong = "wrong-password-x7q";
-    redis_server redis({.requirepass = right, .unix_socket = false});
+    redis_server redis({.requirepass = right});
     sluice_process sluice(
         refused_yaml(upstream_.url(), redis.port(), fmt::format("    password: {}\n", wrong)));
     const std::string line = "redis: authentication failed for user default";

@@ -92,6 +92,7 @@ redis_server::redis_server(options opts)
     // A port found free may be taken before redis binds it: try a few.
     for (int attempt = 0; attempt < 5; ++attempt) {
         port_ = free_port();
+        cluster_port_ = opts_.cluster_enabled ? free_port() : 0;
         start(10s);
         if (running()) {
             return;
@@ -145,8 +146,9 @@ void redis_server::start(std::chrono::milliseconds limit) {
                      "--cluster-config-file",
                      dir_.file("nodes.conf"),
                      "--cluster-port",
-                     std::to_string(free_port())});
+                     std::to_string(cluster_port_)});
     }
+    args.insert(args.end(), opts_.extra_args.begin(), opts_.extra_args.end());
     std::vector<char*> argv;
     for (auto& a : args) {
         argv.push_back(a.data());

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <sys/types.h>
+#include <vector>
 
 namespace sluice::test {
 
@@ -25,6 +26,8 @@ public:
         /// A node of a Redis Cluster (`--cluster-enabled yes`, its bus on a free port of its
         /// own), with no slots assigned: it answers CLUSTER KEYSLOT and the like.
         bool cluster_enabled = false;
+        /// More arguments, e.g. {"--cluster-node-timeout", "1000"}.
+        std::vector<std::string> extra_args{};
     };
 
     /// True when `redis-server` can be found on PATH; tests skip themselves otherwise.
@@ -48,6 +51,13 @@ public:
     const std::string& host() const { return host_; }
 
     std::uint16_t port() const { return port_; }
+
+    /// The cluster bus port; 0 unless `options::cluster_enabled`. Kept across restarts, as the
+    /// node's identity (its nodes.conf) is.
+    std::uint16_t cluster_port() const { return cluster_port_; }
+
+    /// The server's log file, for failure messages.
+    std::string log_file() const { return dir_.file("redis.log"); }
 
     /// The unix socket's path; empty unless `options::unix_socket`.
     const std::string& unix_socket() const { return unix_socket_; }
@@ -77,6 +87,7 @@ private:
     temp_dir dir_;
     std::string host_ = "127.0.0.1";
     std::uint16_t port_ = 0;
+    std::uint16_t cluster_port_ = 0;
     std::string unix_socket_;
     pid_t pid_ = -1;
     bool paused_ = false;

@@ -78,4 +78,26 @@ struct slot_map_result {
  */
 slot_map_result parse_cluster_slots(const reply& r, std::string_view asked_host);
 
+/// An error reply that sends a command elsewhere or again.
+struct redirection {
+    enum class kind {
+        moved,    // "MOVED <slot> <host>:<port>": the slot lives there now
+        ask,      // "ASK <slot> <host>:<port>": migrating; ASKING, then there, once
+        tryagain, // "TRYAGAIN ...": the keys are split by a migration; again, shortly
+    };
+
+    kind type = kind::moved;
+    std::uint16_t slot = 0;
+    std::string host; // moved and ask only
+    std::uint16_t port = 0;
+};
+
+/**
+ * Reads an error reply's text as a redirection; nullopt for any other error, and for a MOVED or
+ * ASK whose slot (0..16383) or address (`host:port`, port 1..65535; an IPv6 host unbracketed,
+ * as Redis writes it) does not read. An empty host (a node that does not know its own address)
+ * is `asked_host`.
+ */
+std::optional<redirection> parse_redirection(std::string_view error, std::string_view asked_host);
+
 } // namespace sluice::redis

@@ -154,5 +154,46 @@ TEST(ClusterSlots, MalformedRepliesAreRefusedNamingTheFault) {
     EXPECT_TRUE(parse_cluster_slots(array({range(0, 10, {node("h", 1), node("?", 2)})}), "a").map);
 }
 
+TEST(ClusterSlots, RedirectionsReadAsRedisWritesThem) {
+    const auto moved = parse_redirection("MOVED 3999 127.0.0.1:6381", "asked");
+    ASSERT_TRUE(moved);
+    EXPECT_EQ(moved->type, redirection::kind::moved);
+    EXPECT_EQ(moved->slot, 3999);
+    EXPECT_EQ(moved->host, "127.0.0.1");
+    EXPECT_EQ(moved->port, 6381);
+
+    const auto ask = parse_redirection("ASK 16383 ::1:7000", "asked");
+    ASSERT_TRUE(ask);
+    EXPECT_EQ(ask->type, redirection::kind::ask);
+    EXPECT_EQ(ask->slot, 16383);
+    EXPECT_EQ(ask->host, "::1");
+    EXPECT_EQ(ask->port, 7000);
+
+    // A node that does not know its own address announces none: it is the one asked.
+    const auto unnamed = parse_redirection("MOVED 0 :7002", "10.0.0.5");
+    ASSERT_TRUE(unnamed);
+    EXPECT_EQ(unnamed->host, "10.0.0.5");
+
+    const auto again =
+        parse_redirection("TRYAGAIN Multiple keys request during rehashing of slot", "asked");
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->type, redirection::kind::tryagain);
+
+    for (const std::string_view other : {"ERR unknown command",
+                                         "MOVED",
+                                         "MOVED 16384 h:1",
+                                         "MOVED -1 h:1",
+                                         "MOVED 12 h",
+                                         "MOVED 12 h:0",
+                                         "MOVED 12 h:65536",
+                                         "MOVED 12 h:7000 extra",
+                                         "ASK x h:1",
+                                         "MOVED  h:1",
+                                         "CLUSTERDOWN The cluster is down",
+                                         "NOSCRIPT No matching script"}) {
+        EXPECT_FALSE(parse_redirection(other, "asked")) << other;
+    }
+}
+
 } // namespace
 } // namespace sluice::redis
