@@ -456,6 +456,28 @@ TEST_F(RedisGiveBack, ASlidingEntryGivesBackNoMoreThanItWeighs) {
     EXPECT_EQ(decide("weighs", l, t0 + 40).remaining, 6);
 }
 
+TEST_F(RedisGiveBack, AKeyHoldingAnotherAlgorithmsStateGivesBackNothing) {
+    // A reload changed the limit between the charge and its give-back: the key's state is
+    // another algorithm's, which counts as none, and stays as it is.
+    const auto fixed = windowed(config::algorithm::fixed_window, 10, 60'000ms);
+    const auto sliding = windowed(config::algorithm::sliding_window, 10, 1000ms);
+    const auto tokens = bucket(config::algorithm::token_bucket, 10, 1);
+    const auto on_hash = tentative(checks{check{"other:hash", &sliding, 2}}, t0);
+    const auto on_log = tentative(checks{check{"other:log", &fixed, 2}}, t0);
+    ASSERT_EQ(on_hash.give_backs.size(), 1u);
+    ASSERT_EQ(on_log.give_backs.size(), 1u);
+    command({"DEL", "other:hash", "other:log"});
+    ASSERT_TRUE(decide("other:hash", fixed, t0, 3).allowed);
+    ASSERT_TRUE(decide("other:log", sliding, t0, 3).allowed);
+    const auto hash = hgetall("other:hash");
+    const auto log = zrange("other:log");
+    std::vector<give_back_entry> charges{on_hash.give_backs[0], on_log.give_backs[0]};
+    charges.push_back({"other:hash", &tokens, 2, {}});
+    give_back(charges, t0 + 1);
+    EXPECT_EQ(hgetall("other:hash"), hash);
+    EXPECT_EQ(zrange("other:log"), log);
+}
+
 //------------------------------------------------------------------------------
 // The wire: tentative groups, their tokens and the entries parsed from them
 
