@@ -19,17 +19,25 @@
 --   max_delay  ms, or -1 for none (LEAKY_BUCKET only)
 --   dry_run    1: decided and reported, but never blocks the request
 -- then one argument, the groups, packed, every number a 32-bit little-endian unsigned integer:
---   a request:    n (1 .. 2^31 - 1), its number of keys, then per key an entry;
---   settlements:  2^31 + n, then n entries, each settling a reservation (see SETTLEMENTS below);
+--   a request:    n (1 .. 2^30 - 1), its number of keys, then per key an entry;
+--   a tentative request: 2^30 + n (n as above), then per key an entry: decided and charged as a
+--                 request is, and replying two more fields per key (see GIVE-BACKS below);
+--   settlements:  2^31 + n (0 .. 2^30 - 1), then n entries, each settling a reservation (see
+--                 SETTLEMENTS below);
+--   give-backs:   2^31 + 2^30 + n (0 .. 2^30 - 1), then n entries, each followed by a token
+--                 (see GIVE-BACKS below);
 -- an entry: the key's number in KEYS, then a word w whose low 30 bits are its limit's
 -- definition number (1..L); when w has bit 31 set, an amount follows as two numbers (its low
 -- and high 32 bits, at most 2^53), negative when w also has bit 30 set. A request's key costs
 -- the amount (1 .. 2^53) or, without one, 1: the common cost of 1 costs no byte more. A
--- settlement's entry always carries its amount, the delta (actual - reserved).
--- Then the lease prefix, unique to this call: the i-th request of the batch (settlements do not
--- count) takes its CONCURRENCY slots under the member <prefix><i>. (Packed rather than one
--- argument per number, and with each key once: a batch is mostly one client's burst on one key,
--- and every argument costs Redis an object and a Lua string, and the client its formatting.)
+-- settlement's entry always carries its amount, the delta (actual - reserved); a give-back's
+-- entry carries the amount charged (1 .. 2^53; without one, 1), then its token: t1 and t2, each
+-- a signed 64-bit integer as two numbers (low and high 32 bits, two's complement, |t| <= 2^53).
+-- Then the lease prefix, unique to this call: the i-th request of the batch (tentative ones
+-- included; settlements and give-backs do not count) takes its CONCURRENCY slots under the
+-- member <prefix><i>. (Packed rather than one argument per number, and with each key once: a
+-- batch is mostly one client's burst on one key, and every argument costs Redis an object and a
+-- Lua string, and the client its formatting.)
 --
 -- SETTLEMENTS (issue 15: cost-weighted limits). A request reserves its cost; once its real cost
 -- is known, src/store/redis_store.cpp sends the settlements of one event-loop turn in one call
@@ -42,11 +50,34 @@
 -- ignores settlements. A bucket's settled state expires no sooner than its queue drains (the ttl
 -- or longer), so that a debt is never forgotten before it is paid. Settlements reply nothing.
 --
+-- GIVE-BACKS (issue 16: all-or-none across Redis Cluster slots, docs/redis-cluster.md). A
+-- request whose keys live on several slots is sent as one tentative request per slot; when one
+-- part refuses, the parts that admitted are given back, each on its key's own primary and clock.
+-- A tentative request's reply carries, per key, its give-back token (t1, t2): FIXED_WINDOW the
+-- start of the window charged; SLIDING_WINDOW the running total of the entry logged and its
+-- time (the member's number and score); zeros for the buckets, for CONCURRENCY, and for a key
+-- the request did not charge (refused, or not the last of its request's limits on that key).
+-- A give-back entry, with the amount charged and that token, undoes the charge:
+--   TOKEN_BUCKET, LEAKY_BUCKET  the settlement of delta -amount: refill (leak) to now, then
+--                   tokens += amount, at most capacity (queue_size -= amount, at least 0)
+--   FIXED_WINDOW    count -= amount (at least 0) when the window current now starts at t1;
+--                   otherwise nothing (the charge ended with its window)
+--   SLIDING_WINDOW  when the log brought to now holds the member of total t1 at score t2 and t1
+--                   is above the floor's base: the member goes and the totals of the entries
+--                   after it are lowered by the amount (at their own times; at most by the
+--                   entry's own weight), which leaves the log that never held the request;
+--                   otherwise nothing (it left the window, a refund took it, or the log was
+--                   cleared or renumbered)
+--   CONCURRENCY     nothing here: the slot is given back as any slot is, by src/redis/slots.lua
+--                   release of <prefix><i>, which announces it (this script knows no channel)
+-- A key without the algorithm's state gives back nothing. Give-backs reply nothing.
+--
 -- Returns one string: per key of every request, in request order, six signed 64-bit
 -- little-endian integers: allowed (0/1), remaining, reset_ms, retry_after_ms, delay_ms, level,
 -- where level is the state's count after this request (queue_size, tokens, the window's count
--- or the log's weight) as it is stored if committed. (One string rather than an array of
--- integers: an array costs the client an object per integer.)
+-- or the log's weight) as it is stored if committed; a tentative request's keys have eight,
+-- those six and then its token, t1 and t2. (One string rather than an array of integers: an
+-- array costs the client an object per integer.)
 --
 -- Data layout, one Redis key per limit key (numbers are stored with %.17g, which round-trips a
 -- double exactly and prints whole numbers without a fraction):
@@ -89,7 +120,9 @@ local SHAPE = 0
 local GROUP = 6
 -- src/limiter/cost.hpp: amounts stay within 2^53, where doubles hold every integer exactly.
 local MAX_AMOUNT = 9007199254740992
-local AMOUNT_FOLLOWS, NEGATIVE, SETTLEMENTS = 2147483648, 1073741824, 2147483648
+local AMOUNT_FOLLOWS, NEGATIVE = 2147483648, 1073741824
+-- The groups' count words: a request's is its number of keys.
+local TENTATIVE, SETTLEMENTS, GIVE_BACKS = 1073741824, 2147483648, 3221225472
 -- How many window lengths a window's key outlives its window (see the data layout above).
 local WINDOW_GRACE = 1
 
@@ -192,7 +225,11 @@ end
 --   decide(key, p, now) -> allowed, remaining, reset, retry_after, delay, level, w1, w2
 --     the decision (the reply's six fields) and what `write` needs (w1, w2), without writing;
 --   write(key, p, ttl, now, allowed, reset, level, w1, w2)
---     which charges the request.
+--     which charges the request;
+-- and, where the algorithm has them,
+--   settle(key, p, ttl, now, delta)                  a settlement (see SETTLEMENTS);
+--   token(w1, w2) -> t1, t2                          the give-back token of a charge written;
+--   give_back(key, p, ttl, now, amount, t1, t2)     a give-back (see GIVE-BACKS).
 -- Plain values rather than a table per decision: a table per request was a measurable part of
 -- the script's time.
 
@@ -284,6 +321,14 @@ local function write_bucket(_, _, ttl, _, _, _, level, state, last)
   store_state(state, level, last, ttl)
 end
 
+-- A bucket's give-back is the settlement of -amount: refilling t - c then adding c back equals
+-- refilling t, the cap included.
+local function bucket_give_back(bucket)
+  return function(key, p, ttl, now, amount)
+    bucket.settle(key, p, ttl, now, -amount)
+  end
+end
+
 local leaky_bucket = { write = write_bucket }
 
 function leaky_bucket.decide(key, p, now, cost)
@@ -301,6 +346,8 @@ function leaky_bucket.settle(key, p, ttl, now, delta)
   local q, last, drained = leak_and_settle(c.a, c.b, p.p2, now, delta)
   store_state(c, q, last, max(ttl, drained))
 end
+
+leaky_bucket.give_back = bucket_give_back(leaky_bucket)
 
 local token_bucket = { write = write_bucket }
 
@@ -327,6 +374,8 @@ function token_bucket.settle(key, p, ttl, now, delta)
   local level, last, full = leak_and_settle(q, c.b, p.p2, now, delta)
   store_state(c, p.p1 - level, last, max(ttl, full))
 end
+
+token_bucket.give_back = bucket_give_back(token_bucket)
 
 ---------------------------------------------------------------------------------------------------
 -- FIXED_WINDOW: src/limiter/fixed_window.cpp. Windows are aligned to multiples of the window
@@ -383,6 +432,22 @@ function fixed_window.write(_, p, _, _, allowed, reset, level, state, start)
   if allowed == 1 then
     store_state(state, level, start, reset + WINDOW_GRACE * p.p2)
   end
+end
+
+function fixed_window.token(_, start)
+  return start, 0
+end
+
+function fixed_window.give_back(key, p, _, now, amount, start)
+  local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
+  if c.a == nil then
+    return -- no window at all: nothing to give back
+  end
+  local count, current, until_end = current_window(c, p.p2, now)
+  if current ~= start or c.b ~= start then
+    return -- the charge ended with its window
+  end
+  store_state(c, settle_level(count, -amount), start, until_end + WINDOW_GRACE * p.p2)
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -532,6 +597,49 @@ function sliding_window.write(key, p, _, _, _, reset, _, s, amount)
   sliding_write(key, p.p2, s, amount, reset)
 end
 
+-- The entry a charge logged: its total (the log's newest once written) and its time.
+function sliding_window.token(s)
+  return s.top, s.at
+end
+
+-- Removes the entry of total `total` logged at `at` and lowers the totals after it by its
+-- weight, as if it had never been logged: O(k log n) for the k entries logged after it (a
+-- give-back follows its charge by a round trip or two: k is that moment's traffic). Only an
+-- entry that still weighs (above base once what left the window is out) is given back. The
+-- floor and the expiry stay as the last write left them, which is what the log that never held
+-- the entry has once a request came after the charge; when none did, the log's clock stays at
+-- the charge's time, later than the other's, which only a reading from before it can tell.
+function sliding_window.give_back(key, p, _, now, amount, total, at)
+  release(key)
+  local s = sliding_read(key, p.p2, now)
+  if s.fresh or s.clear or total <= s.base then
+    return
+  end
+  local member = total_member(total)
+  local score = redis.call('ZSCORE', key, member)
+  if not score or tonumber(score) ~= at then
+    return -- not the entry charged: the log was cleared or renumbered since
+  end
+  local rank = redis.call('ZRANK', key, member)
+  -- The entry's weight is its total less the one before it (rank 0 is the floor); the amount
+  -- given back is at most that, so that the lowered totals stay above the earlier ones.
+  local weight = total
+  if rank > 1 then
+    weight = total - tonumber(redis.call('ZRANGE', key, rank - 1, rank - 1)[1])
+  end
+  if amount < weight then
+    weight = amount
+  end
+  local later = redis.call('ZRANGE', key, rank + 1, -1, 'WITHSCORES')
+  redis.call('ZREM', key, member)
+  for i = 1, #later, 2 do
+    redis.call('ZREM', key, later[i])
+  end
+  for i = 1, #later, 2 do
+    redis.call('ZADD', key, later[i + 1], total_member(tonumber(later[i]) - weight))
+  end
+end
+
 function sliding_window.settle(key, p, _, now, delta)
   release(key)
   local window = p.p2
@@ -596,9 +704,11 @@ local algorithms = {
   [CONCURRENCY] = concurrency,
 }
 
--- The reply: six packed integers per key (see the top), a string per key, joined at the end.
+-- The reply: six packed integers per key (see the top), eight for a tentative request's, a
+-- string per key, joined at the end.
 local pack, byte = struct.pack, string.byte
 local REPLY_FORMAT = '<i8i8i8i8i8i8'
+local TENTATIVE_FORMAT = '<i8i8i8i8i8i8i8i8'
 local out, out_n = {}, 0
 
 local function fail(message)
@@ -652,6 +762,15 @@ local function number_at(p)
 end
 local size = #requests
 
+-- The signed 64-bit number at `p` (low then high 32 bits, two's complement), exact within 2^53.
+local function signed_at(p)
+  local low, high = number_at(p), number_at(p + 4)
+  if high < NEGATIVE * 2 then
+    return low + high * 4294967296
+  end
+  return -((4294967295 - high) * 4294967296 + (4294967296 - low))
+end
+
 -- The entry at `p` in the packed groups: its key, its limit's definition, its amount (1 when
 -- none is given) and where the next entry starts; nil when malformed.
 local function entry_at(p)
@@ -682,11 +801,38 @@ local function entry_at(p)
   return key, definition, amount, next_p
 end
 
+-- The reply of one key of a tentative request: its decision and the token of what it charged
+-- (`charged`: written, and admitted), or zeros.
+local function tentative_reply(charged, algorithm, r1, r2, r3, r4, r5, r6, w1, w2)
+  local t1, t2 = 0, 0
+  if charged and r1 == 1 and algorithm.token ~= nil then
+    t1, t2 = algorithm.token(w1, w2)
+  end
+  return pack(TENTATIVE_FORMAT, r1, r2, r3, r4, r5, r6, t1, t2)
+end
+
 local p = 1
 while p <= size do
   local n = number_at(p)
   p = p + 4
-  if n >= SETTLEMENTS then
+  local tentative = n >= TENTATIVE and n < SETTLEMENTS
+  if tentative then
+    n = n - TENTATIVE
+  end
+  if n >= GIVE_BACKS then
+    -- Give-backs: each on its own, in order, replying nothing.
+    for _ = 1, n - GIVE_BACKS do
+      local key, d, amount, next_p = entry_at(p)
+      if key == nil or amount < 1 or next_p + 15 > size then
+        return fail('bad give-back at byte ' .. p)
+      end
+      local t1, t2 = signed_at(next_p), signed_at(next_p + 8)
+      if d.algorithm.give_back ~= nil then
+        d.algorithm.give_back(key, d, ttl, now, amount, t1, t2)
+      end
+      p = next_p + 16
+    end
+  elseif n >= SETTLEMENTS then
     -- Settlements: each on its own, in order, replying nothing.
     for _ = 1, n - SETTLEMENTS do
       local key, d, delta, next_p = entry_at(p)
@@ -715,7 +861,12 @@ while p <= size do
       algorithm.write(key, d, ttl, now, allowed, reset, level, w1, w2)
     end
     out_n = out_n + 1
-    out[out_n] = pack(REPLY_FORMAT, allowed, remaining, reset, retry_after, delay, level)
+    if tentative then
+      out[out_n] = tentative_reply(true, algorithm, allowed, remaining, reset, retry_after, delay,
+                                   level, w1, w2)
+    else
+      out[out_n] = pack(REPLY_FORMAT, allowed, remaining, reset, retry_after, delay, level)
+    end
   else
     request_number = request_number + 1
     -- Phase 1: decide every key of the request, write nothing. decided[i] holds the eight
@@ -748,7 +899,12 @@ while p <= size do
     for i = 1, n do
       local r = decided[i]
       out_n = out_n + 1
-      out[out_n] = pack(REPLY_FORMAT, r[1], r[2], r[3], r[4], r[5], r[6])
+      if tentative then
+        out[out_n] = tentative_reply(admit and last_of[keys[i]] == i, limits[i].algorithm, r[1],
+                                     r[2], r[3], r[4], r[5], r[6], r[7], r[8])
+      else
+        out[out_n] = pack(REPLY_FORMAT, r[1], r[2], r[3], r[4], r[5], r[6])
+      end
     end
   end
 end

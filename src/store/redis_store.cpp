@@ -30,10 +30,11 @@ using std::chrono::milliseconds;
 constexpr std::size_t definition_size = 6;
 
 // The script's reply per key: allowed, remaining, reset_ms, retry_after_ms, delay_ms, level,
-// each a signed 64-bit little-endian integer.
+// each a signed 64-bit little-endian integer; a tentative request's keys add their give-back
+// token, t1 and t2.
 constexpr std::size_t reply_fields = 6;
+constexpr std::size_t token_fields = 2;
 constexpr std::size_t field_bytes = 8;
-constexpr std::size_t reply_bytes_per_key = reply_fields * field_bytes;
 
 int algorithm_code(config::algorithm a) noexcept {
     switch (a) {
@@ -110,9 +111,9 @@ bool is_noscript(error_code ec, const redis::reply& r) {
     return ec == errc::bad_reply && r.str.starts_with("NOSCRIPT");
 }
 
-// Whether the script's reply is the packed fields of `keys` keys.
-bool well_formed(const redis::reply& r, std::size_t keys) {
-    return r.type == redis::reply::kind::string && r.str.size() == keys * reply_bytes_per_key;
+// Whether the script's reply is packed fields of `bytes` bytes in all.
+bool well_formed(const redis::reply& r, std::size_t bytes) {
+    return r.type == redis::reply::kind::string && r.str.size() == bytes;
 }
 
 // Whether a request of cost `cost` can never fit `l` (decision::never_fits): the script refuses
@@ -141,8 +142,11 @@ std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
     return static_cast<std::int64_t>(v);
 }
 
-// The decisions of one request, from the reply's fields starting at `field`.
-outcome decisions_at(std::string_view packed, std::size_t field, const checks& request_checks) {
+// The decisions of one request, from the reply's fields starting at `field`, `stride` per key.
+outcome decisions_at(std::string_view packed,
+                     std::size_t field,
+                     const checks& request_checks,
+                     std::size_t stride) {
     outcome out;
     for (const auto& c : request_checks) {
         limiter::decision d;
@@ -154,9 +158,48 @@ outcome decisions_at(std::string_view packed, std::size_t field, const checks& r
         d.delay = milliseconds{field_at(packed, field + 4)};
         d.never_fits = never_fits(*c.limit, c.cost);
         out.decisions.push_back(d);
-        field += reply_fields;
+        field += stride;
     }
     return out;
+}
+
+// Whether the script charged the request: every limit that is not dry-run admitted it.
+bool admitted(const checks& request_checks, const outcome& out) noexcept {
+    for (std::size_t i = 0; i < request_checks.size(); ++i) {
+        if (!out.decisions[i].allowed && !request_checks[i].limit->dry_run) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// What giving back a tentative request's charges takes, from its keys' tokens (each key's
+// fields start at `field`, `stride` apart): a limit is charged when the request is, it admitted,
+// and it is the last of the request's checks on its key (phase 2 of the script writes only
+// that one). CONCURRENCY slots are not entries: they are the outcome's `slots`.
+std::vector<give_back_entry> give_backs_at(std::string_view packed,
+                                           std::size_t field,
+                                           const checks& request_checks,
+                                           const outcome& out,
+                                           std::size_t stride) {
+    std::vector<give_back_entry> entries;
+    if (!admitted(request_checks, out)) {
+        return entries;
+    }
+    for (std::size_t i = 0; i < request_checks.size(); ++i, field += stride) {
+        const auto& c = request_checks[i];
+        const bool last = std::none_of(request_checks.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                       request_checks.end(),
+                                       [&](const check& later) { return later.key == c.key; });
+        if (out.decisions[i].allowed && last && c.limit->algo != config::algorithm::concurrency) {
+            entries.push_back({c.key,
+                               c.limit,
+                               limiter::clamp_cost(c.cost),
+                               {field_at(packed, field + reply_fields),
+                                field_at(packed, field + reply_fields + 1)}});
+        }
+    }
+    return entries;
 }
 
 // Writes a limit's definition: algorithm, p1, p2, mode, max_delay, dry_run.
@@ -184,7 +227,9 @@ void append_u32(Out& out, std::uint64_t v) {
 // The packed groups' flags (see the header of src/redis/limits.lua).
 constexpr std::uint64_t amount_follows = std::uint64_t{1} << 31;
 constexpr std::uint64_t negative_amount = std::uint64_t{1} << 30;
+constexpr std::uint64_t tentative_group = std::uint64_t{1} << 30;
 constexpr std::uint64_t settlements_group = std::uint64_t{1} << 31;
+constexpr std::uint64_t give_backs_group = settlements_group | tentative_group;
 
 // The bytes of one entry of the packed groups: a request's key of cost 1 costs no amount.
 constexpr std::size_t entry_bytes(bool with_amount) noexcept {
@@ -209,6 +254,19 @@ void append_entry(
     append_u32(out, magnitude >> 32);
 }
 
+// A give-back token's bytes in the packed groups: t1 and t2, 64 bits each.
+constexpr std::size_t token_bytes = token_fields * field_bytes;
+
+// Appends a give-back token: t1 and t2, each as 64 bits (two's complement) in two numbers.
+template <typename Out>
+void append_token(Out& out, const give_back_token& token) {
+    for (const std::int64_t t : {token.t1, token.t2}) {
+        const auto bits = static_cast<std::uint64_t>(t);
+        append_u32(out, bits & 0xffffffff);
+        append_u32(out, bits >> 32);
+    }
+}
+
 // A prefix no other store shares, in this process or another: 64 random bits. Built once per
 // store, at start-up.
 std::string make_lease_prefix() {
@@ -227,11 +285,14 @@ struct redis_store::batch {
     struct waiter {
         checks request_checks;
         net::any_completion_handler<void(outcome)> handler;
+        /// Set for a tentative request: receives its give-back entries before `handler` runs.
+        std::shared_ptr<std::vector<give_back_entry>> give_backs;
     };
 
     std::vector<waiter> waiters;
-    /// The checks of all waiters: the reply's entries, one per check (KEYS holds each key once).
-    std::size_t check_count = 0;
+    /// The reply's size in bytes: `reply_fields` per check of every waiter (KEYS holds each key
+    /// once, the reply each check), and `token_fields` more per check of a tentative request.
+    std::size_t reply_size = 0;
     /// The script call in RESP (see `format`).
     std::string command;
     std::chrono::steady_clock::time_point sent;
@@ -255,8 +316,10 @@ struct redis_store::batch {
         boost::container::small_vector<std::size_t, 16> key_hashes;
         boost::container::small_vector<std::pair<std::uint32_t, std::uint32_t>, 64> numbers;
         std::size_t packed_bytes = 0;
-        check_count = 0;
+        reply_size = 0;
         for (const auto& w : waiters) {
+            reply_size += w.request_checks.size() * field_bytes *
+                          (w.give_backs ? reply_fields + token_fields : reply_fields);
             for (const auto& c : w.request_checks) {
                 auto d = std::find(definitions.begin(), definitions.end(), c.limit);
                 if (d == definitions.end()) {
@@ -276,7 +339,6 @@ struct redis_store::batch {
                 numbers.emplace_back(static_cast<std::uint32_t>(k + 1),
                                      static_cast<std::uint32_t>(d - definitions.begin() + 1));
                 packed_bytes += entry_bytes(limiter::clamp_cost(c.cost) != 1);
-                ++check_count;
             }
         }
 
@@ -298,7 +360,7 @@ struct redis_store::batch {
         w.begin_arg(4 * waiters.size() + packed_bytes);
         std::size_t next = 0;
         for (const auto& wt : waiters) {
-            append_u32(w, wt.request_checks.size());
+            append_u32(w, (wt.give_backs ? tentative_group : 0) | wt.request_checks.size());
             for (std::size_t i = 0; i < wt.request_checks.size(); ++i, ++next) {
                 const auto cost = limiter::clamp_cost(wt.request_checks[i].cost);
                 append_entry(w, numbers[next].first, numbers[next].second, cost != 1, cost);
@@ -379,8 +441,24 @@ awaitable<outcome> redis_store::acquire(checks request_checks) {
         std::move(request_checks));
 }
 
+awaitable<redis_store::tentative_outcome>
+redis_store::acquire_tentative_for_test(checks request_checks) {
+    if (request_checks.empty()) {
+        co_return tentative_outcome{};
+    }
+    auto give_backs = std::make_shared<std::vector<give_back_entry>>();
+    auto initiate = [this, give_backs](auto handler, checks&& c) {
+        enqueue(std::move(c), std::move(handler), give_backs);
+    };
+    net::use_awaitable_t<io_executor> token;
+    auto decided = co_await net::async_initiate<net::use_awaitable_t<io_executor>, void(outcome)>(
+        std::move(initiate), token, std::move(request_checks));
+    co_return tentative_outcome{std::move(decided), std::move(*give_backs)};
+}
+
 void redis_store::enqueue(checks&& request_checks,
-                          net::any_completion_handler<void(outcome)> handler) {
+                          net::any_completion_handler<void(outcome)> handler,
+                          std::shared_ptr<std::vector<give_back_entry>> give_backs) {
     if (!open_) {
         // The flush runs after the handlers that are ready now: the requests they read join.
         open_ = std::make_shared<batch>();
@@ -390,7 +468,8 @@ void redis_store::enqueue(checks&& request_checks,
             }
         });
     }
-    open_->waiters.emplace_back(std::move(request_checks), std::move(handler));
+    open_->waiters.emplace_back(
+        std::move(request_checks), std::move(handler), std::move(give_backs));
     if (open_->waiters.size() >= max_batch) {
         flush();
     }
@@ -436,7 +515,7 @@ void redis_store::send(batch_ptr b) {
 }
 
 void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
-    if (!ec && !well_formed(r, b.check_count)) {
+    if (!ec && !well_formed(r, b.reply_size)) {
         ec = errc::bad_reply;
     }
     if (ec) {
@@ -467,19 +546,20 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
     std::size_t field = 0;
     std::size_t request_number = 0;
     for (auto& w : b.waiters) {
-        auto out = decisions_at(r.str, field, w.request_checks);
-        field += w.request_checks.size() * reply_fields;
+        const std::size_t stride = w.give_backs ? reply_fields + token_fields : reply_fields;
+        auto out = decisions_at(r.str, field, w.request_checks, stride);
+        if (w.give_backs) {
+            *w.give_backs = give_backs_at(r.str, field, w.request_checks, out, stride);
+        }
+        field += w.request_checks.size() * stride;
         take_slots(w.request_checks, out, b.lease_prefix + std::to_string(++request_number));
         resume(w.handler, std::move(out));
     }
 }
 
 void redis_store::take_slots(const checks& request_checks, outcome& out, const std::string& id) {
-    for (std::size_t i = 0; i < request_checks.size(); ++i) {
-        const auto& d = out.decisions[i];
-        if (!d.allowed && !request_checks[i].limit->dry_run) {
-            return; // refused: the script took nothing
-        }
+    if (!admitted(request_checks, out)) {
+        return; // refused: the script took nothing
     }
     for (std::size_t i = 0; i < request_checks.size(); ++i) {
         const auto& l = *request_checks[i].limit;
@@ -608,10 +688,31 @@ void redis_store::settle(std::span<const settlement> adjustments) noexcept {
                              algorithm_code(a.limit->algo),
                              std::move(p1),
                              std::move(p2),
-                             limiter::clamp_delta(a.delta)});
+                             limiter::clamp_delta(a.delta),
+                             std::nullopt});
     }
     if (!local.empty() && local_fallback_ != nullptr) {
         local_fallback_->settle(local);
+    }
+    if (!settling_.empty()) {
+        post_flush(settle_posted_, &redis_store::flush_settlements);
+    }
+}
+
+void redis_store::give_back(std::span<const give_back_entry> charges) noexcept {
+    for (const auto& g : charges) {
+        if (g.limit == nullptr || g.limit->algo == config::algorithm::concurrency) {
+            continue; // a slot goes back by `release`
+        }
+        // Copied, as a settlement's limit is: the caller's config snapshot may be gone by the
+        // flush.
+        auto [p1, p2] = parameters(*g.limit);
+        settling_.push_back({g.key,
+                             algorithm_code(g.limit->algo),
+                             std::move(p1),
+                             std::move(p2),
+                             limiter::clamp_cost(g.amount),
+                             g.token});
     }
     if (!settling_.empty()) {
         post_flush(settle_posted_, &redis_store::flush_settlements);
@@ -657,23 +758,38 @@ void redis_store::flush_settlements() {
         args.push_back(std::to_string(ttl_.count()));
         args.push_back(std::to_string(definitions.size()));
         for (const auto d : definitions) {
-            // Shaping, max_delay and dry_run play no part in a settlement.
+            // Shaping, max_delay and dry_run play no part in a settlement or a give-back.
             const auto& a = settling_[d];
             args.insert(args.end(), {std::to_string(a.algorithm), a.p1, a.p2, "1", "-1", "0"});
         }
+        // A group per run of settlements or of give-backs, in the order they came.
         std::string packed;
-        packed.reserve(4 + n * entry_bytes(true));
-        append_u32(packed, settlements_group | n);
-        for (std::size_t i = 0; i < n; ++i) {
-            append_entry(packed, key_of[i], definition_of[i], true, settling_[i].delta);
+        packed.reserve(n * (4 + entry_bytes(true) + token_bytes));
+        bool give_backs = false;
+        for (std::size_t i = 0; i < n;) {
+            const bool run_gives_back = settling_[i].token.has_value();
+            give_backs = give_backs || run_gives_back;
+            std::size_t end = i;
+            while (end < n && settling_[end].token.has_value() == run_gives_back) {
+                ++end;
+            }
+            append_u32(packed, (run_gives_back ? give_backs_group : settlements_group) | (end - i));
+            for (; i < end; ++i) {
+                append_entry(packed, key_of[i], definition_of[i], true, settling_[i].delta);
+                if (run_gives_back) {
+                    append_token(packed, *settling_[i].token);
+                }
+            }
         }
         args.push_back(std::move(packed));
-        args.emplace_back(); // the lease prefix: settlements take no slot
+        args.emplace_back(); // the lease prefix: settlements and give-backs take no slot
         settling_.erase(settling_.begin(), settling_.begin() + static_cast<std::ptrdiff_t>(n));
         run_script(redis::limits_script,
                    std::move(args),
-                   "settle cost reservations",
-                   "the adjustments are dropped");
+                   give_backs ? "settle cost reservations or give back charges"
+                              : "settle cost reservations",
+                   give_backs ? "the adjustments are dropped, the charges lapse"
+                              : "the adjustments are dropped");
     }
 }
 

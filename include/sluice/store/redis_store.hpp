@@ -12,6 +12,7 @@
 #include <boost/asio/any_completion_handler.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,33 @@
 namespace sluice::store {
 
 class slot_waiters;
+
+/**
+ * What a tentative request's charge on one limit leaves for its give-back (see the header of
+ * src/redis/limits.lua): a fixed window's start in t1; a sliding window's entry, its running
+ * total in t1 and its time in t2; zeros otherwise.
+ */
+struct give_back_token {
+    std::int64_t t1 = 0;
+    std::int64_t t2 = 0;
+
+    bool operator==(const give_back_token&) const = default;
+};
+
+/**
+ * One charge of a tentative request to give back with `redis_store::give_back`: the part of a
+ * request whose keys span Redis Cluster slots that admitted it, when another part refused
+ * (docs/redis-cluster.md, "All-or-none across slots").
+ */
+struct give_back_entry {
+    /// The key charged, as in its `check`.
+    std::string key;
+    /// The limit charged; need only live during the `give_back` call.
+    const config::limit* limit = nullptr;
+    /// What was charged: the check's cost, clamped as charged (limiter::clamp_cost).
+    std::int64_t amount = 1;
+    give_back_token token;
+};
 
 /**
  * Limiter state in Redis, shared by every sluice instance: one store (and one `redis::client`)
@@ -83,6 +111,33 @@ public:
     void settle(std::span<const settlement> adjustments) noexcept override;
 
     /**
+     * Gives back charges of tentative requests, each undone as src/redis/limits.lua's give-back
+     * groups do (a bucket refilled to now and the amount added back; a fixed window's count
+     * lowered if its window is still current; a sliding window's entry removed if it still
+     * weighs), on Redis TIME. Sent as settlements are, in the same calls: after this turn of the
+     * event loop, at most `max_batch` per call. Redis unavailable or an error reply: the charges
+     * stay until they lapse (refill, window end), with a rate-limited warning. Entries of
+     * CONCURRENCY limits are ignored: a tentative request's slots are in its outcome's `slots`,
+     * given back with `release` as any slot is (src/redis/slots.lua announces them).
+     */
+    void give_back(std::span<const give_back_entry> charges) noexcept;
+
+    /// A tentative request's outcome, and what giving back its charges takes.
+    struct tentative_outcome {
+        outcome decided;
+        /// One per limit charged: the last check on its key of an admitted request (the script
+        /// writes only that one), CONCURRENCY aside. Empty when the request was refused.
+        std::vector<give_back_entry> give_backs;
+    };
+
+    /**
+     * For tests, until the Cluster store sends the parts of its split batches so: `acquire`, with
+     * the request sent tentative (its group's count word 2^30 + n), in the batch of this turn as
+     * any other, and its give-back entries parsed from the tokens in the reply.
+     */
+    awaitable<tentative_outcome> acquire_tentative_for_test(checks request_checks);
+
+    /**
      * Ends the store at the end of a drain: sends the slots given back this turn (they would
      * otherwise lapse with their lease, keeping other instances' requests waiting), stops
      * renewing (a pending renewal would keep the worker's event loop, and the process, alive
@@ -124,7 +179,11 @@ private:
     struct batch;
     using batch_ptr = std::shared_ptr<batch>;
 
-    void enqueue(checks&& request_checks, net::any_completion_handler<void(outcome)> handler);
+    /// Adds a request to the open batch; tentative when `give_backs` is set, which receives its
+    /// give-back entries before `handler` runs.
+    void enqueue(checks&& request_checks,
+                 net::any_completion_handler<void(outcome)> handler,
+                 std::shared_ptr<std::vector<give_back_entry>> give_backs = nullptr);
     void flush();
     void send(batch_ptr b);
     void complete(batch& b, error_code ec, const redis::reply& r);
@@ -167,13 +226,17 @@ private:
     std::vector<std::pair<std::string, std::string>> releasing_;
     bool release_posted_ = false;
 
-    /// A settlement waiting for `flush_settlements`, with what the script needs of its limit.
+    /// A settlement or a give-back waiting for `flush_settlements`, with what the script needs
+    /// of its limit.
     struct pending_settlement {
         std::string key;
         int algorithm;
         std::string p1;
         std::string p2;
+        /// A settlement's delta; a give-back's amount.
         std::int64_t delta;
+        /// Set for a give-back.
+        std::optional<give_back_token> token;
 
         bool same_limit(const pending_settlement& o) const {
             return algorithm == o.algorithm && p1 == o.p1 && p2 == o.p2;
