@@ -286,7 +286,7 @@ bool application::ready() const {
         return true;
     }
     return std::all_of(workers_.begin(), workers_.end(), [](const auto& w) {
-        return w->redis != nullptr && w->redis->client().connected();
+        return w->redis != nullptr && w->redis->connected();
     });
 }
 
@@ -314,8 +314,15 @@ void application::start_slot_announcements() {
         !waits_for_slots(cfg) || draining_) {
         return;
     }
-    slot_announcements_ = std::make_unique<redis::client>(
-        control_.get_executor(), redis::client_options::from_settings(cfg.rate_limit.redis));
+    auto options = redis::client_options::from_settings(cfg.rate_limit.redis);
+    if (const auto& seeds = cfg.rate_limit.redis.cluster; !seeds.empty()) {
+        // Cluster: PUBLISH reaches every node over the cluster bus, so any node will do; the
+        // first seed, for now (docs/redis-cluster.md, "Freed-slot announcements").
+        options.host = seeds.front().host;
+        options.port = seeds.front().port;
+    }
+    slot_announcements_ =
+        std::make_unique<redis::client>(control_.get_executor(), std::move(options));
     slot_announcements_->subscribe(store::redis_store::slot_channel(cfg.rate_limit.redis),
                                    [this](const std::string& announcement) {
                                        store::redis_store::wake_waiters(slot_waiters_,
@@ -631,16 +638,16 @@ int run(const command_line& command, std::string_view version) {
         std::printf("%s: configuration ok\n", command.config_path.c_str());
         return 0;
     }
-    // --check-config accepts Cluster and Sentinel already (their keys are settled); the store
-    // that routes over them is being built (issue 16, docs/redis-cluster.md).
+    // --check-config accepts Sentinel already (its keys are settled); the store that follows
+    // it is being built (issue 16, docs/redis-cluster.md).
     if (const auto& redis = cfg->rate_limit.redis;
         cfg->rate_limit.store == config::store_kind::redis &&
-        redis.topology != config::redis_topology::single) {
-        throw std::runtime_error(fmt::format(
-            "{}:{}: key 'rate-limit.redis.{}': not supported yet; use rate-limit.redis.host",
-            command.config_path,
-            redis.line,
-            redis.topology == config::redis_topology::cluster ? "cluster" : "sentinel"));
+        redis.topology == config::redis_topology::sentinel) {
+        throw std::runtime_error(
+            fmt::format("{}:{}: key 'rate-limit.redis.sentinel': not supported yet; use "
+                        "rate-limit.redis.host or cluster",
+                        command.config_path,
+                        redis.line));
     }
     application app(command, std::move(cfg));
     return app.run();

@@ -278,6 +278,27 @@ std::string make_lease_prefix() {
     return std::string(text, static_cast<std::size_t>(std::max(n, 0)));
 }
 
+// A script call may touch one Cluster slot's keys only (CROSSSLOT otherwise): what is sent of
+// `items` in one call is a run of items sharing a slot. Orders `items` so that each slot's
+// are together, each slot's in their order (a settlement and a give-back of one key keep theirs).
+template <typename T, typename SlotOf>
+void group_by_slot(std::vector<T>& items, SlotOf slot_of) {
+    std::stable_sort(items.begin(), items.end(), [&](const T& a, const T& b) {
+        return slot_of(a) < slot_of(b);
+    });
+}
+
+// How many of `items`, from the first, share its slot: at most `limit`.
+template <typename T, typename SlotOf>
+std::size_t leading_run(const std::vector<T>& items, SlotOf slot_of, std::size_t limit) {
+    const auto first = slot_of(items.front());
+    std::size_t n = 1;
+    while (n < items.size() && n < limit && slot_of(items[n]) == first) {
+        ++n;
+    }
+    return n;
+}
+
 } // namespace
 
 /// Requests sharing one script call, and the call's arguments once it is built.
@@ -287,7 +308,12 @@ struct redis_store::batch {
         net::any_completion_handler<void(outcome)> handler;
         /// Set for a tentative request: receives its give-back entries before `handler` runs.
         std::shared_ptr<std::vector<give_back_entry>> give_backs;
+        /// A part of a request split across slots: a failure completes it with the error.
+        bool part = false;
     };
+
+    /// The Cluster slot of every key of this batch's requests (0 without Cluster).
+    std::uint16_t slot = 0;
 
     std::vector<waiter> waiters;
     /// The reply's size in bytes: `reply_fields` per check of every waiter (KEYS holds each key
@@ -382,47 +408,97 @@ void resume(net::any_completion_handler<void(outcome)>& handler, outcome&& out) 
 
 } // namespace
 
+namespace {
+
+void load_scripts(auto& connection) {
+    connection.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
+    connection.add_connect_command({"SCRIPT", "LOAD", std::string(redis::slots_script.text)});
+}
+
+} // namespace
+
 redis_store::redis_store(redis::client& client,
                          const config::redis_settings& settings,
                          memory_store* local_fallback)
-    : client_(client)
+    : client_(&client)
+    , ex_(client.get_executor())
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
     , local_fallback_(local_fallback)
     , self_(std::make_shared<redis_store*>(this))
     , channel_(slot_channel(settings))
     , lease_prefix_(make_lease_prefix())
-    , renew_timer_(client_.get_executor()) {
-    client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
-    client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::slots_script.text)});
+    , renew_timer_(ex_) {
+    load_scripts(client);
+}
+
+redis_store::redis_store(redis::cluster_client& cluster,
+                         const config::redis_settings& settings,
+                         memory_store* local_fallback)
+    : cluster_(&cluster)
+    , ex_(cluster.get_executor())
+    , ttl_(settings.ttl)
+    , on_failure_(settings.on_failure)
+    , local_fallback_(local_fallback)
+    , self_(std::make_shared<redis_store*>(this))
+    , channel_(slot_channel(settings))
+    , lease_prefix_(make_lease_prefix())
+    , renew_timer_(ex_) {
+    load_scripts(cluster);
 }
 
 redis_store::redis_store(executor ex,
                          const config::redis_settings& settings,
                          memory_store* local_fallback)
-    : owned_client_(std::make_unique<redis::client>(std::move(ex),
-                                                    redis::client_options::from_settings(settings)))
-    , client_(*owned_client_)
+    : ex_(ex)
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
     , local_fallback_(local_fallback)
     , self_(std::make_shared<redis_store*>(this))
     , channel_(slot_channel(settings))
     , lease_prefix_(make_lease_prefix())
-    , renew_timer_(client_.get_executor()) {
-    client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
-    client_.add_connect_command({"SCRIPT", "LOAD", std::string(redis::slots_script.text)});
-    client_.start();
+    , renew_timer_(ex_) {
+    if (settings.topology == config::redis_topology::cluster) {
+        owned_cluster_ = std::make_unique<redis::cluster_client>(
+            std::move(ex), redis::cluster_options::from_settings(settings));
+        cluster_ = owned_cluster_.get();
+        load_scripts(*cluster_);
+        cluster_->start();
+        return;
+    }
+    owned_client_ = std::make_unique<redis::client>(std::move(ex),
+                                                    redis::client_options::from_settings(settings));
+    client_ = owned_client_.get();
+    load_scripts(*client_);
+    client_->start();
 }
 
 redis_store::~redis_store() {
     // Requests still waiting for a flush would never be resumed: end them as unavailable.
-    if (open_) {
-        for (auto& w : open_->waiters) {
+    for (auto& b : open_) {
+        for (auto& w : b->waiters) {
             outcome out;
             out.ec = errc::redis_unavailable;
-            net::post(client_.get_executor(), net::append(std::move(w.handler), std::move(out)));
+            net::post(ex_, net::append(std::move(w.handler), std::move(out)));
         }
+    }
+}
+
+bool redis_store::connected() const noexcept {
+    return cluster_ != nullptr ? cluster_->healthy() : client_->connected();
+}
+
+std::uint16_t redis_store::slot_of(std::string_view key) const noexcept {
+    return cluster_ != nullptr ? redis::key_slot(key) : 0;
+}
+
+void redis_store::call(std::uint16_t slot,
+                       std::string_view command,
+                       redis::client::handler_type handler) {
+    if (cluster_ != nullptr) {
+        cluster_->async_formatted(slot, command, std::move(handler));
+    } else {
+        client_->async_formatted(command, std::move(handler));
     }
 }
 
@@ -432,7 +508,7 @@ awaitable<outcome> redis_store::acquire(checks request_checks) {
     return net::async_initiate<net::use_awaitable_t<io_executor>, void(outcome)>(
         [this](auto handler, checks&& c) {
             if (c.empty()) {
-                net::post(client_.get_executor(), net::append(std::move(handler), outcome{}));
+                net::post(ex_, net::append(std::move(handler), outcome{}));
                 return;
             }
             enqueue(std::move(c), std::move(handler));
@@ -459,59 +535,202 @@ redis_store::acquire_tentative_for_test(checks request_checks) {
 void redis_store::enqueue(checks&& request_checks,
                           net::any_completion_handler<void(outcome)> handler,
                           std::shared_ptr<std::vector<give_back_entry>> give_backs) {
-    if (!open_) {
+    const auto slot = slot_of(request_checks.front().key);
+    if (cluster_ != nullptr && !give_backs &&
+        std::any_of(request_checks.begin() + 1, request_checks.end(), [&](const check& c) {
+            return redis::key_slot(c.key) != slot;
+        })) {
+        split(std::move(request_checks), std::move(handler));
+        return;
+    }
+    add_to_batch(slot, std::move(request_checks), std::move(handler), std::move(give_backs), false);
+}
+
+void redis_store::add_to_batch(std::uint16_t slot,
+                               checks&& request_checks,
+                               net::any_completion_handler<void(outcome)> handler,
+                               std::shared_ptr<std::vector<give_back_entry>> give_backs,
+                               bool part) {
+    auto open = std::find_if(
+        open_.begin(), open_.end(), [slot](const batch_ptr& b) { return b->slot == slot; });
+    if (open == open_.end()) {
+        open_.push_back(std::make_shared<batch>());
+        open_.back()->slot = slot;
+        open = open_.end() - 1;
+    }
+    if (!flush_posted_) {
         // The flush runs after the handlers that are ready now: the requests they read join.
-        open_ = std::make_shared<batch>();
-        net::post(client_.get_executor(), [alive = std::weak_ptr(self_)] {
+        flush_posted_ = true;
+        net::post(ex_, [alive = std::weak_ptr(self_)] {
             if (const auto self = alive.lock()) {
                 (*self)->flush();
             }
         });
     }
-    open_->waiters.emplace_back(
-        std::move(request_checks), std::move(handler), std::move(give_backs));
-    if (open_->waiters.size() >= max_batch) {
-        flush();
+    auto& b = **open;
+    b.waiters.emplace_back(
+        std::move(request_checks), std::move(handler), std::move(give_backs), part);
+    if (b.waiters.size() >= max_batch) {
+        auto full = std::move(*open);
+        open_.erase(open);
+        flush_batch(std::move(full));
     }
 }
 
-void redis_store::flush() {
-    if (!open_) {
+/// A request split across Cluster slots, until every part is decided.
+struct redis_store::joint {
+    struct part {
+        std::uint16_t slot = 0;
+        /// The request's checks on this slot, in their order, and where each came from.
+        checks part_checks;
+        boost::container::small_vector<std::size_t, 2> indices;
+        std::optional<outcome> decided;
+        std::shared_ptr<std::vector<give_back_entry>> give_backs =
+            std::make_shared<std::vector<give_back_entry>>();
+    };
+
+    // Move-constructed: Boost 1.81's any_completion_handler assignment wraps the handler in
+    // another one instead of moving it.
+    explicit joint(net::any_completion_handler<void(outcome)> h)
+        : handler(std::move(h)) {}
+
+    checks request_checks;
+    net::any_completion_handler<void(outcome)> handler;
+    boost::container::small_vector<part, 2> parts;
+    std::size_t waiting = 0;
+};
+
+void redis_store::split(checks&& request_checks,
+                        net::any_completion_handler<void(outcome)> handler) {
+    auto j = std::make_shared<joint>(std::move(handler));
+    for (std::size_t i = 0; i < request_checks.size(); ++i) {
+        const auto slot = redis::key_slot(request_checks[i].key);
+        auto p = std::find_if(j->parts.begin(), j->parts.end(), [slot](const joint::part& x) {
+            return x.slot == slot;
+        });
+        if (p == j->parts.end()) {
+            j->parts.emplace_back();
+            p = j->parts.end() - 1;
+            p->slot = slot;
+        }
+        p->part_checks.push_back(request_checks[i]);
+        p->indices.push_back(i);
+    }
+    j->request_checks = std::move(request_checks);
+    j->waiting = j->parts.size();
+    for (std::size_t i = 0; i < j->parts.size(); ++i) {
+        auto& p = j->parts[i];
+        net::any_completion_handler<void(outcome)> on_part =
+            [alive = std::weak_ptr(self_), j, i](outcome out) {
+                j->parts[i].decided = std::move(out);
+                if (--j->waiting > 0) {
+                    return;
+                }
+                if (const auto self = alive.lock()) {
+                    (*self)->finish_joint(*j);
+                    return;
+                }
+                outcome gone;
+                gone.ec = errc::redis_unavailable;
+                resume(j->handler, std::move(gone));
+            };
+        add_to_batch(p.slot, checks(p.part_checks), std::move(on_part), p.give_backs, true);
+    }
+}
+
+void redis_store::finish_joint(joint& j) {
+    error_code ec;
+    for (const auto& p : j.parts) {
+        ec = ec ? ec : p.decided->ec;
+    }
+    // What the parts that admitted took goes back when the request is not admitted as a whole:
+    // their slots always (a request the failure mode decides holds none), their charges unless
+    // `open` forwards the request anyway. A part without an answer is never given back: it may
+    // not have charged, and returning a charge never made would admit more than the limit.
+    const auto give_back_admitted = [&](bool charges) {
+        bool any = false;
+        for (auto& p : j.parts) {
+            if (p.decided->ec || !admitted(p.part_checks, *p.decided)) {
+                continue;
+            }
+            release(p.decided->slots);
+            if (charges) {
+                give_back(*p.give_backs);
+                any = any || !p.give_backs->empty() || !p.decided->slots.empty();
+            }
+        }
+        if (any) {
+            give_backs_sent_.fetch_add(1, std::memory_order_relaxed);
+        }
+    };
+    if (ec) {
+        give_back_admitted(on_failure_ != config::failure_mode::open);
+        resume(j.handler, fail(j.request_checks, ec));
         return;
     }
-    const auto b = std::move(open_); // leaves open_ empty: the next request opens a new batch
+    outcome out;
+    out.decisions.resize(j.request_checks.size());
+    for (auto& p : j.parts) {
+        for (std::size_t k = 0; k < p.indices.size(); ++k) {
+            out.decisions[p.indices[k]] = p.decided->decisions[k];
+        }
+    }
+    if (!admitted(j.request_checks, out)) {
+        give_back_admitted(true);
+        resume(j.handler, std::move(out));
+        return;
+    }
+    for (auto& p : j.parts) {
+        for (auto& taken : p.decided->slots) {
+            out.slots.push_back(std::move(taken));
+        }
+    }
+    resume(j.handler, std::move(out));
+}
+
+void redis_store::flush() {
+    flush_posted_ = false;
+    auto batches = std::move(open_); // leaves open_ empty: the next request opens a new batch
+    open_.clear();
+    for (auto& b : batches) {
+        flush_batch(std::move(b));
+    }
+}
+
+void redis_store::flush_batch(batch_ptr b) {
     b->lease_prefix = lease_prefix_ + std::to_string(++batches_) + ':';
     b->format("EVALSHA", redis::limits_script.sha1, now_override_, ttl_);
-    send(b);
+    send(std::move(b));
 }
 
 void redis_store::send(batch_ptr b) {
     b->sent = std::chrono::steady_clock::now();
-    client_.async_formatted(
-        b->command, [alive = std::weak_ptr(self_), b](error_code ec, redis::reply r) mutable {
-            const auto self = alive.lock();
-            if (!self) {
-                for (auto& w : b->waiters) {
-                    outcome out;
-                    out.ec = errc::redis_unavailable;
-                    resume(w.handler, std::move(out));
-                }
-                return;
+    const auto slot = b->slot;
+    const std::string_view command = b->command;
+    call(slot, command, [alive = std::weak_ptr(self_), b](error_code ec, redis::reply r) mutable {
+        const auto self = alive.lock();
+        if (!self) {
+            for (auto& w : b->waiters) {
+                outcome out;
+                out.ec = errc::redis_unavailable;
+                resume(w.handler, std::move(out));
             }
-            auto& owner = **self;
-            if (owner.metrics_ != nullptr) {
-                owner.metrics_->redis_latency.observe(std::chrono::steady_clock::now() - b->sent);
-            }
-            if (is_noscript(ec, r) && !b->retried) {
-                // The script cache was emptied since this connection loaded it: EVAL loads it
-                // again.
-                b->retried = true;
-                b->format("EVAL", redis::limits_script.text, owner.now_override_, owner.ttl_);
-                owner.send(std::move(b));
-                return;
-            }
-            owner.complete(*b, ec, r);
-        });
+            return;
+        }
+        auto& owner = **self;
+        if (owner.metrics_ != nullptr) {
+            owner.metrics_->redis_latency.observe(std::chrono::steady_clock::now() - b->sent);
+        }
+        if (is_noscript(ec, r) && !b->retried) {
+            // The script cache was emptied since this connection loaded it: EVAL loads it
+            // again.
+            b->retried = true;
+            b->format("EVAL", redis::limits_script.text, owner.now_override_, owner.ttl_);
+            owner.send(std::move(b));
+            return;
+        }
+        owner.complete(*b, ec, r);
+    });
 }
 
 void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
@@ -539,6 +758,12 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
                           r.describe());
         }
         for (auto& w : b.waiters) {
+            if (w.part) {
+                outcome out;
+                out.ec = ec;
+                resume(w.handler, std::move(out));
+                continue;
+            }
             resume(w.handler, fail(w.request_checks, ec));
         }
         return;
@@ -607,33 +832,40 @@ std::string redis_store::slot_channel(const config::redis_settings& settings) {
     return "sluice:slot-freed:" + std::to_string(settings.db);
 }
 
-void redis_store::run_script(const redis::script& script,
+void redis_store::run_script(std::uint16_t slot,
+                             const redis::script& script,
                              std::vector<std::string> args,
                              const char* what,
                              const char* otherwise) {
-    client_.async_command(args,
-                          [alive = std::weak_ptr(self_), s = &script, args, what, otherwise](
-                              error_code ec, redis::reply r) mutable {
-                              const auto self = alive.lock();
-                              if (!self || !ec) {
-                                  return;
-                              }
-                              if (is_noscript(ec, r) && args[0] == "EVALSHA") {
-                                  // The script cache was emptied since this connection loaded it:
-                                  // EVAL loads it again.
-                                  args[0] = "EVAL";
-                                  args[1] = std::string(s->text);
-                                  (*self)->run_script(*s, std::move(args), what, otherwise);
-                                  return;
-                              }
-                              static keyed_log_throttle failures{std::chrono::seconds(10)};
-                              log_throttled(failures,
-                                            spdlog::level::warn,
-                                            "redis store: could not {} ({}): {}",
-                                            what,
-                                            ec == errc::bad_reply ? r.str : ec.message(),
-                                            otherwise);
-                          });
+    std::string command;
+    redis::command_writer w(command, args.size());
+    for (const auto& a : args) {
+        w.arg(std::string_view(a));
+    }
+    call(slot,
+         command,
+         [alive = std::weak_ptr(self_), slot, s = &script, args, what, otherwise](
+             error_code ec, redis::reply r) mutable {
+             const auto self = alive.lock();
+             if (!self || !ec) {
+                 return;
+             }
+             if (is_noscript(ec, r) && args[0] == "EVALSHA") {
+                 // The script cache was emptied since this connection loaded it: EVAL loads it
+                 // again.
+                 args[0] = "EVAL";
+                 args[1] = std::string(s->text);
+                 (*self)->run_script(slot, *s, std::move(args), what, otherwise);
+                 return;
+             }
+             static keyed_log_throttle failures{std::chrono::seconds(10)};
+             log_throttled(failures,
+                           spdlog::level::warn,
+                           "redis store: could not {} ({}): {}",
+                           what,
+                           ec == errc::bad_reply ? r.str : ec.message(),
+                           otherwise);
+         });
 }
 
 void redis_store::post_flush(bool& posted, void (redis_store::*flush_pending)()) {
@@ -644,7 +876,7 @@ void redis_store::post_flush(bool& posted, void (redis_store::*flush_pending)())
     // requests decided in one turn do: a burst of responses ending together costs Redis one
     // call, not one per response.
     posted = true;
-    net::post(client_.get_executor(), [alive = std::weak_ptr(self_), flush_pending] {
+    net::post(ex_, [alive = std::weak_ptr(self_), flush_pending] {
         if (const auto self = alive.lock()) {
             ((*self)->*flush_pending)();
         }
@@ -721,9 +953,16 @@ void redis_store::give_back(std::span<const give_back_entry> charges) noexcept {
 
 void redis_store::flush_settlements() {
     settle_posted_ = false;
+    const auto slot_of_item = [this](const pending_settlement& a) {
+        return slot_of(a.key);
+    };
+    if (cluster_ != nullptr) {
+        group_by_slot(settling_, slot_of_item);
+    }
     while (!settling_.empty()) {
         // Bounded, as acquisitions are (max_batch), so that one call keeps Redis busy briefly.
-        const auto n = std::min(settling_.size(), max_batch);
+        const auto n = leading_run(settling_, slot_of_item, max_batch);
+        const auto slot = slot_of_item(settling_.front());
         // Each distinct key and limit once, as in a batch of requests (see batch::format).
         std::vector<std::size_t> key_of(n);
         std::vector<std::size_t> definition_of(n);
@@ -784,7 +1023,8 @@ void redis_store::flush_settlements() {
         args.push_back(std::move(packed));
         args.emplace_back(); // the lease prefix: settlements and give-backs take no slot
         settling_.erase(settling_.begin(), settling_.begin() + static_cast<std::ptrdiff_t>(n));
-        run_script(redis::limits_script,
+        run_script(slot,
+                   redis::limits_script,
                    std::move(args),
                    give_backs ? "settle cost reservations or give back charges"
                               : "settle cost reservations",
@@ -798,14 +1038,25 @@ void redis_store::stop() {
     flush_settlements();
     stopped_ = true;
     renew_timer_.cancel();
-    client_.stop();
+    if (cluster_ != nullptr) {
+        cluster_->stop();
+    } else {
+        client_->stop();
+    }
 }
 
 void redis_store::flush_releases() {
     release_posted_ = false;
+    const auto slot_of_item = [this](const std::pair<std::string, std::string>& r) {
+        return slot_of(r.first);
+    };
+    if (cluster_ != nullptr) {
+        group_by_slot(releasing_, slot_of_item);
+    }
     while (!releasing_.empty()) {
         // Bounded, as acquisitions are (max_batch), so that one call keeps Redis busy briefly.
-        const auto n = std::min(releasing_.size(), max_batch);
+        const auto n = leading_run(releasing_, slot_of_item, max_batch);
+        const auto slot = slot_of_item(releasing_.front());
         std::vector<std::string> args{
             "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(n)};
         args.reserve(5 + 2 * n);
@@ -819,7 +1070,8 @@ void redis_store::flush_releases() {
         }
         releasing_.erase(releasing_.begin(), releasing_.begin() + static_cast<std::ptrdiff_t>(n));
         // The slot lapses with its lease instead: limits stay safe, a waiter may wait longer.
-        run_script(redis::slots_script,
+        run_script(slot,
+                   redis::slots_script,
                    std::move(args),
                    "give back concurrency slots",
                    "they lapse with their lease");
@@ -855,11 +1107,25 @@ void redis_store::schedule_renewal() {
 void redis_store::renew_all() {
     // In calls of at most max_batch slots, as everything else sent: a worker holding thousands
     // of slots must not make one call that keeps Redis busy for long.
-    auto next = live_slots_.begin();
-    while (next != live_slots_.end()) {
+    std::vector<const slot*> held;
+    held.reserve(live_slots_.size());
+    for (const auto& [name, s] : live_slots_) {
+        held.push_back(&s);
+    }
+    const auto slot_of_item = [this](const slot* s) {
+        return slot_of(s->key);
+    };
+    if (cluster_ != nullptr) {
+        group_by_slot(held, slot_of_item);
+    }
+    std::size_t next = 0;
+    while (next < held.size()) {
+        const auto cluster_slot = slot_of_item(held[next]);
         std::vector<std::pair<std::string_view, const slot*>> part;
-        for (; next != live_slots_.end() && part.size() < max_batch; ++next) {
-            part.emplace_back(next->second.key, &next->second);
+        for (; next < held.size() && part.size() < max_batch &&
+               slot_of_item(held[next]) == cluster_slot;
+             ++next) {
+            part.emplace_back(held[next]->key, held[next]);
         }
         std::vector<std::string> args{
             "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(part.size())};
@@ -873,7 +1139,8 @@ void redis_store::renew_all() {
             args.push_back(s->lease_id);
             args.push_back(std::to_string(s->lease.count()));
         }
-        run_script(redis::slots_script,
+        run_script(cluster_slot,
+                   redis::slots_script,
                    std::move(args),
                    "renew concurrency slots",
                    "they lapse with their lease");

@@ -155,7 +155,7 @@ TEST(CheckConfig, CostMistakesNameTheKeyAndLine) {
 
 // rate-limit.redis's topologies (issue 16): --check-config refuses two at once, an empty node
 // list and a malformed address; a valid Cluster or Sentinel file passes it, but sluice refuses
-// to start with one until the store routes over it, naming the key and its line.
+// to start with Sentinel until it is built, naming the key and its line.
 TEST(CheckConfig, RedisTopologyMistakesNameTheKeyAndLine) {
     temp_dir dir;
     const std::string head = "upstream:\n  url: http://127.0.0.1:9\nrate-limit:\n  store: redis\n"
@@ -194,8 +194,11 @@ TEST(CheckConfig, RedisTopologyMistakesNameTheKeyAndLine) {
         EXPECT_NE(result.output.find(m.words), std::string::npos) << result.output;
     }
 
-    for (const std::string topology :
-         {"    cluster: [127.0.0.1:9]\n", "    sentinel: { master: m, nodes: [127.0.0.1:9] }\n"}) {
+    const std::string cluster = head + "    cluster: [127.0.0.1:9]\n";
+    const auto checked_cluster = run_command(
+        sluice_binary(), {"--check-config", "--config", dir.write_file("c.yaml", cluster)}, 10s);
+    EXPECT_EQ(checked_cluster.exit_code, 0) << checked_cluster.output;
+    for (const std::string topology : {"    sentinel: { master: m, nodes: [127.0.0.1:9] }\n"}) {
         SCOPED_TRACE(topology);
         const std::string yaml = head + topology;
         const std::string path = dir.write_file("topology.yaml", yaml);

@@ -5,12 +5,15 @@
 #include "sluice/io/net.hpp"
 #include "sluice/metrics/metrics.hpp"
 #include "sluice/redis/client.hpp"
+#include "sluice/redis/cluster_client.hpp"
 #include "sluice/redis/scripts.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/store.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/container/small_vector.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -53,8 +56,8 @@ struct give_back_entry {
 };
 
 /**
- * Limiter state in Redis, shared by every sluice instance: one store (and one `redis::client`)
- * per worker thread.
+ * Limiter state in Redis, shared by every sluice instance: one store (and one `redis::client`,
+ * or on Redis Cluster one `redis::cluster_client`) per worker thread.
  *
  * Requests are decided by EVALSHA of src/redis/limits.lua, with every check of a request, so all
  * its limits are decided and charged atomically, with Redis `TIME` as the clock. The requests
@@ -86,7 +89,18 @@ public:
                 const config::redis_settings& settings,
                 memory_store* local_fallback = nullptr);
 
-    /// Owns a client on `ex` built from `settings`, and starts it.
+    /**
+     * On Redis Cluster: uses `cluster`, which must outlive the store and be started by its owner.
+     * Each script call goes to the primary of its keys' slot: a turn's requests are batched per
+     * slot, and a request whose keys span k slots is sent as k tentative parts, given back where
+     * they admitted when another refused (docs/redis-cluster.md, "All-or-none across slots").
+     */
+    redis_store(redis::cluster_client& cluster,
+                const config::redis_settings& settings,
+                memory_store* local_fallback = nullptr);
+
+    /// Owns a client (a cluster client with `topology: cluster`) on `ex` built from `settings`,
+    /// and starts it.
     redis_store(executor ex,
                 const config::redis_settings& settings,
                 memory_store* local_fallback = nullptr);
@@ -152,7 +166,21 @@ public:
     /// `std::nullopt` restores TIME.
     void set_time_override_for_test(std::optional<double> now_ms) { now_override_ = now_ms; }
 
-    redis::client& client() noexcept { return client_; }
+    /// The one Redis's client; only without Cluster.
+    redis::client& client() noexcept { return *client_; }
+
+    /// The cluster client; null without Cluster.
+    redis::cluster_client* cluster() noexcept { return cluster_; }
+
+    /// Whether script calls can be decided now: the client connected, or on Cluster a map
+    /// covering every slot with every owning primary connected. Safe from any thread.
+    bool connected() const noexcept;
+
+    /// Multi-slot requests refused after another slot charged them, given back (what the
+    /// all-or-none protocol costs). Safe from any thread.
+    std::uint64_t give_backs_sent() const noexcept {
+        return give_backs_sent_.load(std::memory_order_relaxed);
+    }
 
     /**
      * Applies what a reload may change: `ttl` (for the keys written from now on) and
@@ -184,16 +212,34 @@ private:
     void enqueue(checks&& request_checks,
                  net::any_completion_handler<void(outcome)> handler,
                  std::shared_ptr<std::vector<give_back_entry>> give_backs = nullptr);
+    /// Adds a request to the open batch of `slot` (0 without Cluster). A `part` (of a request
+    /// split across slots) that fails completes with the error, never the failure mode: the
+    /// whole request gets that.
+    void add_to_batch(std::uint16_t slot,
+                      checks&& request_checks,
+                      net::any_completion_handler<void(outcome)> handler,
+                      std::shared_ptr<std::vector<give_back_entry>> give_backs,
+                      bool part);
+    /// Cluster: sends a request whose keys span slots as tentative parts, one per slot.
+    void split(checks&& request_checks, net::any_completion_handler<void(outcome)> handler);
+    struct joint;
+    void finish_joint(joint& j);
     void flush();
+    void flush_batch(batch_ptr b);
     void send(batch_ptr b);
     void complete(batch& b, error_code ec, const redis::reply& r);
+    /// A script call (RESP) to the primary of `slot` on Cluster, to the one Redis otherwise.
+    void call(std::uint16_t slot, std::string_view command, redis::client::handler_type handler);
+    /// The slot of `key` on Cluster (redis::key_slot); 0 otherwise, without hashing.
+    std::uint16_t slot_of(std::string_view key) const noexcept;
     outcome fail(checks& request_checks, error_code ec);
     /// Records the slots an admitted request took, leased as `id`.
     void take_slots(const checks& request_checks, outcome& out, const std::string& id);
     static std::string live_name(std::string_view key, std::string_view lease_id);
     /// Runs `script` (EVALSHA in `args`; once more with EVAL after NOSCRIPT), logging a failure
     /// as "could not <what> (<error>): <otherwise>", rate-limited.
-    void run_script(const redis::script& script,
+    void run_script(std::uint16_t slot,
+                    const redis::script& script,
                     std::vector<std::string> args,
                     const char* what,
                     const char* otherwise);
@@ -205,14 +251,21 @@ private:
     void renew_all();
 
     std::unique_ptr<redis::client> owned_client_;
-    redis::client& client_;
+    std::unique_ptr<redis::cluster_client> owned_cluster_;
+    /// Exactly one of these is set.
+    redis::client* client_ = nullptr;
+    redis::cluster_client* cluster_ = nullptr;
+    executor ex_;
     std::chrono::milliseconds ttl_;
     config::failure_mode on_failure_;
     memory_store* local_fallback_;
     std::optional<double> now_override_;
     metrics::registry* metrics_ = nullptr;
-    /// The batch taking requests until its flush runs; null when none is open.
-    batch_ptr open_;
+    /// The batches taking requests until the flush runs: one per slot (one in all without
+    /// Cluster); empty when none is open.
+    boost::container::small_vector<batch_ptr, 1> open_;
+    bool flush_posted_ = false;
+    std::atomic<std::uint64_t> give_backs_sent_{0};
     /// Lets posted flushes and reply callbacks notice that the store is gone.
     std::shared_ptr<redis_store*> self_;
     std::string channel_;
