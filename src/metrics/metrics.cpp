@@ -143,6 +143,15 @@ rule_counters& registry::rule(const std::string& name) {
     return *slot;
 }
 
+counter& registry::redis_node_calls(const std::string& node) {
+    std::lock_guard lock(rules_mutex_);
+    auto& slot = node_calls_[node];
+    if (!slot) {
+        slot = std::make_unique<counter>(0);
+    }
+    return *slot;
+}
+
 namespace {
 
 /// A metric of one value: a counter or a gauge of the registry, with its name and help text.
@@ -202,6 +211,14 @@ constexpr scalar_metric scalar_metrics[] = {
     {"sluice_store_errors_total",
      "Requests the store could not decide (handled by failure-mode).",
      &registry::store_errors_total},
+    {"sluice_redis_failovers_total",
+     "Redis Cluster: primaries that left a worker's slot map with their slots owned by another "
+     "node (a replica promoted), counted by each worker that saw it.",
+     &registry::redis_failovers_total},
+    {"sluice_redis_give_backs_total",
+     "Redis Cluster: requests whose limits span slots, refused after another slot charged them; "
+     "each charge was given back (what all-or-none across slots costs).",
+     &registry::redis_give_backs_total},
     {"sluice_memory_store_evictions_total",
      "Keys the memory store evicted while their state still mattered "
      "(rate-limit.memory.max-keys reached).",
@@ -272,6 +289,48 @@ void registry::render_cost_metrics(std::string& out) const {
     }
 }
 
+void registry::render_cluster_metrics(std::string& out) const {
+    header(out,
+           "sluice_redis_redirections_total",
+           "counter",
+           "Redis Cluster replies that sent a script call elsewhere (moved, ask) or again "
+           "(tryagain).");
+    const std::pair<const char*, const counter*> kinds[] = {{"moved", &redis_moved_total},
+                                                            {"ask", &redis_ask_total},
+                                                            {"tryagain", &redis_tryagain_total}};
+    for (const auto& [kind, c] : kinds) {
+        fmt::format_to(std::back_inserter(out),
+                       "sluice_redis_redirections_total{{kind=\"{}\"}} {}\n",
+                       kind,
+                       load(*c));
+    }
+    header(out,
+           "sluice_redis_map_refreshes_total",
+           "counter",
+           "Redis Cluster slot map reads (CLUSTER SLOTS) by what they found.");
+    const std::pair<const char*, const counter*> results[] = {
+        {"changed", &redis_map_changed_total},
+        {"unchanged", &redis_map_unchanged_total},
+        {"failed", &redis_map_failed_total}};
+    for (const auto& [result, c] : results) {
+        fmt::format_to(std::back_inserter(out),
+                       "sluice_redis_map_refreshes_total{{result=\"{}\"}} {}\n",
+                       result,
+                       load(*c));
+    }
+    header(out,
+           "sluice_redis_calls_total",
+           "counter",
+           "Script calls sent to each Redis Cluster node.");
+    std::lock_guard lock(rules_mutex_);
+    for (const auto& [node, c] : node_calls_) {
+        fmt::format_to(std::back_inserter(out),
+                       "sluice_redis_calls_total{{node=\"{}\"}} {}\n",
+                       escape_label(node),
+                       load(*c));
+    }
+}
+
 std::string registry::render() const {
     std::string out;
     out.reserve(8192);
@@ -305,6 +364,7 @@ std::string registry::render() const {
     }
 
     render_cost_metrics(out);
+    render_cluster_metrics(out);
 
     header(out,
            "sluice_upstream_responses_total",

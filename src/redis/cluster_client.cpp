@@ -33,6 +33,13 @@ bool cluster_trouble(std::string_view error) noexcept {
            starts_with(error, "MASTERDOWN");
 }
 
+void add(std::atomic<std::uint64_t>& own, std::atomic<std::uint64_t>* shared) noexcept {
+    own.fetch_add(1, std::memory_order_relaxed);
+    if (shared != nullptr) {
+        shared->fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
 log_throttle& map_log() {
     static log_throttle throttle{std::chrono::seconds(10)};
     return throttle;
@@ -75,12 +82,15 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
     struct node {
         config::endpoint_address address;
         std::unique_ptr<client> conn;
+        /// The observer's count of calls sent here; null without one.
+        std::atomic<std::uint64_t>* calls = nullptr;
     };
 
     state(executor ex, cluster_options opts)
         : ex_(std::move(ex))
         , opts_(std::move(opts))
-        , refresh_timer_(ex_) {}
+        , refresh_timer_(ex_)
+        , health_timer_(ex_) {}
 
     //--------------------------------------------------------------------------
     // Nodes
@@ -99,7 +109,10 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             conn->add_connect_command(command);
         }
         conn->start();
-        nodes_.push_back(std::make_unique<node>(node{address, std::move(conn)}));
+        nodes_.push_back(std::make_unique<node>(node{address, std::move(conn), nullptr}));
+        if (observer_.calls_to) {
+            nodes_.back()->calls = observer_.calls_to(format_address(address));
+        }
         return *nodes_.back();
     }
 
@@ -167,6 +180,9 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
 
     void send(const std::shared_ptr<call>& c, node& target, bool asking) {
         c->sent_to = target.address;
+        if (target.calls != nullptr) {
+            target.calls->fetch_add(1, std::memory_order_relaxed);
+        }
         if (asking) {
             // Back to back on one connection: nothing of this worker comes in between.
             target.conn->async_command({"ASKING"}, [](error_code, reply) {});
@@ -213,17 +229,17 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         const config::endpoint_address address{to.host, to.port};
         switch (to.type) {
         case redirection::kind::moved:
-            counters_.moved.fetch_add(1, std::memory_order_relaxed);
+            add(counters_.moved, observer_.moved);
             patch(to.slot, address);
             refresh_soon(opts_.moved_interval);
             send(c, node_for(address), false);
             return;
         case redirection::kind::ask:
-            counters_.ask.fetch_add(1, std::memory_order_relaxed);
+            add(counters_.ask, observer_.ask);
             send(c, node_for(address), true);
             return;
         case redirection::kind::tryagain:
-            counters_.tryagain.fetch_add(1, std::memory_order_relaxed);
+            add(counters_.tryagain, observer_.tryagain);
             c->retry_timer.emplace(ex_);
             c->retry_timer->expires_after(opts_.tryagain_delay);
             c->retry_timer->async_wait([self = shared_from_this(), c](error_code ec) {
@@ -351,7 +367,7 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             return;
         }
         if (index >= candidates_.size()) {
-            counters_.refreshes_failed.fetch_add(1, std::memory_order_relaxed);
+            add(counters_.refreshes_failed, observer_.map_failed);
             log_throttled(map_log(),
                           spdlog::level::warn,
                           "redis: no cluster node answered CLUSTER SLOTS ({} asked); trying "
@@ -388,12 +404,44 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         }
         const bool changed =
             !map_ || map_->primaries != parsed.map->primaries || map_->owner != parsed.map->owner;
-        (changed ? counters_.refreshes_changed : counters_.refreshes_unchanged)
-            .fetch_add(1, std::memory_order_relaxed);
+        if (changed) {
+            add(counters_.refreshes_changed, observer_.map_changed);
+            count_failovers(*parsed.map);
+        } else {
+            add(counters_.refreshes_unchanged, observer_.map_unchanged);
+        }
         if (changed) {
             install(std::make_shared<const slot_map>(std::move(*parsed.map)));
         }
         refreshed();
+    }
+
+    /// A primary of the current map that owned slots and is no primary of `next`, whose slots
+    /// another node owns now, failed over (a reshard moves slots between primaries that stay).
+    void count_failovers(const slot_map& next) {
+        if (!map_) {
+            return;
+        }
+        for (std::size_t i = 0; i < map_->primaries.size(); ++i) {
+            const auto& gone = map_->primaries[i];
+            const bool still_primary = std::any_of(
+                next.primaries.begin(), next.primaries.end(), [&](const cluster_node& p) {
+                    return p.host == gone.host && p.port == gone.port;
+                });
+            if (still_primary) {
+                continue;
+            }
+            for (std::size_t slot = 0; slot < cluster_slots; ++slot) {
+                if (map_->owner[slot] == i && next.owner[slot] != slot_map::no_owner) {
+                    add(counters_.failovers, observer_.failovers);
+                    spdlog::info("redis: {} owns {}:{}'s slots now (failover)",
+                                 format_address(address_of(next.primaries[next.owner[slot]])),
+                                 gone.host,
+                                 gone.port);
+                    break;
+                }
+            }
+        }
     }
 
     void refreshed() {
@@ -409,10 +457,28 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         arm_refresh(steady::now() + wait);
     }
 
+    /// A worker that sends nothing must still notice a primary gone (readiness says it, and its
+    /// next request should not be the one to find out): every `trouble_interval` it looks at its
+    /// connections, and reads the map at that pace while one is down.
+    void watch_health() {
+        health_timer_.expires_after(opts_.trouble_interval);
+        health_timer_.async_wait([self = shared_from_this()](error_code ec) {
+            if (ec || self->stopped_) {
+                return;
+            }
+            self->update_health();
+            if (!self->healthy_.load(std::memory_order_relaxed)) {
+                self->refresh_soon(self->opts_.trouble_interval);
+            }
+            self->watch_health();
+        });
+    }
+
     void stop() {
         stopped_ = true;
         ++refresh_arms_;
         refresh_timer_.cancel();
+        health_timer_.cancel();
         for (auto& n : nodes_) {
             n->conn->stop();
         }
@@ -428,10 +494,12 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
     std::vector<node*> routes_;
     std::atomic<bool> healthy_{false};
     cluster_counters counters_;
+    cluster_observer observer_;
     bool stopped_ = false;
     bool started_ = false;
 
     net::steady_timer refresh_timer_;
+    net::steady_timer health_timer_;
     bool refresh_armed_ = false;
     steady::time_point armed_at_;
     std::uint64_t refresh_arms_ = 0;
@@ -459,6 +527,7 @@ void cluster_client::start() {
     }
     state_->started_ = true;
     state_->refresh();
+    state_->watch_health();
 }
 
 void cluster_client::stop() {
@@ -490,6 +559,15 @@ bool cluster_client::healthy() const noexcept {
 
 const cluster_counters& cluster_client::counters() const noexcept {
     return state_->counters_;
+}
+
+void cluster_client::set_observer(cluster_observer observer) {
+    auto& s = *state_;
+    s.observer_ = std::move(observer);
+    for (auto& n : s.nodes_) {
+        n->calls =
+            s.observer_.calls_to ? s.observer_.calls_to(format_address(n->address)) : nullptr;
+    }
 }
 
 } // namespace sluice::redis

@@ -484,6 +484,25 @@ redis_store::~redis_store() {
     }
 }
 
+void redis_store::set_metrics(metrics::registry* registry) {
+    metrics_ = registry;
+    if (cluster_ == nullptr || registry == nullptr) {
+        return;
+    }
+    redis::cluster_observer o;
+    o.moved = &registry->redis_moved_total;
+    o.ask = &registry->redis_ask_total;
+    o.tryagain = &registry->redis_tryagain_total;
+    o.map_changed = &registry->redis_map_changed_total;
+    o.map_unchanged = &registry->redis_map_unchanged_total;
+    o.map_failed = &registry->redis_map_failed_total;
+    o.failovers = &registry->redis_failovers_total;
+    o.calls_to = [registry](const std::string& node) {
+        return &registry->redis_node_calls(node);
+    };
+    cluster_->set_observer(std::move(o));
+}
+
 bool redis_store::connected() const noexcept {
     return cluster_ != nullptr ? cluster_->healthy() : client_->connected();
 }
@@ -661,6 +680,9 @@ void redis_store::finish_joint(joint& j) {
         }
         if (any) {
             give_backs_sent_.fetch_add(1, std::memory_order_relaxed);
+            if (metrics_ != nullptr) {
+                metrics::bump(metrics_->redis_give_backs_total);
+            }
         }
     };
     if (ec) {

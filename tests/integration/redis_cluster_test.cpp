@@ -6,6 +6,7 @@
 
 #include "integration_util.hpp"
 #include "sluice/redis/cluster_slots.hpp"
+#include "support/admin_client.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
 #include "support/redis_cluster.hpp"
@@ -162,6 +163,128 @@ TEST_F(RedisClusterStore, ARequestOnTwoSlotsIsChargedOnAllItsLimitsOrNone) {
     EXPECT_NE(refused.body.find("\"limit_index\":1"), std::string::npos) << refused.body;
     ASSERT_TRUE(upstream_.wait_quiet(5s));
     EXPECT_EQ(upstream_.requests().size(), 5u); // 2 for a, 2 for b, 1 for c
+}
+
+// kill -9 of a primary under traffic: until its replica is promoted (about 2.5 s with the
+// test's cluster-node-timeout of 1 s) its keys get the failure mode at once (closed: 503), no
+// request waits past `timeout` beyond its usual latency, and sluice follows the promotion
+// within the 10 s; then the limits hold again on the new primary.
+TEST_F(RedisClusterStore, AKilledPrimaryIsFollowedAndTheFailureModeAppliesMeanwhile) {
+    constexpr int limit = 3;
+    const auto yaml = compose_yaml(
+        upstream_.url(),
+        store_yaml() + fmt::format("  fallback: {{ algorithm: FIXED_WINDOW, limit: {}, window: 1h "
+                                   "}}\n",
+                                   limit));
+    sluice_process sluice(yaml);
+    wait_ready(sluice);
+    const auto admin = admin_port(sluice);
+
+    // A path whose key the first primary owns: its traffic is the one the failover interrupts.
+    const auto victim = cluster_->primaries().front();
+    const auto path_on = [&](std::size_t node, const std::string& prefix) {
+        for (int n = 0;; ++n) {
+            const auto path = prefix + std::to_string(n);
+            if (cluster_->owner_of(redis::key_slot("rate-limit:127.0.0.1:" + path)) == node) {
+                return path;
+            }
+        }
+    };
+    const auto before = path_on(victim, "/before");
+    for (int i = 0; i < limit; ++i) {
+        ASSERT_EQ(get(sluice.port(), before).status, 200u);
+    }
+    ASSERT_EQ(get(sluice.port(), before).status, 429u);
+
+    traffic clients({sluice.port()}, path_on(victim, "/during"), 20ms);
+    const auto killed = std::chrono::steady_clock::now();
+    cluster_->node(victim).stop();
+    // Followed: the new primary's first admitted request on a fresh key of the lost slots.
+    ASSERT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_redis_failovers_total") >= 1; },
+        10s))
+        << sluice.log_text();
+    const auto followed = std::chrono::steady_clock::now() - killed;
+    const auto results = clients.stop();
+
+    // Every request was decided: admitted, refused by its limit, or 503 by failure-mode closed;
+    // and none waited past timeout (500 ms) plus a loaded machine's 500 ms of scheduling.
+    std::map<unsigned, int> statuses;
+    for (const auto& e : results) {
+        ++statuses[e.status];
+        EXPECT_LE(e.latency(), 1000ms) << e.status << " " << e.error;
+    }
+    for (const auto& [status, count] : statuses) {
+        EXPECT_TRUE(status == 200 || status == 429 || status == 503) << status << " x" << count;
+    }
+    EXPECT_GT(statuses[503], 0) << "the failure mode applied while the slot had no primary";
+    RecordProperty(
+        "followed_ms",
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(followed).count()));
+
+    // Every worker follows (each reads the map itself): ready again once all have.
+    wait_ready(sluice);
+    cluster_->wait_healthy();
+    const auto promoted = cluster_->owner_of(redis::key_slot("rate-limit:127.0.0.1:" + before));
+    ASSERT_TRUE(promoted);
+    ASSERT_NE(*promoted, victim);
+    const auto after = path_on(*promoted, "/after");
+    for (int i = 0; i < limit; ++i) {
+        EXPECT_EQ(get(sluice.port(), after).status, 200u) << i;
+    }
+    EXPECT_EQ(get(sluice.port(), after).status, 429u) << "the limit holds on the new primary";
+}
+
+// Moving 100 slots between primaries under traffic on keys of those slots: MOVED and ASK are
+// followed (and counted), and no client sees anything but an admitted request.
+TEST_F(RedisClusterStore, AReshardUnderTrafficIsInvisibleToClients) {
+    const auto yaml = compose_yaml(
+        upstream_.url(),
+        store_yaml() + "  fallback: { algorithm: FIXED_WINDOW, limit: 1000000, window: 1h }\n");
+    sluice_process sluice(yaml);
+    wait_ready(sluice);
+    const auto admin = admin_port(sluice);
+    const auto primaries = cluster_->primaries();
+    const auto from = primaries[0];
+    const auto to = primaries[1];
+
+    // The reshard takes the source's lowest slots: find that range, then paths whose keys are in
+    // it.
+    std::uint16_t lowest = 0;
+    while (cluster_->owner_of(lowest) != from) {
+        lowest = static_cast<std::uint16_t>(lowest + 64);
+    }
+    while (lowest > 0 && cluster_->owner_of(static_cast<std::uint16_t>(lowest - 1)) == from) {
+        --lowest;
+    }
+    std::vector<std::unique_ptr<traffic>> clients;
+    for (int n = 0; clients.size() < 4; ++n) {
+        const auto path = "/moving" + std::to_string(n);
+        const auto slot = redis::key_slot("rate-limit:127.0.0.1:" + path);
+        if (slot >= lowest && slot < lowest + 100) {
+            clients.push_back(
+                std::make_unique<traffic>(std::vector<std::uint16_t>{sluice.port()}, path, 5ms));
+        }
+    }
+    ASSERT_TRUE(eventually([&] { return upstream_.requests().size() >= 20; }, 10s));
+    cluster_->move_slots(from, to, 100);
+    ASSERT_TRUE(eventually(
+        [&] {
+            const auto text = scrape_metrics(admin);
+            return metric_or_zero(text, "sluice_redis_redirections_total{kind=\"moved\"}") +
+                       metric_or_zero(text, "sluice_redis_redirections_total{kind=\"ask\"}") >=
+                   1;
+        },
+        10s));
+    std::size_t total = 0;
+    for (auto& c : clients) {
+        for (const auto& e : c->stop()) {
+            ++total;
+            EXPECT_EQ(e.status, 200u) << e.target << " " << e.error;
+        }
+    }
+    EXPECT_GE(total, 40u);
+    EXPECT_EQ(cluster_->owner_of(lowest), to);
 }
 
 } // namespace

@@ -143,6 +143,20 @@ public:
     counter store_errors_total{0};
     counter memory_store_evictions_total{0}; // rate-limit.memory.max-keys reached
 
+    // Redis Cluster (issue 16), summed over the workers (each reads its own map).
+    counter redis_moved_total{0};    // MOVED replies followed
+    counter redis_ask_total{0};      // ASK replies followed
+    counter redis_tryagain_total{0}; // TRYAGAIN replies sent again
+    counter redis_map_changed_total{0};
+    counter redis_map_unchanged_total{0};
+    counter redis_map_failed_total{0}; // no node answered CLUSTER SLOTS
+    counter redis_failovers_total{0};  // a primary left the map, its slots owned by another
+    counter redis_give_backs_total{0}; // multi-slot requests refused after a slot charged them
+
+    /// Script calls sent to the Cluster node `node` ("host:port"), created on first use; the
+    /// reference stays valid for the registry's lifetime.
+    counter& redis_node_calls(const std::string& node);
+
     /// The whole registry in the Prometheus text exposition format (version 0.0.4).
     std::string render() const;
 
@@ -150,8 +164,13 @@ private:
     /// The per-rule families of cost-weighted limits (issue 15).
     void render_cost_metrics(std::string& out) const;
 
+    /// The Redis Cluster families with labels.
+    void render_cluster_metrics(std::string& out) const;
+
     mutable std::mutex rules_mutex_;
     std::map<std::string, std::unique_ptr<rule_counters>> rules_;
+    /// Guarded by rules_mutex_ too: nodes are added when a worker first sends to one.
+    std::map<std::string, std::unique_ptr<counter>> node_calls_;
 };
 
 } // namespace sluice::metrics

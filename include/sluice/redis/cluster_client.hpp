@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -45,6 +46,25 @@ struct cluster_counters {
     std::atomic<std::uint64_t> refreshes_changed{0};
     std::atomic<std::uint64_t> refreshes_unchanged{0};
     std::atomic<std::uint64_t> refreshes_failed{0};
+    std::atomic<std::uint64_t> failovers{0};
+};
+
+/**
+ * Where a cluster client also counts what it sees, e.g. the process's /metrics counters, shared
+ * by every worker's client. Each may be null.
+ */
+struct cluster_observer {
+    std::atomic<std::uint64_t>* moved = nullptr;
+    std::atomic<std::uint64_t>* ask = nullptr;
+    std::atomic<std::uint64_t>* tryagain = nullptr;
+    std::atomic<std::uint64_t>* map_changed = nullptr;
+    std::atomic<std::uint64_t>* map_unchanged = nullptr;
+    std::atomic<std::uint64_t>* map_failed = nullptr;
+    /// A primary that owned slots left the map and another node owns them now: a replica
+    /// promoted (or, rarely, a primary resharded empty).
+    std::atomic<std::uint64_t>* failovers = nullptr;
+    /// The counter of script calls sent to a node ("host:port"), asked once per node.
+    std::function<std::atomic<std::uint64_t>*(const std::string& node)> calls_to;
 };
 
 /**
@@ -114,6 +134,9 @@ public:
     bool healthy() const noexcept;
 
     const cluster_counters& counters() const noexcept;
+
+    /// Counts into `observer` from now on, as well as into `counters()`.
+    void set_observer(cluster_observer observer);
 
     const executor& get_executor() const noexcept { return ex_; }
 

@@ -201,7 +201,7 @@ public:
     static std::size_t wake_waiters(slot_waiters& waiters, std::string_view announcement);
 
     /// Counts Redis latency and errors in `registry` (which must outlive the store); optional.
-    void set_metrics(metrics::registry* registry) noexcept { metrics_ = registry; }
+    void set_metrics(metrics::registry* registry);
 
 private:
     struct batch;

@@ -81,7 +81,16 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
         {&r.redis_timeouts_total, "sluice_redis_timeouts_total"},
         {&r.store_errors_total, "sluice_store_errors_total"},
         {&r.memory_store_evictions_total, "sluice_memory_store_evictions_total"},
+        {&r.redis_failovers_total, "sluice_redis_failovers_total"},
+        {&r.redis_give_backs_total, "sluice_redis_give_backs_total"},
+        {&r.redis_moved_total, "sluice_redis_redirections_total{kind=\"moved\"}"},
+        {&r.redis_ask_total, "sluice_redis_redirections_total{kind=\"ask\"}"},
+        {&r.redis_tryagain_total, "sluice_redis_redirections_total{kind=\"tryagain\"}"},
+        {&r.redis_map_changed_total, "sluice_redis_map_refreshes_total{result=\"changed\"}"},
+        {&r.redis_map_unchanged_total, "sluice_redis_map_refreshes_total{result=\"unchanged\"}"},
+        {&r.redis_map_failed_total, "sluice_redis_map_refreshes_total{result=\"failed\"}"},
     };
+    bump(r.redis_node_calls("10.0.0.5:6379"), 7);
     std::uint64_t value = 100;
     for (const auto& [field, name] : counters) {
         bump(*field, ++value);
@@ -93,8 +102,11 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     for (const auto& [field, name] : counters) {
         EXPECT_THAT(text,
                     HasSubstr(std::string("\n") + name + " " + std::to_string(++value) + "\n"));
-        EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + name + " counter\n"));
+        const auto family =
+            std::string(std::string_view(name).substr(0, std::string_view(name).find('{')));
+        EXPECT_THAT(text, HasSubstr("# TYPE " + family + " counter\n"));
     }
+    EXPECT_THAT(text, HasSubstr("\nsluice_redis_calls_total{node=\"10.0.0.5:6379\"} 7\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_connections_open -3\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_held_requests 42\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_held_requests gauge\n"));
@@ -103,14 +115,15 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_concurrency_in_flight gauge\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_cost_settle_error histogram\n"));
     // One TYPE line per family: the requests, the concurrency in flight (per rule), the
-    // upstream responses, the 3 cost counters and the cost histogram (per rule), 13 counters,
-    // 2 gauges and 3 histograms.
+    // upstream responses, the 3 cost counters and the cost histogram (per rule), the 3 Redis
+    // Cluster families with labels (redirections, map refreshes, calls per node), the counters
+    // without labels, 2 gauges and 3 histograms.
     std::size_t families = 0;
     for (auto at = text.find("# TYPE "); at != std::string::npos;
          at = text.find("# TYPE ", at + 1)) {
         ++families;
     }
-    EXPECT_EQ(families, 3u + 4u + std::size(counters) + 2u + 3u);
+    EXPECT_EQ(families, 3u + 4u + 3u + (std::size(counters) - 6u) + 2u + 3u);
 }
 
 // The settle error's buckets are cumulative upper bounds, negative ones included: a refund of
