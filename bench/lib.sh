@@ -7,9 +7,11 @@
 #   cpu_ticks PID         utime + stime of PID and its threads, plus its children's, in ticks
 #   $hz                   ticks per second
 #   cpu_ns PID            the same in nanoseconds (the scheduler's run time of its live threads)
-#   start_redis           redis-server on a free port: sets $redis_port, $redis_pid
+#   start_redis           redis-server on a free port: sets $redis_port, $redis_pid, $redis_ports
+#   start_cluster N       a Redis Cluster of N primaries: sets $cluster_seeds, adds to $redis_ports
 #   redis_cpu_us          Redis's CPU time (INFO cpu), in microseconds
-#   script_calls          EVALSHA + EVAL calls since Redis's last `config resetstat`
+#   script_calls          EVALSHA + EVAL calls since Redis's last `config resetstat` (every Redis)
+#   reset_redis_stats     `config resetstat` on every Redis
 #   nginx_reference_config, sluice_config, start_sluice: the proxies under test (see below)
 # Env: SLUICE_BIN=path/to/sluice (default build/release/sluice, built if missing).
 
@@ -53,15 +55,51 @@ start_redis() {
   redis_port=$(free_port)
   redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
     >"$work/redis.log" 2>&1 & redis_pid=$!; pids+=($redis_pid)
+  redis_ports=("$redis_port")
 }
 
-# Redis's own CPU time (INFO cpu: used_cpu_sys + used_cpu_user, every thread) in microseconds.
+# A Redis Cluster of $1 primaries (no replicas) on free ports: sets $cluster_seeds ("[h:p, ...]")
+# and adds its ports to $redis_ports, whose CPU and script calls are summed with the single one's.
+start_cluster() { # primaries
+  local i port nodes=() seeds=
+  for i in $(seq "$1"); do
+    port=$(free_port)
+    mkdir -p "$work/cluster-$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/cluster-$port" \
+      --cluster-enabled yes --cluster-port "$(free_port)" --cluster-config-file "$work/cluster-$port/nodes.conf" \
+      >"$work/cluster-$port.log" 2>&1 & pids+=($!)
+    redis_ports+=("$port") nodes+=("127.0.0.1:$port") seeds+="${seeds:+, }127.0.0.1:$port"
+  done
+  for port in "${redis_ports[@]}"; do wait_port "$port"; done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1
+  for _ in $(seq 100); do
+    local ok=0
+    for i in "${nodes[@]}"; do
+      redis-cli -p "${i##*:}" cluster info | grep -q 'cluster_state:ok' && ok=$((ok + 1))
+    done
+    [ "$ok" -lt "${#nodes[@]}" ] || break
+    sleep 0.1
+  done
+  cluster_seeds="[$seeds]"
+}
+
+# Redis's own CPU time (INFO cpu: used_cpu_sys + used_cpu_user, every thread) in microseconds,
+# summed over every Redis started (the single one, and the cluster's nodes).
 redis_cpu_us() {
-  redis-cli -p "$redis_port" info cpu | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.0f\n", s * 1000000}'
+  local port
+  for port in "${redis_ports[@]}"; do redis-cli -p "$port" info cpu; done |
+    awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {printf "%.0f\n", s * 1000000}'
 }
 
 script_calls() {
-  redis-cli -p "$redis_port" info commandstats | awk -F'[=,]' '/cmdstat_eval(sha)?:/ {n += $2} END {print n + 0}'
+  local port
+  for port in "${redis_ports[@]}"; do redis-cli -p "$port" info commandstats; done |
+    awk -F'[=,]' '/cmdstat_eval(sha)?:/ {n += $2} END {print n + 0}'
+}
+
+reset_redis_stats() {
+  local port
+  for port in "${redis_ports[@]}"; do redis-cli -p "$port" config resetstat >/dev/null; done
 }
 
 # The configurations of the proxies under test read $workers, $upstream_port, $redis_port and
@@ -82,17 +120,22 @@ http { access_log off;
 CONF
 }
 
-# sluice on the given port and store. With a limit, one rule on /* with that limit alone;
+# sluice on the given port and store (memory, redis, or cluster: the Redis store on the cluster
+# start_cluster made). With a limit, one rule on /* with that limit alone;
 # without, every request gets the fallback (a LEAKY_BUCKET that limits nothing).
 sluice_config() { # port store [limit]
   cat <<CONF
 server: { listen: "127.0.0.1:$1", workers: $workers }
 upstream: { url: "http://127.0.0.1:$upstream_port" }
 rate-limit:
-  store: $2
+  store: ${2/cluster/redis}
   fallback: { algorithm: LEAKY_BUCKET, capacity: 100000000, flowRate: 10000000, mode: police }
-  redis: { host: 127.0.0.1, port: $redis_port, ttl: 60s, timeout: 200ms }
 CONF
+  if [ "$2" = cluster ]; then
+    echo "  redis: { cluster: $cluster_seeds, ttl: 60s, timeout: 200ms }"
+  else
+    echo "  redis: { host: 127.0.0.1, port: $redis_port, ttl: 60s, timeout: 200ms }"
+  fi
   [ -z "${3:-}" ] || printf '  rules:\n    - name: bench\n      match: { path: /* }\n      limits:\n        - %s\n' "$3"
   cat <<CONF
 logging: { level: warn, access-log: false }

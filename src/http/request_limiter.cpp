@@ -220,7 +220,16 @@ void request_limiter::derive_checks(const config::config& cfg, const limited_req
     if (cfg.logging.access_log) {
         client_ = client.to_string();
     }
-    const auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix);
+    auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix);
+    if (const auto& redis = cfg.rate_limit.redis;
+        cfg.rate_limit.store == config::store_kind::redis &&
+        redis.topology == config::redis_topology::cluster &&
+        redis.hash_tag == config::hash_tag_mode::ip) {
+        // `hash-tag: ip`: the client part is the hash tag of every key holding it, so that all
+        // of one client's limits share a Redis Cluster slot and are decided in one call.
+        client_part.insert(client_part.begin(), '{');
+        client_part.push_back('}');
+    }
     auto lookup = [&message](std::string_view name) -> std::optional<std::string_view> {
         const auto it = message.find(name);
         return it == message.end() ? std::nullopt : std::optional<std::string_view>(it->value());

@@ -417,47 +417,39 @@ void load_scripts(auto& connection) {
 
 } // namespace
 
-redis_store::redis_store(redis::client& client,
+redis_store::redis_store(unconnected,
+                         executor ex,
                          const config::redis_settings& settings,
                          memory_store* local_fallback)
-    : client_(&client)
-    , ex_(client.get_executor())
+    : ex_(std::move(ex))
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
     , local_fallback_(local_fallback)
     , self_(std::make_shared<redis_store*>(this))
     , channel_(slot_channel(settings))
     , lease_prefix_(make_lease_prefix())
-    , renew_timer_(ex_) {
+    , renew_timer_(ex_) {}
+
+redis_store::redis_store(redis::client& client,
+                         const config::redis_settings& settings,
+                         memory_store* local_fallback)
+    : redis_store(unconnected{}, client.get_executor(), settings, local_fallback) {
+    client_ = &client;
     load_scripts(client);
 }
 
 redis_store::redis_store(redis::cluster_client& cluster,
                          const config::redis_settings& settings,
                          memory_store* local_fallback)
-    : cluster_(&cluster)
-    , ex_(cluster.get_executor())
-    , ttl_(settings.ttl)
-    , on_failure_(settings.on_failure)
-    , local_fallback_(local_fallback)
-    , self_(std::make_shared<redis_store*>(this))
-    , channel_(slot_channel(settings))
-    , lease_prefix_(make_lease_prefix())
-    , renew_timer_(ex_) {
+    : redis_store(unconnected{}, cluster.get_executor(), settings, local_fallback) {
+    cluster_ = &cluster;
     load_scripts(cluster);
 }
 
 redis_store::redis_store(executor ex,
                          const config::redis_settings& settings,
                          memory_store* local_fallback)
-    : ex_(ex)
-    , ttl_(settings.ttl)
-    , on_failure_(settings.on_failure)
-    , local_fallback_(local_fallback)
-    , self_(std::make_shared<redis_store*>(this))
-    , channel_(slot_channel(settings))
-    , lease_prefix_(make_lease_prefix())
-    , renew_timer_(ex_) {
+    : redis_store(unconnected{}, ex, settings, local_fallback) {
     if (settings.topology == config::redis_topology::cluster) {
         owned_cluster_ = std::make_unique<redis::cluster_client>(
             std::move(ex), redis::cluster_options::from_settings(settings));

@@ -49,6 +49,16 @@ protected:
                            seed.port);
     }
 
+    /// A whole configuration whose every request gets the fallback FIXED_WINDOW of `limit` per
+    /// page key, for an hour.
+    std::string fallback_yaml(long long limit) const {
+        return compose_yaml(
+            upstream_.url(),
+            store_yaml() +
+                fmt::format("  fallback: {{ algorithm: FIXED_WINDOW, limit: {}, window: 1h }}\n",
+                            limit));
+    }
+
     /// With failure-mode closed, /readyz answers 200 once every worker has the whole map and a
     /// connection to every primary.
     static void wait_ready(const sluice_process& sluice) {
@@ -75,11 +85,7 @@ protected:
 
 TEST_F(RedisClusterStore, TwoInstancesShareOneBudgetPerKeyOnEveryPrimary) {
     constexpr int limit = 5;
-    const auto yaml = compose_yaml(
-        upstream_.url(),
-        store_yaml() + fmt::format("  fallback: {{ algorithm: FIXED_WINDOW, limit: {}, window: 1h "
-                                   "}}\n",
-                                   limit));
+    const auto yaml = fallback_yaml(limit);
     sluice_process a(yaml);
     sluice_process b(yaml);
     wait_ready(a);
@@ -171,11 +177,7 @@ TEST_F(RedisClusterStore, ARequestOnTwoSlotsIsChargedOnAllItsLimitsOrNone) {
 // within the issue's 10 s; then the limits hold again on the new primary.
 TEST_F(RedisClusterStore, AKilledPrimaryIsFollowedAndTheFailureModeAppliesMeanwhile) {
     constexpr int limit = 3;
-    const auto yaml = compose_yaml(
-        upstream_.url(),
-        store_yaml() + fmt::format("  fallback: {{ algorithm: FIXED_WINDOW, limit: {}, window: 1h "
-                                   "}}\n",
-                                   limit));
+    const auto yaml = fallback_yaml(limit);
     sluice_process sluice(yaml);
     wait_ready(sluice);
     const auto admin = admin_port(sluice);
@@ -238,9 +240,7 @@ TEST_F(RedisClusterStore, AKilledPrimaryIsFollowedAndTheFailureModeAppliesMeanwh
 // Moving 100 slots between primaries under traffic on keys of those slots: MOVED and ASK are
 // followed (and counted), and no client sees anything but an admitted request.
 TEST_F(RedisClusterStore, AReshardUnderTrafficIsInvisibleToClients) {
-    const auto yaml = compose_yaml(
-        upstream_.url(),
-        store_yaml() + "  fallback: { algorithm: FIXED_WINDOW, limit: 1000000, window: 1h }\n");
+    const auto yaml = fallback_yaml(1000000);
     sluice_process sluice(yaml);
     wait_ready(sluice);
     const auto admin = admin_port(sluice);
@@ -285,6 +285,38 @@ TEST_F(RedisClusterStore, AReshardUnderTrafficIsInvisibleToClients) {
     }
     EXPECT_GE(total, 40u);
     EXPECT_EQ(cluster_->owner_of(lowest), to);
+}
+
+// `hash-tag: ip` puts a client's keys in one slot: a rule with two per-client limits is then one
+// atomic call, with nothing to give back, and the keys read rate-limit:{<ip>}:...
+TEST_F(RedisClusterStore, HashTagIpKeepsAClientsKeysInOneSlot) {
+    auto store = store_yaml();
+    store.insert(store.find("    ttl:"), "    hash-tag: ip\n");
+    const std::string rules = R"(  rules:
+    - name: tagged
+      match: { path: /tagged }
+      limits:
+        - { algorithm: FIXED_WINDOW, limit: 2, window: 1h }
+        - { algorithm: FIXED_WINDOW, limit: 5, window: 1h, key: [ip] }
+)";
+    sluice_process sluice(compose_yaml(upstream_.url(), store + rules));
+    wait_ready(sluice);
+    for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(get(sluice.port(), "/tagged").status, 200u);
+    }
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(get(sluice.port(), "/tagged").status, 429u);
+    }
+    const auto keys = keys_by_node();
+    ASSERT_EQ(keys.size(), 2u);
+    EXPECT_TRUE(keys.count("rate-limit:{127.0.0.1}:/tagged")) << keys.begin()->first;
+    EXPECT_TRUE(keys.count("rate-limit:tagged#1:{127.0.0.1}")) << keys.rbegin()->first;
+    EXPECT_EQ(redis::key_slot(keys.begin()->first), redis::key_slot(keys.rbegin()->first));
+    // One slot: the refusals were decided in one call each, nothing charged to give back.
+    const auto text = scrape_metrics(admin_port(sluice));
+    EXPECT_EQ(metric_or_zero(text, "sluice_redis_give_backs_total"), 0);
+    resp_client owner(cluster_->node(keys.begin()->second).port());
+    EXPECT_EQ(owner.command({"HGET", "rate-limit:tagged#1:{127.0.0.1}", "count"}).text, "2");
 }
 
 } // namespace

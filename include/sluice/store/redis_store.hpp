@@ -204,6 +204,14 @@ public:
     void set_metrics(metrics::registry* registry);
 
 private:
+    /// Everything but the connection, which each public constructor sets.
+    struct unconnected {};
+
+    redis_store(unconnected,
+                executor ex,
+                const config::redis_settings& settings,
+                memory_store* local_fallback);
+
     struct batch;
     using batch_ptr = std::shared_ptr<batch>;
 
