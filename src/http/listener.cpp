@@ -36,20 +36,6 @@ void check(const error_code& ec, const char* step, const tcp::endpoint& endpoint
     throw std::runtime_error("cannot listen on " + format_endpoint(endpoint) + ": " + why);
 }
 
-void log_session_exception(std::exception_ptr e) {
-    if (!e) {
-        return;
-    }
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-        // An exception escaping a session is a bug, not control flow: say so loudly, but a
-        // peer that triggers it again and again must not flood the log.
-        static log_throttle throttle;
-        log_throttled(throttle, spdlog::level::err, "session ended by an exception: {}", ex.what());
-    }
-}
-
 } // namespace
 
 std::string format_endpoint(const tcp::endpoint& endpoint) {
