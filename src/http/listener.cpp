@@ -4,7 +4,6 @@
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/http/session.hpp"
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <fmt/format.h>
@@ -12,7 +11,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <exception>
 #include <fcntl.h>
 #include <stdexcept>
 #include <string>
@@ -122,8 +120,7 @@ awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker) {
             (void)wait_ec;
             continue;
         }
-        net::co_spawn(
-            acceptor.get_executor(), run_session(std::move(socket), worker), log_session_exception);
+        start_session(std::move(socket), worker);
     }
 }
 
