@@ -543,7 +543,7 @@ awaitable<void> application::sweep_memory_store() {
         }
         // glibc keeps what a sweep frees inside its heaps, between live blocks, where only
         // malloc_trim gives it back to the system: 1,000,000 dropped keys kept the RSS at 192
-        // MiB without it, 18 MiB with it (bench/memory). It walks the heaps under their locks,
+        // MiB without it, 19.5 MiB with it (bench/memory). It walks the heaps under their locks,
         // so only after a sweep that freed enough to matter.
         if (memory_store_->sweep() >= trim_after_keys) {
             malloc_trim(0);
