@@ -25,6 +25,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <malloc.h>
 #include <optional>
 #include <pthread.h>
 #include <stdexcept>
@@ -39,6 +40,8 @@ using config_ptr = std::shared_ptr<const config::config>;
 
 /// How often the memory store forgets keys whose state has fully reset.
 constexpr std::chrono::seconds sweep_interval{10};
+/// A sweep that forgets this many keys (a few MB) gives the memory back (see sweep_memory_store).
+constexpr std::size_t trim_after_keys = 10'000;
 constexpr std::size_t memory_store_shards = 64;
 
 /// An io_context whose pending handlers (suspended coroutine frames among them) can be destroyed
@@ -574,7 +577,13 @@ awaitable<void> application::sweep_memory_store() {
         if (ec || draining_) {
             co_return;
         }
-        memory_store_->sweep();
+        // glibc keeps what a sweep frees inside its heaps, between live blocks, where only
+        // malloc_trim gives it back to the system: 1,000,000 dropped keys kept the RSS at 192
+        // MiB without it, 19.5 MiB with it (bench/memory). It walks the heaps under their locks,
+        // so only after a sweep that freed enough to matter.
+        if (memory_store_->sweep() >= trim_after_keys) {
+            malloc_trim(0);
+        }
     }
 }
 

@@ -4,7 +4,6 @@
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/http/session.hpp"
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <fmt/format.h>
@@ -12,7 +11,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <exception>
 #include <fcntl.h>
 #include <stdexcept>
 #include <string>
@@ -34,20 +32,6 @@ void check(const error_code& ec, const char* step, const tcp::endpoint& endpoint
                          ? describe_listen_error(ec)
                          : std::string(step) + ": " + describe_listen_error(ec);
     throw std::runtime_error("cannot listen on " + format_endpoint(endpoint) + ": " + why);
-}
-
-void log_session_exception(std::exception_ptr e) {
-    if (!e) {
-        return;
-    }
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-        // An exception escaping a session is a bug, not control flow: say so loudly, but a
-        // peer that triggers it again and again must not flood the log.
-        static log_throttle throttle;
-        log_throttled(throttle, spdlog::level::err, "session ended by an exception: {}", ex.what());
-    }
 }
 
 } // namespace
@@ -136,8 +120,7 @@ awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker) {
             (void)wait_ec;
             continue;
         }
-        net::co_spawn(
-            acceptor.get_executor(), run_session(std::move(socket), worker), log_session_exception);
+        start_session(std::move(socket), worker);
     }
 }
 

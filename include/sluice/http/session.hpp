@@ -7,15 +7,17 @@
 namespace sluice::http {
 
 /**
- * Serves one client connection until it closes: per request, read the header (within the
- * limits of `server.*`), decide it against the rate limits, then answer it locally (429, 503, a
- * 4xx for a malformed request) or hold it for its shaping delay and forward it upstream.
- * Requests on one connection are answered strictly in order: the next is not read before the
- * previous response is written, and bytes already read for it stay in the connection's buffer.
+ * Starts serving one client connection (on a coroutine of its own) until it closes: per request,
+ * read the header (within the limits of `server.*`), decide it against the rate limits, then
+ * answer it locally (429, 503, a 4xx for a malformed request) or hold it for its shaping delay
+ * and forward it upstream. Requests on one connection are answered strictly in order: the next
+ * is not read before the previous response is written, and bytes already read for it stay in the
+ * connection's buffer. A connection idle for a second gives back its buffers and is parked
+ * without a coroutine until bytes come (then a new one serves it).
  *
- * Runs on `worker`'s executor, which must outlive it; never throws for anything the network
- * does.
+ * Call on `worker`'s executor, which must outlive the connection; returns at once. Nothing the
+ * network does makes it throw; an exception that escapes the coroutine (a bug) is logged.
  */
-awaitable<void> run_session(tcp_socket socket, worker_context& worker);
+void start_session(tcp_socket socket, worker_context& worker);
 
 } // namespace sluice::http

@@ -163,6 +163,40 @@ public:
         return socket.write_some(buffers, ec);
     }
 
+    /**
+     * Whether the socket has something to read now (bytes, the end of the stream or an error),
+     * reading nothing: one non-blocking recv of a byte with MSG_PEEK. Call it before
+     * `async_wait_readable`, which sees only what arrives after it starts.
+     */
+    bool readable_now() {
+        auto& socket = state_->socket;
+        error_code ec;
+        if (!socket.non_blocking()) {
+            socket.non_blocking(true, ec); // once per connection, as in write_now
+            if (ec) {
+                return true; // the read that follows will say what is wrong
+            }
+        }
+        char byte = 0;
+        socket.receive(net::buffer(&byte, 1), tcp_socket::message_peek, ec);
+        return ec != net::error::would_block;
+    }
+
+    /**
+     * Completes when the socket has something to read (bytes, the end of the stream or an
+     * error), reading nothing, so that no buffer waits with it. Asio's epoll reactor is
+     * edge-triggered and this wait tries nothing first: it reports only what the reactor hears
+     * of after it starts, so check `readable_now()` just before, on the same turn.
+     */
+    template <typename Token = net::default_completion_token_t<executor_type>>
+    auto async_wait_readable(Token&& token = Token{}) {
+        return net::async_initiate<Token, void(error_code)>(
+            [this](auto handler) {
+                state_->socket.async_wait(tcp_socket::wait_read, wrap(std::move(handler)));
+            },
+            token);
+    }
+
     /// No deadline (a pending wait finds none and stops).
     void expires_never() noexcept {
         state_->timed_out = false;

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+// What sluice gives back while a connection waits (issue 17, memory): a keep-alive connection
+// idle past its one-second grace is parked without its buffers, its request state and its
+// coroutine, and a held request waits without a read buffer. These tests check that nothing of
+// the protocol notices: a parked connection serves a slowly arriving, a pipelined or no next
+// request as before, times out and drains as before; a held request's body, sent during the
+// hold, arrives intact.
+
+#include "integration_util.hpp"
+#include "support/admin_client.hpp"
+#include "support/body_pattern.hpp"
+#include "support/limit_probe.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Longer than the grace (1 s) after which an idle connection is parked: there is no event to
+/// wait for, the connection is parked when this much has passed.
+constexpr auto past_the_grace = 1500ms;
+
+/// A limit that refuses nothing.
+constexpr const char* roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
+
+std::string yaml_for(const recording_upstream& upstream,
+                     const std::string& rate_limit = roomy,
+                     const std::string& server_extra = "") {
+    return compose_yaml(upstream.url(), rate_limit, server_extra);
+}
+
+// Serves one request on `connection`, then leaves it idle until it is parked.
+void park(http_connection& connection) {
+    connection.send("GET", "/first");
+    EXPECT_EQ(connection.read_response().status, 200u);
+    std::this_thread::sleep_for(past_the_grace);
+}
+
+TEST(IdleMemory, AParkedConnectionServesASlowlyArrivingRequest) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port());
+    park(connection);
+
+    // The first bytes wake the connection; the rest of the header comes later.
+    const std::string request = format_request("GET", "/second");
+    connection.send_raw(request.substr(0, 3));
+    std::this_thread::sleep_for(200ms);
+    connection.send_raw(request.substr(3));
+    const http_response response = connection.read_response();
+    EXPECT_EQ(response.status, 200u);
+    EXPECT_EQ(response.header("X-Upstream-Target"), "/second");
+    EXPECT_TRUE(response.keep_alive);
+
+    // And again, parked a second time.
+    std::this_thread::sleep_for(past_the_grace);
+    connection.send("GET", "/third");
+    EXPECT_EQ(connection.read_response().header("X-Upstream-Target"), "/third");
+    EXPECT_EQ(upstream.requests().size(), 3u);
+}
+
+TEST(IdleMemory, AParkedConnectionServesPipelinedRequestsInOrder) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.kind = response_plan::body_kind::echo;
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port());
+    park(connection);
+
+    const std::string body = pattern_string(3, 50'000);
+    std::string batch;
+    for (int i = 0; i < 3; ++i) {
+        batch += format_request("POST",
+                                "/pipe/" + std::to_string(i),
+                                {{"Content-Length", std::to_string(body.size())}},
+                                body);
+    }
+    connection.send_raw(batch);
+    for (int i = 0; i < 3; ++i) {
+        const http_response response = connection.read_response();
+        EXPECT_EQ(response.status, 200u);
+        EXPECT_EQ(response.header("X-Upstream-Target"), "/pipe/" + std::to_string(i));
+        EXPECT_EQ(response.body_hash, hash_of(body));
+    }
+}
+
+TEST(IdleMemory, AParkedConnectionTheClientClosesIsClosedAtOnce) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    const auto admin = admin_port(sluice);
+    {
+        http_connection connection(sluice.port());
+        park(connection);
+        bool met = false;
+        const auto text = wait_for_metrics(
+            admin,
+            [](const std::string& t) { return metric_or_zero(t, "sluice_connections_open") == 1; },
+            5s,
+            met);
+        ASSERT_TRUE(met) << text;
+    }
+    // Far sooner than server.idle-timeout (60 s): the parked wait hears the close.
+    bool met = false;
+    const auto text = wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_connections_open") == 0; },
+        5s,
+        met);
+    EXPECT_TRUE(met) << text;
+}
+
+TEST(IdleMemory, AParkedConnectionIsClosedAtTheIdleTimeout) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream, roomy, "  idle-timeout: 3s\n"));
+    http_connection connection(sluice.port());
+    park(connection);
+    const auto parked_at = std::chrono::steady_clock::now();
+    ASSERT_TRUE(connection.wait_closed(10s)) << "a parked connection outlived idle-timeout";
+    // Closed at the timeout counted from the end of the response (1.5 s before parked_at).
+    EXPECT_GE(std::chrono::steady_clock::now() - parked_at, 1s);
+}
+
+TEST(IdleMemory, ADrainClosesParkedConnectionsAtOnce) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port());
+    park(connection);
+    const auto signalled = std::chrono::steady_clock::now();
+    sluice.send_signal(SIGTERM);
+    EXPECT_TRUE(connection.wait_closed(5s));
+    const auto status = sluice.wait_exit(10s);
+    ASSERT_TRUE(status) << "sluice did not exit";
+    EXPECT_TRUE(WIFEXITED(*status));
+    EXPECT_EQ(WEXITSTATUS(*status), 0);
+    // drain-timeout is 30 s: a parked connection must not make the drain wait for it.
+    EXPECT_LT(std::chrono::steady_clock::now() - signalled, 5s);
+    EXPECT_EQ(sluice.log_text().find("drain timeout"), std::string::npos);
+}
+
+// A held request waits without a read buffer; a body sent during the hold is read then (or
+// after it) and reaches the upstream byte for byte.
+TEST(IdleMemory, AHeldRequestsBodySentDuringTheHoldArrivesIntact) {
+    recording_upstream upstream;
+    // One slot every 500 ms: the first request goes at once, the second is held.
+    sluice_process sluice(yaml_for(upstream, "  fallback: { capacity: 10, flowRate: 2 }\n"));
+    const auto admin = admin_port(sluice);
+
+    http_connection head(sluice.port());
+    head.send("GET", "/held-body");
+    EXPECT_EQ(head.read_response().status, 200u);
+
+    constexpr std::uint64_t seed = 17;
+    constexpr std::uint64_t size = 200'000; // more than a held request reads ahead (64 KiB)
+    http_connection held(sluice.port());
+    held.send_raw(format_request("POST", "/held-body", {{"Content-Length", std::to_string(size)}}));
+    bool met = false;
+    const auto text = wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_held_requests") == 1; },
+        5s,
+        met);
+    ASSERT_TRUE(met) << text;
+    held.send_pattern_body(seed, size, false);
+    const http_response response = held.read_response();
+    EXPECT_EQ(response.status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(2, 10s));
+    const auto requests = upstream.requests();
+    ASSERT_EQ(requests.size(), 2u);
+    EXPECT_EQ(requests[1].method, "POST");
+    EXPECT_EQ(requests[1].body_size, size);
+    EXPECT_EQ(requests[1].body_hash, pattern_hash(seed, size));
+}
+
+} // namespace
+} // namespace sluice::test
