@@ -171,6 +171,11 @@ constexpr scalar_metric scalar_metrics[] = {
      nullptr,
      &registry::connections_open},
     {"sluice_connections_total", "Client connections accepted.", &registry::connections_total},
+    {"sluice_connections_parked",
+     "Idle keep-alive connections parked now: idle past one second, their buffers and request "
+     "state freed until their next bytes.",
+     nullptr,
+     &registry::connections_parked},
     {"sluice_bad_requests_total",
      "Requests answered 400/413/414/431 by sluice: a broken or too large header or body.",
      &registry::bad_requests_total},

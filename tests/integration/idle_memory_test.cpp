@@ -24,10 +24,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// Longer than the grace (1 s) after which an idle connection is parked: there is no event to
-/// wait for, the connection is parked when this much has passed.
-constexpr auto past_the_grace = 1500ms;
-
 /// A limit that refuses nothing.
 constexpr const char* roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
 
@@ -37,18 +33,32 @@ std::string yaml_for(const recording_upstream& upstream,
     return compose_yaml(upstream.url(), rate_limit, server_extra);
 }
 
+/// Waits (up to 5 s) until `count` connections are parked, as /metrics says: a connection is
+/// parked once it has idled past its one-second grace.
+void wait_parked(const sluice_process& sluice, int count) {
+    bool met = false;
+    const auto text = wait_for_metrics(
+        admin_port(sluice),
+        [count](const std::string& t) {
+            return metric_or_zero(t, "sluice_connections_parked") == count;
+        },
+        5s,
+        met);
+    ASSERT_TRUE(met) << "expected " << count << " parked connection(s):\n" << text;
+}
+
 // Serves one request on `connection`, then leaves it idle until it is parked.
-void park(http_connection& connection) {
+void park(http_connection& connection, const sluice_process& sluice) {
     connection.send("GET", "/first");
     EXPECT_EQ(connection.read_response().status, 200u);
-    std::this_thread::sleep_for(past_the_grace);
+    wait_parked(sluice, 1);
 }
 
 TEST(IdleMemory, AParkedConnectionServesASlowlyArrivingRequest) {
     recording_upstream upstream;
     sluice_process sluice(yaml_for(upstream));
     http_connection connection(sluice.port());
-    park(connection);
+    park(connection, sluice);
 
     // The first bytes wake the connection; the rest of the header comes later.
     const std::string request = format_request("GET", "/second");
@@ -58,10 +68,11 @@ TEST(IdleMemory, AParkedConnectionServesASlowlyArrivingRequest) {
     const http_response response = connection.read_response();
     EXPECT_EQ(response.status, 200u);
     EXPECT_EQ(response.header("X-Upstream-Target"), "/second");
+    EXPECT_EQ(metric_or_zero(scrape_metrics(admin_port(sluice)), "sluice_connections_parked"), 0);
     EXPECT_TRUE(response.keep_alive);
 
-    // And again, parked a second time.
-    std::this_thread::sleep_for(past_the_grace);
+    // And again, parked a second time (woken, it counted as parked no more).
+    wait_parked(sluice, 1);
     connection.send("GET", "/third");
     EXPECT_EQ(connection.read_response().header("X-Upstream-Target"), "/third");
     EXPECT_EQ(upstream.requests().size(), 3u);
@@ -75,7 +86,7 @@ TEST(IdleMemory, AParkedConnectionServesPipelinedRequestsInOrder) {
     });
     sluice_process sluice(yaml_for(upstream));
     http_connection connection(sluice.port());
-    park(connection);
+    park(connection, sluice);
 
     const std::string body = pattern_string(3, 50'000);
     std::string batch;
@@ -100,7 +111,7 @@ TEST(IdleMemory, AParkedConnectionTheClientClosesIsClosedAtOnce) {
     const auto admin = admin_port(sluice);
     {
         http_connection connection(sluice.port());
-        park(connection);
+        park(connection, sluice);
         bool met = false;
         const auto text = wait_for_metrics(
             admin,
@@ -123,10 +134,11 @@ TEST(IdleMemory, AParkedConnectionIsClosedAtTheIdleTimeout) {
     recording_upstream upstream;
     sluice_process sluice(yaml_for(upstream, roomy, "  idle-timeout: 3s\n"));
     http_connection connection(sluice.port());
-    park(connection);
+    park(connection, sluice);
     const auto parked_at = std::chrono::steady_clock::now();
     ASSERT_TRUE(connection.wait_closed(10s)) << "a parked connection outlived idle-timeout";
-    // Closed at the timeout counted from the end of the response (1.5 s before parked_at).
+    // Closed at the timeout counted from the end of the response (parked one grace, 1 s, after
+    // it), not a new one from the parking.
     EXPECT_GE(std::chrono::steady_clock::now() - parked_at, 1s);
 }
 
@@ -134,7 +146,7 @@ TEST(IdleMemory, ADrainClosesParkedConnectionsAtOnce) {
     recording_upstream upstream;
     sluice_process sluice(yaml_for(upstream));
     http_connection connection(sluice.port());
-    park(connection);
+    park(connection, sluice);
     const auto signalled = std::chrono::steady_clock::now();
     sluice.send_signal(SIGTERM);
     EXPECT_TRUE(connection.wait_closed(5s));

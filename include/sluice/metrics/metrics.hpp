@@ -118,6 +118,7 @@ public:
     // Connections and requests.
     gauge connections_open{0};
     counter connections_total{0};
+    gauge connections_parked{0};      // idle keep-alive connections parked without their buffers
     counter bad_requests_total{0};    // 400/413/414/431 answered by sluice itself (header or body)
     counter client_timeouts_total{0}; // 408: a header or body not in within its timeout
 
