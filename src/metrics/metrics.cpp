@@ -199,6 +199,10 @@ constexpr scalar_metric scalar_metrics[] = {
     {"sluice_redis_timeouts_total",
      "Redis commands that got no reply within rate-limit.redis.timeout.",
      &registry::redis_timeouts_total},
+    {"sluice_redis_failovers_total",
+     "Sentinel: switches of the primary acted on (every worker's connection moved to the new "
+     "address the Sentinels gave).",
+     &registry::redis_failovers_total},
     {"sluice_store_errors_total",
      "Requests the store could not decide (handled by failure-mode).",
      &registry::store_errors_total},

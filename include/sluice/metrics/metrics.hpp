@@ -141,6 +141,7 @@ public:
     counter redis_errors_total{0};
     counter redis_timeouts_total{0};
     counter store_errors_total{0};
+    counter redis_failovers_total{0};        // Sentinel: a switch of the primary acted on
     counter memory_store_evictions_total{0}; // rate-limit.memory.max-keys reached
 
     /// The whole registry in the Prometheus text exposition format (version 0.0.4).

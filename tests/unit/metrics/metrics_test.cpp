@@ -79,6 +79,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
         {&r.upstream_busy_total, "sluice_upstream_busy_total"},
         {&r.redis_errors_total, "sluice_redis_errors_total"},
         {&r.redis_timeouts_total, "sluice_redis_timeouts_total"},
+        {&r.redis_failovers_total, "sluice_redis_failovers_total"},
         {&r.store_errors_total, "sluice_store_errors_total"},
         {&r.memory_store_evictions_total, "sluice_memory_store_evictions_total"},
     };
@@ -103,7 +104,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_concurrency_in_flight gauge\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_cost_settle_error histogram\n"));
     // One TYPE line per family: the requests, the concurrency in flight (per rule), the
-    // upstream responses, the 3 cost counters and the cost histogram (per rule), 13 counters,
+    // upstream responses, the 3 cost counters and the cost histogram (per rule), 14 counters,
     // 2 gauges and 3 histograms.
     std::size_t families = 0;
     for (auto at = text.find("# TYPE "); at != std::string::npos;
