@@ -14,12 +14,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <sys/wait.h>
 #include <vector>
 
 namespace sluice::test {
@@ -54,7 +56,8 @@ std::string statuses_of(const std::vector<exchange>& exchanges) {
 
 std::string sentinel_yaml(const std::string& upstream_url,
                           const std::vector<config::endpoint_address>& sentinels,
-                          const std::string& failure_mode) {
+                          const std::string& failure_mode,
+                          const std::string& master = redis_sentinel::master_name) {
     std::string nodes;
     for (const auto& s : sentinels) {
         nodes += (nodes.empty() ? "" : ", ") + config::format_address(s);
@@ -83,7 +86,7 @@ std::string sentinel_yaml(const std::string& upstream_url,
                        "  listen: \"127.0.0.1:0\"\n",
                        upstream_url,
                        window_limit,
-                       redis_sentinel::master_name,
+                       master,
                        nodes,
                        redis_timeout.count(),
                        failure_mode);
@@ -147,8 +150,10 @@ protected:
         deployment_ = std::make_unique<redis_sentinel>();
     }
 
-    std::string yaml(const std::string& failure_mode = "closed") const {
-        return sentinel_yaml(upstream_.url(), deployment_->sentinel_addresses(), failure_mode);
+    std::string yaml(const std::string& failure_mode = "closed",
+                     const std::string& master = redis_sentinel::master_name) const {
+        return sentinel_yaml(
+            upstream_.url(), deployment_->sentinel_addresses(), failure_mode, master);
     }
 
     /// With failure-mode closed, /readyz answers 200 once the primary is known and every worker
@@ -265,6 +270,26 @@ TEST_F(RedisSentinelTest, EnforcesALimitOnThePrimary) {
     EXPECT_TRUE(enforced_on(sluice.port(), data_port(0), {}, "more"));
     const auto metrics = scrape_metrics(admin_port(sluice));
     EXPECT_EQ(metric_or_zero(metrics, "sluice_redis_failovers_total"), 0.0);
+
+    // The watcher's connections end with the drain: the process exits as on one Redis.
+    sluice.send_signal(SIGTERM);
+    const auto status = sluice.wait_exit(5s);
+    ASSERT_TRUE(status) << "still running 5 s after SIGTERM\n" << sluice.log_text();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << sluice.log_text();
+}
+
+// A name the Sentinels do not monitor: no primary, so under failure-mode closed sluice is not
+// ready and answers 503 at once, and says why.
+TEST_F(RedisSentinelTest, NotReadyWhileNoSentinelNamesThePrimary) {
+    sluice_process sluice(yaml("closed", "elsewhere"));
+    const auto admin = admin_port(sluice);
+    EXPECT_TRUE(sluice.wait_for_log("does not know the primary of 'elsewhere'", 5s))
+        << sluice.log_text();
+    EXPECT_EQ(get(admin, "/readyz").status, 503u);
+    const auto response = get(sluice.port(), "/nowhere");
+    EXPECT_EQ(response.status, 503u);
+    EXPECT_TRUE(response.header("Retry-After")) << "a 503 of failure-mode closed";
+    EXPECT_FALSE(upstream_.wait_for_count(1, 0ms));
 }
 
 // SENTINEL FAILOVER under traffic. The old primary goes on answering ROLE master (and taking
