@@ -12,14 +12,20 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <netinet/in.h>
 #include <optional>
+#include <stdexcept>
+#include <sys/socket.h>
 #include <thread>
 #include <tuple>
+#include <unistd.h>
 #include <vector>
 
 namespace sluice::redis {
@@ -302,6 +308,214 @@ TEST_F(SentinelWatcher, AnUnknownNameGivesNoPrimary) {
     watcher_harness h(o);
     EXPECT_FALSE(eventually([&] { return !h.seen().empty(); }, 1s));
     EXPECT_FALSE(h.watcher().primary());
+}
+
+//------------------------------------------------------------------------------
+// The watcher's own rules, against a fake Sentinel whose answers the test sets.
+
+/**
+ * Speaks just enough RESP for the watcher: answers `SENTINEL get-master-addr-by-name` with the
+ * address set by `name` (nil when none), `SUBSCRIBE` with its confirmation, anything else
+ * `+OK`; `publish_switch` sends a `+switch-master` message to every subscribed connection. One
+ * thread per connection, blocking sockets; the destructor shuts them all down.
+ */
+class fake_sentinel {
+public:
+    fake_sentinel() {
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        // The sockaddr casts are how the BSD socket API is spelled.
+        if (listener_ < 0 ||
+            ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+            ::listen(listener_, 16) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+            throw std::runtime_error("fake_sentinel: cannot listen");
+        }
+        port_ = ntohs(address.sin_port);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+
+    ~fake_sentinel() {
+        ::shutdown(listener_, SHUT_RDWR);
+        acceptor_.join();
+        {
+            const std::lock_guard lock(mutex_);
+            for (const int fd : connections_) {
+                ::shutdown(fd, SHUT_RDWR);
+            }
+        }
+        for (auto& t : handlers_) {
+            t.join();
+        }
+        for (const int fd : connections_) {
+            ::close(fd);
+        }
+        ::close(listener_);
+    }
+
+    fake_sentinel(const fake_sentinel&) = delete;
+    fake_sentinel& operator=(const fake_sentinel&) = delete;
+
+    std::uint16_t port() const { return port_; }
+
+    void name(std::optional<config::endpoint_address> primary) {
+        const std::lock_guard lock(mutex_);
+        primary_ = std::move(primary);
+    }
+
+    /// `get-master-addr-by-name` questions answered so far.
+    int asked() const {
+        const std::lock_guard lock(mutex_);
+        return asked_;
+    }
+
+    bool subscribed() const {
+        const std::lock_guard lock(mutex_);
+        return !subscribers_.empty();
+    }
+
+    void publish_switch(const std::string& master,
+                        const config::endpoint_address& from,
+                        const config::endpoint_address& to) {
+        const auto payload =
+            fmt::format("{} {} {} {} {}", master, from.host, from.port, to.host, to.port);
+        const auto message =
+            fmt::format("*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n${}\r\n{}\r\n",
+                        payload.size(),
+                        payload);
+        const std::lock_guard lock(mutex_);
+        for (const int fd : subscribers_) {
+            ::send(fd, message.data(), message.size(), MSG_NOSIGNAL);
+        }
+    }
+
+private:
+    void accept_loop() {
+        for (;;) {
+            const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) {
+                return; // shut down
+            }
+            const std::lock_guard lock(mutex_);
+            connections_.push_back(fd);
+            handlers_.emplace_back([this, fd] { serve(fd); });
+        }
+    }
+
+    // Reads one RESP array of bulk strings (what hiredis sends); empty at the end.
+    static std::vector<std::string> read_command(int fd, std::string& buffer) {
+        const auto line = [&]() -> std::optional<std::string> {
+            for (;;) {
+                if (const auto end = buffer.find("\r\n"); end != std::string::npos) {
+                    auto text = buffer.substr(0, end);
+                    buffer.erase(0, end + 2);
+                    return text;
+                }
+                char chunk[4096];
+                const auto n = ::recv(fd, chunk, sizeof chunk, 0);
+                if (n <= 0) {
+                    return std::nullopt;
+                }
+                buffer.append(chunk, static_cast<std::size_t>(n));
+            }
+        };
+        const auto head = line();
+        if (!head || head->empty() || (*head)[0] != '*') {
+            return {};
+        }
+        std::vector<std::string> args;
+        for (int i = std::stoi(head->substr(1)); i > 0; --i) {
+            const auto size = line(); // "$<n>"; the bulk strings here never hold CRLF
+            const auto arg = line();
+            if (!size || !arg) {
+                return {};
+            }
+            args.push_back(*arg);
+        }
+        return args;
+    }
+
+    void serve(int fd) {
+        std::string buffer;
+        for (;;) {
+            const auto args = read_command(fd, buffer);
+            if (args.empty()) {
+                return;
+            }
+            std::string answer = "+OK\r\n";
+            const std::lock_guard lock(mutex_);
+            if (args.size() == 3 && args[0] == "SENTINEL") {
+                ++asked_;
+                answer = "*-1\r\n";
+                if (primary_) {
+                    const auto port = std::to_string(primary_->port);
+                    answer = fmt::format("*2\r\n${}\r\n{}\r\n${}\r\n{}\r\n",
+                                         primary_->host.size(),
+                                         primary_->host,
+                                         port.size(),
+                                         port);
+                }
+            } else if (args.size() == 2 && args[0] == "SUBSCRIBE") {
+                subscribers_.push_back(fd);
+                answer = fmt::format(
+                    "*3\r\n$9\r\nsubscribe\r\n${}\r\n{}\r\n:1\r\n", args[1].size(), args[1]);
+            }
+            ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        }
+    }
+
+    int listener_ = -1;
+    std::uint16_t port_ = 0;
+    std::thread acceptor_;
+    mutable std::mutex mutex_;
+    std::vector<int> connections_;
+    std::vector<std::thread> handlers_;
+    std::vector<int> subscribers_;
+    std::optional<config::endpoint_address> primary_;
+    int asked_ = 0;
+};
+
+// A switch heard moves the primary; a Sentinel that then still names the address switched from
+// (it has not heard of the switch yet) is ignored, while an answer naming any other address is
+// followed, as is every switch heard.
+TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
+    fake_sentinel sentinel;
+    const config::endpoint_address a{"127.0.0.1", 7001};
+    const config::endpoint_address b{"127.0.0.1", 7002};
+    const config::endpoint_address c{"127.0.0.1", 7003};
+    sentinel.name(a);
+    sentinel_options o;
+    o.master = "sluice";
+    o.nodes = {{"127.0.0.1", sentinel.port()}};
+    o.sentinel.command_timeout = 500ms;
+    o.sentinel.connect_timeout = 500ms;
+    o.min_interval = 10ms;
+    watcher_harness h(o);
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 1 && sentinel.subscribed(); }, 5s));
+    EXPECT_EQ(h.seen().back().first, a);
+
+    sentinel.publish_switch("other", a, c); // another name: not ours
+    sentinel.publish_switch("sluice", a, b);
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 2; }, 5s));
+    EXPECT_EQ(h.seen().back().first, b);
+    EXPECT_EQ(h.watcher().switches(), 1u);
+
+    // Still names a: asked, and ignored.
+    const auto before = sentinel.asked();
+    h.watcher().rediscover();
+    ASSERT_TRUE(eventually([&] { return sentinel.asked() > before; }, 5s));
+    EXPECT_FALSE(eventually([&] { return h.seen().size() > 2; }, 300ms));
+    EXPECT_EQ(h.watcher().primary(), b);
+
+    // Names c: followed.
+    sentinel.name(c);
+    h.watcher().rediscover();
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 3; }, 5s));
+    EXPECT_EQ(h.seen().back().first, c);
+    EXPECT_EQ(h.watcher().switches(), 2u);
 }
 
 } // namespace
