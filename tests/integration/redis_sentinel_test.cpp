@@ -69,6 +69,13 @@ std::string sentinel_yaml(const std::string& upstream_url,
                        "  url: \"{}\"\n"
                        "rate-limit:\n"
                        "  store: redis\n"
+                       // A CONCURRENCY limit that may make requests wait: the freed-slot
+                       // subscriber runs, and must follow the primary too.
+                       "  rules:\n"
+                       "    - name: slots\n"
+                       "      match: {{ path: /slots }}\n"
+                       "      limits:\n"
+                       "        - {{ algorithm: CONCURRENCY, limit: 1, key: [global] }}\n"
                        "  fallback:\n"
                        "    algorithm: FIXED_WINDOW\n"
                        "    limit: {}\n"
@@ -127,6 +134,17 @@ bool enforced_on(std::uint16_t port,
         return true;
     } catch (const std::exception&) {
         return false; // a connection reset, a server not up: try again
+    }
+}
+
+/// Subscribers of the freed-slot channel on the server at `port` (-1 when it cannot tell).
+long long slot_subscribers(std::uint16_t port) {
+    try {
+        resp_client cli(port);
+        const auto r = cli.command({"PUBSUB", "NUMSUB", "sluice:slot-freed:0"});
+        return r.elements.size() == 2 ? r.elements[1].integer : -1;
+    } catch (const std::exception&) {
+        return -1;
     }
 }
 
@@ -232,6 +250,14 @@ protected:
                         std::chrono::duration_cast<milliseconds>(followed - disturbed).count()),
                     static_cast<long long>(slowest.count()));
 
+        // The freed-slot subscriber moved too.
+        EXPECT_TRUE(eventually(
+            [&] {
+                return slot_subscribers(data_port(1)) == 1 &&
+                       (!old_answers || slot_subscribers(data_port(0)) == 0);
+            },
+            5s))
+            << "the freed-slot subscriber did not move to the new primary";
         const auto metrics = scrape_metrics(admin_port(sluice));
         EXPECT_EQ(metric_or_zero(metrics, "sluice_redis_failovers_total"), 1.0) << metrics;
         EXPECT_TRUE(sluice.wait_for_log(
@@ -267,6 +293,8 @@ TEST_F(RedisSentinelTest, EnforcesALimitOnThePrimary) {
     EXPECT_EQ(statuses, (std::vector<unsigned>{200, 200, 200, 429, 429}));
     resp_client primary(data_port(0));
     EXPECT_TRUE(primary.exists(page_key("/fixed")));
+    EXPECT_TRUE(eventually([&] { return slot_subscribers(data_port(0)) == 1; }, 5s))
+        << "no freed-slot subscriber on the primary";
     EXPECT_TRUE(enforced_on(sluice.port(), data_port(0), {}, "more"));
     const auto metrics = scrape_metrics(admin_port(sluice));
     EXPECT_EQ(metric_or_zero(metrics, "sluice_redis_failovers_total"), 0.0);
