@@ -10,6 +10,7 @@
 #include "sluice/http/listener.hpp"
 #include "sluice/metrics/admin_server.hpp"
 #include "sluice/metrics/metrics.hpp"
+#include "sluice/redis/sentinel.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_store.hpp"
 #include "sluice/store/slot_waiters.hpp"
@@ -83,6 +84,12 @@ struct worker {
     worker_io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
     http::worker_context context;
     std::unique_ptr<upstream::pool> pool;
+    /// Sentinel only: the Redis store's client, which the watcher moves to each new primary.
+    /// Before `store`, which uses it: destroyed after it.
+    std::unique_ptr<redis::client> redis_client;
+    /// Sentinel only: the last primary (`application::primaries_`) this worker's client was
+    /// pointed at; read by readiness from the admin's thread.
+    std::atomic<std::uint64_t> primary_seen{0};
     std::shared_ptr<store::store> store;
     /// Redis only: the worker's store, for readiness and for stopping its client on drain.
     store::redis_store* redis = nullptr;
@@ -220,6 +227,12 @@ private:
     void start_admin();
     /// Redis store with a CONCURRENCY limit anywhere: subscribes to the freed slots.
     void start_slot_announcements();
+    /// Sentinel: the watcher that finds the primary and moves every connection to it.
+    void make_sentinel_watcher();
+    /// Sentinel: the primary is (now) at `address`; on the control thread.
+    void follow_primary(const config::endpoint_address& address);
+    /// The freed-slot subscriber's options: the data nodes', behind Sentinel without an address.
+    redis::client_options slot_subscriber_options() const;
 
     void start_workers();
     void log_summary(const tcp::endpoint& bound) const;
@@ -248,6 +261,11 @@ private:
     /// Redis store: hears of CONCURRENCY slots freed by any instance (redis_store::slot_channel)
     /// and wakes this instance's waiters for them. On control_'s thread; after control_.
     std::unique_ptr<redis::client> slot_announcements_;
+    /// Sentinel: on control_'s thread; after control_, before the workers, whose clients ask it
+    /// to rediscover.
+    std::unique_ptr<redis::sentinel_watcher> sentinel_;
+    /// Sentinel: how many primaries the watcher has given so far (0: none known yet).
+    std::atomic<std::uint64_t> primaries_{0};
     signal_set signals_{control_.get_executor(), SIGINT, SIGTERM, SIGHUP};
     steady_timer sweep_timer_{control_.get_executor()};
     steady_timer drain_timer_{control_.get_executor()};
@@ -267,8 +285,19 @@ void application::make_worker_store(worker& w) {
         return;
     case config::store_kind::redis: {
         // The shared table whatever the failure mode: a reload may switch it to local.
-        auto owned = std::make_shared<store::redis_store>(
-            ex, config_->rate_limit.redis, memory_store_.get());
+        const auto& settings = config_->rate_limit.redis;
+        std::shared_ptr<store::redis_store> owned;
+        if (settings.topology == config::redis_topology::sentinel) {
+            // Nowhere until the watcher names the primary (requests meanwhile get the failure
+            // mode); each lost or refused connection asks it to look again.
+            w.redis_client = std::make_unique<redis::client>(
+                ex, redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); }));
+            owned = std::make_shared<store::redis_store>(
+                *w.redis_client, settings, memory_store_.get());
+            w.redis_client->start();
+        } else {
+            owned = std::make_shared<store::redis_store>(ex, settings, memory_store_.get());
+        }
         owned->set_metrics(&metrics_);
         w.redis = owned.get();
         w.store = std::move(owned);
@@ -287,6 +316,14 @@ bool application::ready() const {
     if (config_->rate_limit.store != config::store_kind::redis ||
         config_->rate_limit.redis.on_failure != config::failure_mode::closed) {
         return true;
+    }
+    if (config_->rate_limit.redis.topology == config::redis_topology::sentinel) {
+        // The primary known, and every worker connected to it (not to the one before).
+        const auto primary = primaries_.load();
+        return primary > 0 && std::all_of(workers_.begin(), workers_.end(), [&](const auto& w) {
+                   return w->primary_seen.load() == primary && w->redis != nullptr &&
+                          w->redis->client().connected();
+               });
     }
     return std::all_of(workers_.begin(), workers_.end(), [](const auto& w) {
         return w->redis != nullptr && w->redis->connected();
@@ -317,21 +354,67 @@ void application::start_slot_announcements() {
         !waits_for_slots(cfg) || draining_) {
         return;
     }
-    auto options = redis::client_options::from_settings(cfg.rate_limit.redis);
-    if (const auto& seeds = cfg.rate_limit.redis.cluster; !seeds.empty()) {
-        // Cluster: PUBLISH reaches every node over the cluster bus, so any node will do; the
-        // first seed, for now (docs/redis-cluster.md, "Freed-slot announcements").
-        options.host = seeds.front().host;
-        options.port = seeds.front().port;
-    }
     slot_announcements_ =
-        std::make_unique<redis::client>(control_.get_executor(), std::move(options));
+        std::make_unique<redis::client>(control_.get_executor(), slot_subscriber_options());
     slot_announcements_->subscribe(store::redis_store::slot_channel(cfg.rate_limit.redis),
                                    [this](const std::string& announcement) {
                                        store::redis_store::wake_waiters(slot_waiters_,
                                                                         announcement);
                                    });
+    if (sentinel_) {
+        if (const auto primary = sentinel_->primary()) {
+            slot_announcements_->retarget(primary->host, primary->port);
+        }
+    }
     slot_announcements_->start();
+}
+
+redis::client_options application::slot_subscriber_options() const {
+    const auto& settings = config_->rate_limit.redis;
+    if (settings.topology == config::redis_topology::sentinel) {
+        return redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); });
+    }
+    auto options = redis::client_options::from_settings(settings);
+    if (settings.topology == config::redis_topology::cluster) {
+        // PUBLISH reaches every node over the cluster bus, so any node will do; the first seed,
+        // for now (docs/redis-cluster.md, "Freed-slot announcements").
+        options.host = settings.cluster.front().host;
+        options.port = settings.cluster.front().port;
+    }
+    return options;
+}
+
+void application::make_sentinel_watcher() {
+    const auto& cfg = *config_;
+    if (cfg.rate_limit.store != config::store_kind::redis ||
+        cfg.rate_limit.redis.topology != config::redis_topology::sentinel) {
+        return;
+    }
+    sentinel_ = std::make_unique<redis::sentinel_watcher>(
+        control_.get_executor(),
+        redis::sentinel_options::from_settings(cfg.rate_limit.redis),
+        [this](const config::endpoint_address& address) { follow_primary(address); });
+}
+
+void application::follow_primary(const config::endpoint_address& address) {
+    if (primaries_.load() > 0) {
+        metrics::bump(metrics_.redis_failovers_total);
+    }
+    const auto seen = primaries_.load() + 1;
+    for (auto& w : workers_) {
+        net::post(w->ioc, [raw = w.get(), address, seen] {
+            if (raw->redis_client) {
+                // Drops the old primary's connection: its pending commands fail at once, and
+                // their requests get the failure mode.
+                raw->redis_client->retarget(address.host, address.port);
+            }
+            raw->primary_seen = seen;
+        });
+    }
+    primaries_ = seen;
+    if (slot_announcements_) {
+        slot_announcements_->retarget(address.host, address.port);
+    }
 }
 
 void application::start_admin() {
@@ -549,6 +632,9 @@ void application::worker_finished() {
         if (slot_announcements_) {
             slot_announcements_->stop();
         }
+        if (sentinel_) {
+            sentinel_->stop();
+        }
         drain_timer_.cancel();
         sweep_timer_.cancel();
         error_code ignored;
@@ -613,10 +699,14 @@ int application::run() {
     // A start-up failure from here on (the admin port in use, say) leaves by an exception with
     // the worker threads running: each worker's destructor stops and joins its thread, so the
     // process ends with the error and exit code 1, not with std::terminate.
+    make_sentinel_watcher();
     start_slot_announcements();
     start_workers();
     listening_ = true;
     start_admin();
+    if (sentinel_) {
+        sentinel_->start();
+    }
 
     net::co_spawn(control_, handle_signals(), net::detached);
     net::co_spawn(control_, sweep_memory_store(), net::detached);
@@ -646,17 +736,6 @@ int run(const command_line& command, std::string_view version) {
         }
         std::printf("%s: configuration ok\n", command.config_path.c_str());
         return 0;
-    }
-    // --check-config accepts Sentinel already (its keys are settled); the store that follows
-    // it is being built (issue 16, docs/redis-cluster.md).
-    if (const auto& redis = cfg->rate_limit.redis;
-        cfg->rate_limit.store == config::store_kind::redis &&
-        redis.topology == config::redis_topology::sentinel) {
-        throw std::runtime_error(
-            fmt::format("{}:{}: key 'rate-limit.redis.sentinel': not supported yet; use "
-                        "rate-limit.redis.host or cluster",
-                        command.config_path,
-                        redis.line));
     }
     application app(command, std::move(cfg));
     return app.run();

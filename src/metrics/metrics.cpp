@@ -217,8 +217,10 @@ constexpr scalar_metric scalar_metrics[] = {
      "Requests the store could not decide (handled by failure-mode).",
      &registry::store_errors_total},
     {"sluice_redis_failovers_total",
-     "Redis Cluster: primaries that left a worker's slot map with their slots owned by another "
-     "node (a replica promoted), counted by each worker that saw it.",
+     "Failovers followed. Sentinel: switches of the primary acted on (every worker's connection "
+     "moved to the address the Sentinels gave). Redis Cluster: primaries that left a worker's "
+     "slot map with their slots owned by another node (a replica promoted), counted by each "
+     "worker that saw it.",
      &registry::redis_failovers_total},
     {"sluice_redis_give_backs_total",
      "Redis Cluster: requests whose limits span slots, refused after another slot charged them; "

@@ -27,13 +27,14 @@
 //
 //   idle -> [resolving] -> connecting -> setting_up -> connected -> (lost) -> waiting -> ...
 //
-// Setting up a connection is AUTH, then (once AUTH succeeded) SELECT and the connect commands
-// (SCRIPT LOAD), each reply awaited: nothing is pipelined behind an AUTH that may fail (Redis
-// would answer it with NOAUTH, or with a protocol error for a large unauthenticated argument). The
-// connection counts as established only when every set-up reply is a success. A failure at any
-// step, or no answer within `connect_timeout`, drops the connection and waits the same backoff
-// as a refused connect: a Redis that accepts connections but refuses the set-up (a wrong
-// password, an ACL denying scripts, protected mode) would otherwise be reconnected to in a loop.
+// Setting up a connection is AUTH, then (once AUTH succeeded) the connect check (ROLE, behind
+// Sentinel), SELECT and the connect commands (SCRIPT LOAD), each reply awaited: nothing is
+// pipelined behind an AUTH that may fail (Redis would answer it with NOAUTH, or with a protocol
+// error for a large unauthenticated argument). The connection counts as established only when every
+// set-up reply is a success. A failure at any step, or no answer within `connect_timeout`, drops
+// the connection and waits the same backoff as a refused connect: a Redis that accepts connections
+// but refuses the set-up (a wrong password, an ACL denying scripts, protected mode) would otherwise
+// be reconnected to in a loop.
 //
 // Commands are accepted while connecting, setting up and connected; otherwise they fail at once.
 // Until the set-up has succeeded they are held here, already formatted, and sent in order when
@@ -306,6 +307,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
             return;
         }
         reply r = detail::copy_reply(*raw);
+        if (r.is_error() && r.str.starts_with("READONLY")) {
+            trouble(); // a demoted primary: behind Sentinel, the switch may have been missed
+        }
         const error_code ec = r.is_error() ? make_error_code(errc::bad_reply) : error_code{};
         complete(std::move(h), ec, std::move(r));
     }
@@ -371,6 +375,14 @@ struct client::state : std::enable_shared_from_this<client::state> {
         redisAsyncFree(c);
         forget_failures_if_lasted();
         schedule_reconnect();
+        trouble();
+    }
+
+    // Tells the owner (on_trouble) that the server may no longer be the right one.
+    void trouble() {
+        if (opts_.on_trouble) {
+            net::post(ex_, opts_.on_trouble);
+        }
     }
 
     // A set-up connection that then lasted resets the backoff: the next loss is a new outage.
@@ -402,6 +414,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     // After AUTH (or without one): these may be pipelined, the connection is authenticated.
     void send_setup_rest() {
+        if (opts_.check && !opts_.check->command.empty()) {
+            send_setup(opts_.check->command, describe_command(opts_.check->command), true);
+        }
         if (opts_.db != 0) {
             const std::vector<std::string> select{"SELECT", std::to_string(opts_.db)};
             send_setup(select, "SELECT");
@@ -415,7 +430,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         return command.size() > 1 ? command[0] + ' ' + command[1] : command[0];
     }
 
-    void send_setup(std::span<const std::string> args, std::string what) {
+    void send_setup(std::span<const std::string> args, std::string what, bool check = false) {
         boost::container::small_vector<const char*, 4> argv;
         boost::container::small_vector<std::size_t, 4> lengths;
         for (const auto& a : args) {
@@ -429,7 +444,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                                              argv.data(),
                                              lengths.data());
         if (rc == REDIS_OK) {
-            setup_steps_.push_back(std::move(what));
+            setup_steps_.push_back({std::move(what), check});
         }
     }
 
@@ -443,7 +458,8 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (generation != generation_ || phase_ != phase::setting_up || setup_steps_.empty()) {
             return; // a connection given up already: its free answers its commands with NULL
         }
-        const std::string what = std::move(setup_steps_.front());
+        const setup_step step = std::move(setup_steps_.front());
+        const std::string& what = step.what;
         setup_steps_.pop_front();
         if (raw == nullptr) {
             return; // the connection is going: its disconnect callback says why
@@ -451,6 +467,12 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (raw->type == REDIS_REPLY_ERROR) {
             setup_refused(what, std::string(raw->str, raw->len));
             return;
+        }
+        if (step.check && opts_.check && opts_.check->verdict) {
+            if (auto why = opts_.check->verdict(detail::copy_reply(*raw), where()); !why.empty()) {
+                check_refused(why);
+                return;
+            }
         }
         if (what == "AUTH") {
             send_setup_rest();
@@ -489,6 +511,16 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
         outage_logged_ = true;
         abandon("");
+        trouble();
+    }
+
+    // The connect check refused the server (behind Sentinel: not the primary). As a refused
+    // set-up: logged (throttled), dropped, retried after the backoff, and the owner told.
+    void check_refused(const std::string& why) {
+        log_throttled(connection_log(), spdlog::level::warn, "{}", why);
+        outage_logged_ = true;
+        abandon("");
+        trouble();
     }
 
     void setup_done() {
@@ -600,12 +632,14 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
         // A host name: resolve it without blocking the worker (redisAsyncConnect would).
         phase_ = phase::resolving;
-        resolver_.async_resolve(
-            opts_.host,
-            std::to_string(opts_.port),
-            [self = shared_from_this()](error_code e, const tcp::resolver::results_type& r) {
-                self->on_resolved(e, r);
-            });
+        resolver_.async_resolve(opts_.host,
+                                std::to_string(opts_.port),
+                                [self = shared_from_this(), g = ++resolutions_](
+                                    error_code e, const tcp::resolver::results_type& r) {
+                                    if (g == self->resolutions_) {
+                                        self->on_resolved(e, r);
+                                    }
+                                });
     }
 
     void on_resolved(error_code ec, const tcp::resolver::results_type& results) {
@@ -694,6 +728,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                           clean ? "closed" : why);
             outage_logged_ = true;
             schedule_reconnect();
+            trouble();
             return;
         }
         // Only a loss we did not cause reconnects (not stop(), shutdown() or drop_stalled()).
@@ -722,6 +757,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         outage_logged_ = true;
         forget_failures_if_lasted();
         schedule_reconnect();
+        trouble();
     }
 
     void on_connect_timeout(std::uint64_t generation) {
@@ -731,7 +767,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
         abandon(phase_ == phase::connecting || setup_steps_.empty()
                     ? std::string("connect timed out")
-                    : "no reply to " + setup_steps_.front() + " within the connect timeout");
+                    : "no reply to " + setup_steps_.front().what + " within the connect timeout");
     }
 
     void connection_failed(const std::string& why) {
@@ -750,6 +786,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
             spdlog::debug("redis: cannot connect to {}: {}", where(), why);
         }
         schedule_reconnect();
+        trouble();
     }
 
     // Any failure to get a connection set up waits here (see reconnect_backoff), or `wait`.
@@ -761,6 +798,35 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 self->connect();
             }
         });
+    }
+
+    void retarget(std::string host, std::uint16_t port) {
+        if (phase_ == phase::stopped ||
+            (host == opts_.host && port == opts_.port && phase_ != phase::idle)) {
+            return;
+        }
+        opts_.host = std::move(host);
+        opts_.port = port;
+        if (!started_ || opts_.host.empty()) {
+            return;
+        }
+        // Drop what there is: commands sent on it complete with NULL replies (unavailable),
+        // held ones fail, a resolution or a backoff in progress is forgotten.
+        connect_timer_.cancel();
+        backoff_timer_.cancel();
+        resolver_.cancel();
+        ++resolutions_;
+        if (ac_ != nullptr) {
+            redisAsyncContext* c = ac_;
+            ac_ = nullptr;
+            phase_ = phase::waiting; // so that on_disconnect, which runs inside, does not reconnect
+            redisAsyncFree(c);
+        }
+        fail_held();
+        spdlog::debug("redis: moving to {}", where());
+        // A new server: its first attempt is not a retry.
+        backoff_.reset();
+        connect();
     }
 
     void stop() {
@@ -826,12 +892,21 @@ struct client::state : std::enable_shared_from_this<client::state> {
     bool outage_logged_ = false;
     std::uint64_t next_id_ = 1;
     std::uint64_t generation_ = 0;
+    std::uint64_t resolutions_ = 0; // tells the current resolution from one given up
     std::uint64_t connections_ = 0;
+    bool started_ = false;
     reconnect_backoff backoff_;
     steady::time_point connected_at_; // when the current connection's set-up completed
-    /// What each set-up command sent on the current connection is ("AUTH", "SCRIPT LOAD"), in
-    /// send order, until its reply.
-    std::deque<std::string> setup_steps_;
+
+    /// A set-up command sent on the current connection: what it is ("AUTH", "SCRIPT LOAD"), and
+    /// whether its reply goes to the connect check.
+    struct setup_step {
+        std::string what;
+        bool check = false;
+    };
+
+    /// The set-up commands sent on the current connection, in send order, until their reply.
+    std::deque<setup_step> setup_steps_;
     std::vector<std::vector<std::string>> connect_commands_;
     /// The channel every connection subscribes to (`subscribe`); empty: none.
     std::string channel_;
@@ -852,9 +927,17 @@ client::~client() {
 }
 
 void client::start() {
-    if (state_->phase_ == state::phase::idle) {
-        state_->connect();
+    auto& s = *state_;
+    if (s.phase_ == state::phase::idle && !s.started_) {
+        s.started_ = true;
+        if (!s.opts_.host.empty()) {
+            s.connect();
+        }
     }
+}
+
+void client::retarget(std::string host, std::uint16_t port) {
+    state_->retarget(std::move(host), port);
 }
 
 void client::stop() {
@@ -883,8 +966,9 @@ void client::add_connect_command(std::vector<std::string> args) {
     if (p == state::phase::connected) {
         s.send(args, state::checker(state::describe_command(args)));
     } else if ((p == state::phase::connecting || p == state::phase::setting_up) &&
-               std::find(s.setup_steps_.begin(), s.setup_steps_.end(), "AUTH") ==
-                   s.setup_steps_.end()) {
+               std::none_of(s.setup_steps_.begin(), s.setup_steps_.end(), [](const auto& step) {
+                   return step.what == "AUTH";
+               })) {
         // Authenticated (or no AUTH): a set-up step of this connection too. While AUTH is
         // awaited, it goes out with the rest after it.
         s.send_setup(args, state::describe_command(args));

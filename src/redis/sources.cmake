@@ -28,5 +28,6 @@ list(APPEND SLUICE_NET_SOURCES
   src/redis/cluster_client.cpp
   src/redis/cluster_slots.cpp
   src/redis/reply.cpp
+  src/redis/sentinel.cpp
   ${_sluice_limits_cpp}
   ${_sluice_slots_cpp})

@@ -118,21 +118,34 @@ void redis_server::start(std::chrono::milliseconds limit) {
     if (binary.empty()) {
         throw std::runtime_error("redis-server not found on PATH");
     }
-    std::vector<std::string> args{binary,
-                                  "--port",
-                                  std::to_string(port_),
-                                  "--bind",
-                                  host_,
-                                  "--save",
-                                  "",
-                                  "--appendonly",
-                                  "no",
-                                  "--dir",
-                                  dir_.path().string(),
-                                  "--logfile",
-                                  dir_.file("redis.log"),
-                                  "--daemonize",
-                                  "no"};
+    std::vector<std::string> args{binary};
+    if (!opts_.sentinel_config.empty()) {
+        // The config file comes first; Sentinel needs it writable, and keeps what it learnt
+        // there across a restart.
+        const auto conf = dir_.file("sentinel.conf");
+        if (!std::filesystem::exists(conf)) {
+            std::ofstream out(conf);
+            for (const auto& line : opts_.sentinel_config) {
+                out << line << '\n';
+            }
+        }
+        args.insert(args.end(), {conf, "--sentinel"});
+    }
+    args.insert(args.end(),
+                {"--port",
+                 std::to_string(port_),
+                 "--bind",
+                 host_,
+                 "--save",
+                 "",
+                 "--appendonly",
+                 "no",
+                 "--dir",
+                 dir_.path().string(),
+                 "--logfile",
+                 dir_.file("redis.log"),
+                 "--daemonize",
+                 "no"});
     if (!opts_.requirepass.empty()) {
         args.insert(args.end(), {"--requirepass", opts_.requirepass});
     }

@@ -28,6 +28,10 @@ public:
         bool cluster_enabled = false;
         /// More arguments, e.g. {"--cluster-node-timeout", "1000"}.
         std::vector<std::string> extra_args{};
+        /// A Sentinel (`redis-server <conf> --sentinel`) when not empty: these lines (e.g.
+        /// `sentinel monitor ...`) go into its config file in the temporary directory, which
+        /// Sentinel rewrites as it learns; kept across restarts.
+        std::vector<std::string> sentinel_config{};
     };
 
     /// True when `redis-server` can be found on PATH; tests skip themselves otherwise.

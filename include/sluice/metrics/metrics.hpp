@@ -142,6 +142,9 @@ public:
     counter redis_errors_total{0};
     counter redis_timeouts_total{0};
     counter store_errors_total{0};
+    // Sentinel: a switch of the primary acted on; Cluster: a primary that left a worker's map
+    // with its slots owned by another node (each worker that saw it counts it).
+    counter redis_failovers_total{0};
     counter memory_store_evictions_total{0}; // rate-limit.memory.max-keys reached
 
     // Redis Cluster (issue 16), summed over the workers (each reads its own map).
@@ -151,7 +154,6 @@ public:
     counter redis_map_changed_total{0};
     counter redis_map_unchanged_total{0};
     counter redis_map_failed_total{0}; // no node answered CLUSTER SLOTS
-    counter redis_failovers_total{0};  // a primary left the map, its slots owned by another
     counter redis_give_backs_total{0}; // multi-slot requests refused after a slot charged them
 
     /// Script calls sent to the Cluster node `node` ("host:port"), created on first use; the

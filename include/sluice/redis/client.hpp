@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +23,18 @@
 namespace sluice::redis {
 
 using std::chrono::milliseconds;
+
+/**
+ * A set-up command whose reply must pass a test, sent on every connection after AUTH and before
+ * SELECT: ROLE, whose first element must be `master`, behind Sentinel. `verdict` gets the reply
+ * and the server's address; it returns empty when the reply passes, otherwise the line to log
+ * (throttled as set-up errors are) when the connection is dropped. An error reply fails the
+ * set-up as any step's does.
+ */
+struct connect_check {
+    std::vector<std::string> command;
+    std::function<std::string(const reply&, const std::string& where)> verdict;
+};
 
 /// How a `client` connects; `from_settings` maps the configuration onto it.
 struct client_options {
@@ -48,6 +61,15 @@ struct client_options {
     /// Commands awaiting a reply (timed-out ones included) beyond which new commands fail at
     /// once with `redis_unavailable`: a stalled server must not grow memory without bound.
     std::size_t max_pending = 10'000;
+    /// Checked on every connection before it counts as set up; none by default.
+    std::optional<connect_check> check;
+    /**
+     * Posted to the client's executor whenever the server may no longer be the right one: a
+     * connection could not be made or set up, was lost or dropped as stalled, `check` refused
+     * it, or a command got a `READONLY` reply. Behind Sentinel it asks the Sentinels again.
+     * Unset by default.
+     */
+    std::function<void()> on_trouble;
 
     static client_options from_settings(const config::redis_settings& settings);
 };
@@ -84,8 +106,18 @@ public:
     client& operator=(const client&) = delete;
 
     /// Starts connecting (and reconnecting until `stop()` or destruction). Idempotent; does
-    /// nothing after `stop()`, which is final.
+    /// nothing after `stop()`, which is final. With an empty host it connects nowhere until
+    /// `retarget` gives it an address; meanwhile commands fail with `errc::redis_unavailable`.
     void start();
+
+    /**
+     * Points the client at another server (a Sentinel failover). At the same address it does
+     * nothing. Otherwise, once started, it drops the connection at once: commands pending on it
+     * complete with `errc::redis_unavailable` (nothing waits for a server that is no longer
+     * the one), and it connects to the new address without waiting for a backoff. Before
+     * `start()` it only sets the address; after `stop()` nothing. Call on the client's executor.
+     */
+    void retarget(std::string host, std::uint16_t port);
 
     /**
      * Stops reconnecting and disconnects gracefully: replies already in flight still complete,

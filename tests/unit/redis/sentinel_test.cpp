@@ -1,0 +1,522 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sentinel (issue 16, slice 6): the replies it reads, the client's connect check and retarget,
+// and the watcher against three real Sentinels (tests/support/redis_sentinel).
+#include "sluice/redis/client.hpp"
+#include "sluice/redis/sentinel.hpp"
+#include "support/redis_sentinel.hpp"
+#include "support/redis_server.hpp"
+#include "support/resp_client.hpp"
+#include "support/run_coro.hpp"
+#include "support/temp_dir.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <netinet/in.h>
+#include <optional>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <thread>
+#include <tuple>
+#include <unistd.h>
+#include <vector>
+
+namespace sluice::redis {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using result = std::tuple<error_code, reply>;
+
+reply bulk(std::string s) {
+    return {reply::kind::string, 0, std::move(s), {}};
+}
+
+reply array(std::vector<reply> elements) {
+    return {reply::kind::array, 0, {}, std::move(elements)};
+}
+
+TEST(SentinelReplies, MasterAddressIsHostAndPortOrNothing) {
+    const auto found = parse_master_address(array({bulk("10.0.0.8"), bulk("6380")}));
+    ASSERT_TRUE(found);
+    EXPECT_EQ(found->host, "10.0.0.8");
+    EXPECT_EQ(found->port, 6380);
+    EXPECT_FALSE(parse_master_address(reply{})); // nil: that Sentinel does not know the name
+    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8")})));
+    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8"), bulk("0")})));
+    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8"), bulk("65536")})));
+    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8"), bulk("63x")})));
+    EXPECT_FALSE(parse_master_address(array({bulk(""), bulk("6379")})));
+    EXPECT_FALSE(parse_master_address({reply::kind::error, 0, "ERR unknown", {}}));
+}
+
+TEST(SentinelReplies, SwitchMasterNamesOldAndNew) {
+    const auto s = parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1 7202");
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->name, "sluice");
+    EXPECT_EQ(s->from, (config::endpoint_address{"127.0.0.1", 7201}));
+    EXPECT_EQ(s->to, (config::endpoint_address{"127.0.0.1", 7202}));
+    EXPECT_FALSE(parse_switch_master(""));
+    EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1"));
+    EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1 x"));
+    EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1 7202 extra"));
+}
+
+TEST(SentinelReplies, RoleCheckPassesOnlyAMaster) {
+    const auto check = primary_role_check("sluice");
+    ASSERT_EQ(check.command, std::vector<std::string>{"ROLE"});
+    const std::string where = "10.0.0.8:6379";
+    EXPECT_EQ(check.verdict(array({bulk("master"), {reply::kind::integer, 0, {}, {}}}), where), "");
+    EXPECT_EQ(check.verdict(array({bulk("slave"), bulk("10.0.0.7")}), where),
+              "redis: 10.0.0.8:6379 is a replica, not the primary of 'sluice'; asking the "
+              "Sentinels again");
+    EXPECT_NE(check.verdict(array({bulk("sentinel")}), where).find("answers ROLE sentinel"),
+              std::string::npos);
+    EXPECT_NE(check.verdict(reply{}, where), "");
+}
+
+//------------------------------------------------------------------------------
+// The client's connect check, READONLY and retarget, on real servers.
+
+class RedisClientRetarget : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!test::redis_server::available()) {
+            GTEST_SKIP() << "redis-server is not on PATH";
+        }
+        primary_.emplace();
+        test::redis_server::options replica;
+        replica.extra_args = {"--replicaof", "127.0.0.1", std::to_string(primary_->port())};
+        replica_.emplace(replica);
+    }
+
+    client_options options_for(const test::redis_server& server) {
+        client_options o;
+        o.host = "127.0.0.1";
+        o.port = server.port();
+        o.command_timeout = 2s;
+        o.reconnect_min = 20ms;
+        o.reconnect_max = 100ms;
+        o.on_trouble = [this] {
+            ++troubles_;
+        };
+        return o;
+    }
+
+    result run(client& c, std::vector<std::string> args) {
+        return test::run_coro(ioc_, c.async_command(std::move(args)));
+    }
+
+    net::io_context ioc_;
+    std::optional<test::redis_server> primary_;
+    std::optional<test::redis_server> replica_;
+    int troubles_ = 0;
+};
+
+// A replica fails the ROLE check: never set up, commands fail at once, the owner is told (again
+// at each attempt); moved to the primary, it connects at once.
+TEST_F(RedisClientRetarget, TheRoleCheckRefusesAReplicaUntilRetargetedToThePrimary) {
+    auto o = options_for(*replica_);
+    o.check = primary_role_check("sluice");
+    client c(executor{ioc_.get_executor()}, o);
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return troubles_ >= 2; }, 5s))
+        << "the refusal was not reported at each attempt";
+    EXPECT_FALSE(c.connected());
+    EXPECT_EQ(c.connection_count(), 0u);
+    auto [ec, r] = run(c, {"PING"});
+    EXPECT_TRUE(ec == errc::redis_unavailable) << ec.message();
+
+    c.retarget("127.0.0.1", primary_->port());
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return c.connected(); }, 5s));
+    auto [set_ec, ok] = run(c, {"SET", "k", "v"});
+    EXPECT_FALSE(set_ec) << set_ec.message() << " " << ok.str;
+}
+
+// Without a check, a write to a replica is answered READONLY: an error reply as any other, and
+// the owner is told (behind Sentinel: a switch may have been missed).
+TEST_F(RedisClientRetarget, AReadOnlyReplyIsReported) {
+    client c(executor{ioc_.get_executor()}, options_for(*replica_));
+    c.start();
+    auto [ec, r] = run(c, {"SET", "k", "v"});
+    EXPECT_EQ(ec, errc::bad_reply);
+    EXPECT_EQ(r.str.rfind("READONLY", 0), 0u) << r.str;
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return troubles_ >= 1; }, 2s));
+}
+
+// Commands pending on a hung server end at once with redis_unavailable when the client is
+// retargeted (not after their 2 s timeout), and the next go to the new server.
+TEST_F(RedisClientRetarget, RetargetEndsPendingCommandsAtOnceAndMovesToTheNewServer) {
+    test::redis_server other;
+    client c(executor{ioc_.get_executor()}, options_for(*primary_));
+    c.start();
+    ASSERT_FALSE(std::get<0>(run(c, {"PING"})));
+
+    primary_->pause();
+    std::optional<error_code> pending;
+    c.async_command({"GET", "k"}, [&](error_code ec, reply) { pending = ec; });
+    ASSERT_FALSE(test::run_until(
+        ioc_, [&] { return pending.has_value(); }, 100ms));
+    const auto moved = steady::now();
+    c.retarget("127.0.0.1", other.port());
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return pending.has_value(); }, 1s));
+    const auto ended = steady::now() - moved;
+    EXPECT_EQ(*pending, errc::redis_unavailable);
+    // Posted completions only: well under the 2 s command timeout on a loaded machine.
+    EXPECT_LT(ended, 500ms);
+    // The same address again changes nothing.
+    c.retarget("127.0.0.1", other.port());
+
+    auto [ec, r] = run(c, {"SET", "moved", "yes"});
+    ASSERT_FALSE(ec) << ec.message();
+    primary_->resume();
+    test::resp_client on_other(other.port());
+    EXPECT_TRUE(on_other.exists("moved"));
+    test::resp_client on_primary(primary_->port());
+    EXPECT_FALSE(on_primary.exists("moved"));
+    EXPECT_EQ(troubles_, 0) << "a retarget the owner asked for is no trouble";
+}
+
+// A client started without an address connects nowhere; its first retarget connects it.
+TEST_F(RedisClientRetarget, AClientWithoutAnAddressWaitsForItsFirstRetarget) {
+    auto o = options_for(*primary_);
+    o.host.clear();
+    client c(executor{ioc_.get_executor()}, o);
+    c.start();
+    auto [ec, r] = run(c, {"PING"});
+    EXPECT_EQ(ec, errc::redis_unavailable);
+    c.retarget("127.0.0.1", primary_->port());
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return c.connected(); }, 5s));
+    EXPECT_EQ(troubles_, 0);
+}
+
+//------------------------------------------------------------------------------
+// The watcher against three Sentinels.
+
+/// A watcher on its own thread, recording every primary it reports.
+class watcher_harness {
+public:
+    explicit watcher_harness(redis::sentinel_options o)
+        : watcher_(executor{ioc_.get_executor()},
+                   std::move(o),
+                   [this](const config::endpoint_address& a) {
+                       const std::lock_guard lock(mutex_);
+                       seen_.push_back({a, steady::now()});
+                   }) {
+        net::post(ioc_, [this] { watcher_.start(); });
+        thread_ = std::thread([this] { ioc_.run(); });
+    }
+
+    ~watcher_harness() {
+        net::post(ioc_, [this] { watcher_.stop(); });
+        work_.reset();
+        thread_.join();
+    }
+
+    /// The primaries reported so far, with when.
+    std::vector<std::pair<config::endpoint_address, steady::time_point>> seen() const {
+        const std::lock_guard lock(mutex_);
+        return seen_;
+    }
+
+    sentinel_watcher& watcher() { return watcher_; }
+
+private:
+    net::io_context ioc_;
+    net::executor_work_guard<net::io_context::executor_type> work_{ioc_.get_executor()};
+    mutable std::mutex mutex_;
+    std::vector<std::pair<config::endpoint_address, steady::time_point>> seen_;
+    sentinel_watcher watcher_;
+    std::thread thread_;
+};
+
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    const auto deadline = steady::now() + limit;
+    while (!done()) {
+        if (steady::now() >= deadline) {
+            return false;
+        }
+        // Polling another thread's state: nothing to block on.
+        std::this_thread::sleep_for(5ms);
+    }
+    return true;
+}
+
+class SentinelWatcher : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!test::redis_sentinel::available()) {
+            GTEST_SKIP() << "redis-server is not on PATH";
+        }
+        deployment_.emplace();
+    }
+
+    sentinel_options options() const {
+        auto o = sentinel_options::from_settings(deployment_->settings());
+        o.sentinel.connect_timeout = 500ms;
+        o.sentinel.command_timeout = 500ms;
+        return o;
+    }
+
+    config::endpoint_address node_address(std::size_t i) {
+        return {"127.0.0.1", deployment_->node(i).port()};
+    }
+
+    std::optional<test::redis_sentinel> deployment_;
+};
+
+// The primary is found (past a Sentinel that is down, first in the list), the switch heard,
+// and the new primary reported within the issue's 10 s of SENTINEL FAILOVER.
+TEST_F(SentinelWatcher, FindsThePrimaryAndFollowsAFailover) {
+    auto o = options();
+    o.nodes.insert(o.nodes.begin(), {"127.0.0.1", test::free_port()}); // nothing listens
+    watcher_harness h(o);
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 1; }, 5s));
+    EXPECT_EQ(h.seen().front().first, node_address(0));
+    EXPECT_EQ(h.watcher().primary(), node_address(0));
+    ASSERT_TRUE(eventually([&] { return h.watcher().listening(); }, 5s));
+
+    const auto asked = steady::now();
+    deployment_->failover();
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 2; }, 10s));
+    const auto [address, at] = h.seen().back();
+    EXPECT_EQ(address, node_address(1));
+    EXPECT_EQ(h.watcher().switches(), 1u);
+    const auto followed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(at - asked);
+    RecordProperty("failover_to_followed_ms", static_cast<int>(followed_ms.count()));
+    std::printf("SENTINEL FAILOVER to the new primary reported: %lld ms\n",
+                static_cast<long long>(followed_ms.count()));
+}
+
+// A name no Sentinel monitors gives no primary; the watcher keeps asking (with its backoff)
+// and reports nothing.
+TEST_F(SentinelWatcher, AnUnknownNameGivesNoPrimary) {
+    auto o = options();
+    o.master = "unknown";
+    watcher_harness h(o);
+    EXPECT_FALSE(eventually([&] { return !h.seen().empty(); }, 1s));
+    EXPECT_FALSE(h.watcher().primary());
+}
+
+//------------------------------------------------------------------------------
+// The watcher's own rules, against a fake Sentinel whose answers the test sets.
+
+/**
+ * Speaks just enough RESP for the watcher: answers `SENTINEL get-master-addr-by-name` with the
+ * address set by `name` (nil when none), `SUBSCRIBE` with its confirmation, anything else
+ * `+OK`; `publish_switch` sends a `+switch-master` message to every subscribed connection. One
+ * thread per connection, blocking sockets; the destructor shuts them all down.
+ */
+class fake_sentinel {
+public:
+    fake_sentinel() {
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        // The sockaddr casts are how the BSD socket API is spelled.
+        if (listener_ < 0 ||
+            ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+            ::listen(listener_, 16) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+            throw std::runtime_error("fake_sentinel: cannot listen");
+        }
+        port_ = ntohs(address.sin_port);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+
+    ~fake_sentinel() {
+        ::shutdown(listener_, SHUT_RDWR);
+        acceptor_.join();
+        {
+            const std::lock_guard lock(mutex_);
+            for (const int fd : connections_) {
+                ::shutdown(fd, SHUT_RDWR);
+            }
+        }
+        for (auto& t : handlers_) {
+            t.join();
+        }
+        for (const int fd : connections_) {
+            ::close(fd);
+        }
+        ::close(listener_);
+    }
+
+    fake_sentinel(const fake_sentinel&) = delete;
+    fake_sentinel& operator=(const fake_sentinel&) = delete;
+
+    std::uint16_t port() const { return port_; }
+
+    void name(std::optional<config::endpoint_address> primary) {
+        const std::lock_guard lock(mutex_);
+        primary_ = std::move(primary);
+    }
+
+    /// `get-master-addr-by-name` questions answered so far.
+    int asked() const {
+        const std::lock_guard lock(mutex_);
+        return asked_;
+    }
+
+    bool subscribed() const {
+        const std::lock_guard lock(mutex_);
+        return !subscribers_.empty();
+    }
+
+    void publish_switch(const std::string& master,
+                        const config::endpoint_address& from,
+                        const config::endpoint_address& to) {
+        const auto payload =
+            fmt::format("{} {} {} {} {}", master, from.host, from.port, to.host, to.port);
+        const auto message =
+            fmt::format("*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n${}\r\n{}\r\n",
+                        payload.size(),
+                        payload);
+        const std::lock_guard lock(mutex_);
+        for (const int fd : subscribers_) {
+            ::send(fd, message.data(), message.size(), MSG_NOSIGNAL);
+        }
+    }
+
+private:
+    void accept_loop() {
+        for (;;) {
+            const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) {
+                return; // shut down
+            }
+            const std::lock_guard lock(mutex_);
+            connections_.push_back(fd);
+            handlers_.emplace_back([this, fd] { serve(fd); });
+        }
+    }
+
+    // Reads one RESP array of bulk strings (what hiredis sends); empty at the end.
+    static std::vector<std::string> read_command(int fd, std::string& buffer) {
+        const auto line = [&]() -> std::optional<std::string> {
+            for (;;) {
+                if (const auto end = buffer.find("\r\n"); end != std::string::npos) {
+                    auto text = buffer.substr(0, end);
+                    buffer.erase(0, end + 2);
+                    return text;
+                }
+                char chunk[4096];
+                const auto n = ::recv(fd, chunk, sizeof chunk, 0);
+                if (n <= 0) {
+                    return std::nullopt;
+                }
+                buffer.append(chunk, static_cast<std::size_t>(n));
+            }
+        };
+        const auto head = line();
+        if (!head || head->empty() || (*head)[0] != '*') {
+            return {};
+        }
+        std::vector<std::string> args;
+        for (int i = std::stoi(head->substr(1)); i > 0; --i) {
+            const auto size = line(); // "$<n>"; the bulk strings here never hold CRLF
+            const auto arg = line();
+            if (!size || !arg) {
+                return {};
+            }
+            args.push_back(*arg);
+        }
+        return args;
+    }
+
+    void serve(int fd) {
+        std::string buffer;
+        for (;;) {
+            const auto args = read_command(fd, buffer);
+            if (args.empty()) {
+                return;
+            }
+            std::string answer = "+OK\r\n";
+            const std::lock_guard lock(mutex_);
+            if (args.size() == 3 && args[0] == "SENTINEL") {
+                ++asked_;
+                answer = "*-1\r\n";
+                if (primary_) {
+                    const auto port = std::to_string(primary_->port);
+                    answer = fmt::format("*2\r\n${}\r\n{}\r\n${}\r\n{}\r\n",
+                                         primary_->host.size(),
+                                         primary_->host,
+                                         port.size(),
+                                         port);
+                }
+            } else if (args.size() == 2 && args[0] == "SUBSCRIBE") {
+                subscribers_.push_back(fd);
+                answer = fmt::format(
+                    "*3\r\n$9\r\nsubscribe\r\n${}\r\n{}\r\n:1\r\n", args[1].size(), args[1]);
+            }
+            ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        }
+    }
+
+    int listener_ = -1;
+    std::uint16_t port_ = 0;
+    std::thread acceptor_;
+    mutable std::mutex mutex_;
+    std::vector<int> connections_;
+    std::vector<std::thread> handlers_;
+    std::vector<int> subscribers_;
+    std::optional<config::endpoint_address> primary_;
+    int asked_ = 0;
+};
+
+// A switch heard moves the primary; a Sentinel that then still names the address switched from
+// (it has not heard of the switch yet) is ignored, while an answer naming any other address is
+// followed, as is every switch heard.
+TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
+    fake_sentinel sentinel;
+    const config::endpoint_address a{"127.0.0.1", 7001};
+    const config::endpoint_address b{"127.0.0.1", 7002};
+    const config::endpoint_address c{"127.0.0.1", 7003};
+    sentinel.name(a);
+    sentinel_options o;
+    o.master = "sluice";
+    o.nodes = {{"127.0.0.1", sentinel.port()}};
+    o.sentinel.command_timeout = 500ms;
+    o.sentinel.connect_timeout = 500ms;
+    o.min_interval = 10ms;
+    watcher_harness h(o);
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 1 && sentinel.subscribed(); }, 5s));
+    EXPECT_EQ(h.seen().back().first, a);
+
+    sentinel.publish_switch("other", a, c); // another name: not ours
+    sentinel.publish_switch("sluice", a, b);
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 2; }, 5s));
+    EXPECT_EQ(h.seen().back().first, b);
+    EXPECT_EQ(h.watcher().switches(), 1u);
+
+    // Still names a: asked, and ignored.
+    const auto before = sentinel.asked();
+    h.watcher().rediscover();
+    ASSERT_TRUE(eventually([&] { return sentinel.asked() > before; }, 5s));
+    EXPECT_FALSE(eventually([&] { return h.seen().size() > 2; }, 300ms));
+    EXPECT_EQ(h.watcher().primary(), b);
+
+    // Names c: followed.
+    sentinel.name(c);
+    h.watcher().rediscover();
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 3; }, 5s));
+    EXPECT_EQ(h.seen().back().first, c);
+    EXPECT_EQ(h.watcher().switches(), 2u);
+}
+
+} // namespace
+} // namespace sluice::redis
