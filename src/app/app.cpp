@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <malloc.h>
@@ -232,7 +233,9 @@ private:
     /// Sentinel: the primary is (now) at `address`; on the control thread.
     void follow_primary(const config::endpoint_address& address);
     /// The freed-slot subscriber's options: the data nodes', behind Sentinel without an address.
-    redis::client_options slot_subscriber_options() const;
+    redis::client_options slot_subscriber_options();
+    /// Cluster: moves the freed-slot subscriber to the next seed after it lost its node.
+    void next_slot_subscriber_seed();
 
     void start_workers();
     void log_summary(const tcp::endpoint& bound) const;
@@ -261,6 +264,9 @@ private:
     /// Redis store: hears of CONCURRENCY slots freed by any instance (redis_store::slot_channel)
     /// and wakes this instance's waiters for them. On control_'s thread; after control_.
     std::unique_ptr<redis::client> slot_announcements_;
+    /// Cluster: the seed the subscriber listens on, and when it last moved.
+    std::size_t slot_subscriber_seed_ = 0;
+    std::chrono::steady_clock::time_point slot_subscriber_moved_{};
     /// Sentinel: on control_'s thread; after control_, before the workers, whose clients ask it
     /// to rediscover.
     std::unique_ptr<redis::sentinel_watcher> sentinel_;
@@ -369,17 +375,37 @@ void application::start_slot_announcements() {
     slot_announcements_->start();
 }
 
-redis::client_options application::slot_subscriber_options() const {
+void application::next_slot_subscriber_seed() {
+    const auto& seeds = config_->rate_limit.redis.cluster;
+    const auto now = std::chrono::steady_clock::now();
+    // At most every reconnect_max: with every seed down, the client's own backoff paces the
+    // retries instead of a loop of immediate connects from seed to seed.
+    if (!slot_announcements_ || seeds.size() < 2 ||
+        now - slot_subscriber_moved_ < redis::client_options{}.reconnect_max) {
+        return;
+    }
+    slot_subscriber_moved_ = now;
+    slot_subscriber_seed_ = (slot_subscriber_seed_ + 1) % seeds.size();
+    const auto& next = seeds[slot_subscriber_seed_];
+    slot_announcements_->retarget(next.host, next.port);
+}
+
+redis::client_options application::slot_subscriber_options() {
     const auto& settings = config_->rate_limit.redis;
     if (settings.topology == config::redis_topology::sentinel) {
         return redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); });
     }
     auto options = redis::client_options::from_settings(settings);
     if (settings.topology == config::redis_topology::cluster) {
-        // PUBLISH reaches every node over the cluster bus, so any node will do; the first seed,
-        // for now (docs/redis-cluster.md, "Freed-slot announcements").
+        // PUBLISH reaches every node over the cluster bus, so any node will do: the first seed,
+        // then the next whenever the one listened on is lost (docs/redis-cluster.md,
+        // "Freed-slot announcements").
+        slot_subscriber_seed_ = 0;
         options.host = settings.cluster.front().host;
         options.port = settings.cluster.front().port;
+        options.on_trouble = [this] {
+            next_slot_subscriber_seed();
+        };
     }
     return options;
 }

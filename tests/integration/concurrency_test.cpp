@@ -8,6 +8,7 @@
 #include "support/admin_client.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
 #include "support/store_param_test.hpp"
@@ -420,6 +421,73 @@ TEST_F(RedisConcurrencyTest, SlotsOfAKilledInstanceFreeAfterTheLease) {
     // At most one lease after the last renewal (which came before the kill), plus one probe.
     EXPECT_LE(freed, 1500ms + 100ms);
     EXPECT_GE(freed, 1500ms / 3 * 2 - 100ms) << "freed before the lease could have lapsed";
+}
+
+// On Redis Cluster the freed-slot announcements reach every node over the cluster bus, and each
+// instance listens on one seed: when that seed is gone, it moves to the next. Here the first
+// seed is a replica (no slot is lost with it), killed before the traffic: a slot freed on one
+// instance must still admit a waiter of the other within 250 ms (not the lease / 3 of polling).
+TEST(RedisClusterConcurrency, TheFreedSlotSubscriberMovesOffALostSeed) {
+    if (!redis_cluster::available()) {
+        GTEST_SKIP() << "redis-server or redis-cli is not on PATH";
+    }
+    redis_cluster cluster;
+    const auto primaries = cluster.primaries();
+    std::size_t replica = 0;
+    while (std::find(primaries.begin(), primaries.end(), replica) != primaries.end()) {
+        ++replica;
+    }
+    std::string seeds = fmt::format("127.0.0.1:{}", cluster.node(replica).port());
+    for (const auto p : primaries) {
+        seeds += fmt::format(", 127.0.0.1:{}", cluster.node(p).port());
+    }
+    auto upstream = slow_upstream();
+    const auto yaml = compose_yaml(upstream.url(),
+                                   fmt::format("  store: redis\n"
+                                               "  redis:\n"
+                                               "    cluster: [{}]\n"
+                                               "    timeout: 500ms\n"
+                                               "    failure-mode: closed\n",
+                                               seeds) +
+                                       concurrency_rules(2, ""));
+    sluice_process a(yaml);
+    sluice_process b(yaml);
+    const auto subscribers_on_primaries = [&] {
+        long long n = 0;
+        for (const auto p : primaries) {
+            resp_client c(cluster.node(p).port());
+            const auto r = c.command({"PUBSUB", "NUMSUB", "sluice:slot-freed:0"});
+            n += r.elements.size() == 2 ? r.elements[1].integer : 0;
+        }
+        return n;
+    };
+    // Both listen on the replica first.
+    ASSERT_TRUE(eventually(
+        [&] {
+            resp_client c(cluster.node(replica).port());
+            const auto r = c.command({"PUBSUB", "NUMSUB", "sluice:slot-freed:0"});
+            return r.elements.size() == 2 && r.elements[1].integer == 2;
+        },
+        10s));
+    cluster.node(replica).stop();
+    ASSERT_TRUE(eventually([&] { return subscribers_on_primaries() == 2; }, 10s)) << a.log_text();
+
+    std::vector<exchange> results;
+    std::thread on_a([&] {
+        const auto r = send_parallel(a.port(), 3);
+        results.insert(results.end(), r.begin(), r.end());
+    });
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
+    const auto from_b = send_parallel(b.port(), 3);
+    on_a.join();
+    for (const auto& e : from_b) {
+        EXPECT_EQ(e.status, 200u) << e.body;
+    }
+    for (const auto& e : results) {
+        EXPECT_EQ(e.status, 200u) << e.body;
+    }
+    expect_two_slots_kept_busy(arrivals(upstream), 250ms);
 }
 
 } // namespace
