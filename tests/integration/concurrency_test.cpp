@@ -114,6 +114,31 @@ void expect_two_slots_kept_busy(const std::vector<clock_type::time_point>& at,
     }
 }
 
+// Three requests on `a`, then three on `b` while `a`'s hold both slots of the global limit of
+// two: all are served, and the upstream never has more than two at once nor a slot left free
+// for 250 ms (a slot freed on one instance admits the other's waiter by pub/sub, not polling).
+void expect_two_instances_share_two_slots(const sluice_process& a,
+                                          const sluice_process& b,
+                                          const recording_upstream& upstream) {
+    std::vector<exchange> results;
+    std::thread on_a([&] {
+        const auto r = send_parallel(a.port(), 3);
+        results.insert(results.end(), r.begin(), r.end());
+    });
+    // The second instance's requests arrive while the first one's hold both slots.
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
+    const auto from_b = send_parallel(b.port(), 3);
+    on_a.join();
+    for (const auto& e : from_b) {
+        EXPECT_EQ(e.status, 200u) << e.body;
+    }
+    for (const auto& e : results) {
+        EXPECT_EQ(e.status, 200u) << e.body;
+    }
+    expect_two_slots_kept_busy(arrivals(upstream), 250ms);
+}
+
 using ConcurrencyTest = store_param_test;
 
 recording_upstream slow_upstream() {
@@ -314,23 +339,7 @@ TEST_F(RedisConcurrencyTest, TwoInstancesShareTheSlots) {
     auto upstream = slow_upstream();
     sluice_process a(yaml(upstream, ""));
     sluice_process b(yaml(upstream, ""));
-    std::vector<exchange> results;
-    std::thread on_a([&] {
-        const auto r = send_parallel(a.port(), 3);
-        results.insert(results.end(), r.begin(), r.end());
-    });
-    // The second instance's requests arrive while the first one's hold both slots.
-    ASSERT_TRUE(upstream.wait_for_stats(
-        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
-    const auto from_b = send_parallel(b.port(), 3);
-    on_a.join();
-    for (const auto& e : from_b) {
-        EXPECT_EQ(e.status, 200u) << e.body;
-    }
-    for (const auto& e : results) {
-        EXPECT_EQ(e.status, 200u) << e.body;
-    }
-    expect_two_slots_kept_busy(arrivals(upstream), 250ms);
+    expect_two_instances_share_two_slots(a, b, upstream);
 }
 
 // The slots live in Redis: while two requests run, the key's sorted set holds their two leases
@@ -472,22 +481,7 @@ TEST(RedisClusterConcurrency, TheFreedSlotSubscriberMovesOffALostSeed) {
     cluster.node(replica).stop();
     ASSERT_TRUE(eventually([&] { return subscribers_on_primaries() == 2; }, 10s)) << a.log_text();
 
-    std::vector<exchange> results;
-    std::thread on_a([&] {
-        const auto r = send_parallel(a.port(), 3);
-        results.insert(results.end(), r.begin(), r.end());
-    });
-    ASSERT_TRUE(upstream.wait_for_stats(
-        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
-    const auto from_b = send_parallel(b.port(), 3);
-    on_a.join();
-    for (const auto& e : from_b) {
-        EXPECT_EQ(e.status, 200u) << e.body;
-    }
-    for (const auto& e : results) {
-        EXPECT_EQ(e.status, 200u) << e.body;
-    }
-    expect_two_slots_kept_busy(arrivals(upstream), 250ms);
+    expect_two_instances_share_two_slots(a, b, upstream);
 }
 
 } // namespace

@@ -16,44 +16,6 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-std::string find_on_path(const std::string& name) {
-    const char* path = std::getenv("PATH");
-    const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-    std::size_t begin = 0;
-    while (begin <= dirs.size()) {
-        const std::size_t end = std::min(dirs.find(':', begin), dirs.size());
-        const auto candidate = std::filesystem::path(dirs.substr(begin, end - begin)) / name;
-        if (::access(candidate.c_str(), X_OK) == 0) {
-            return candidate.string();
-        }
-        begin = end + 1;
-    }
-    return {};
-}
-
-/// One command to the node on `port`; an unreachable node reads as an error value.
-resp_value ask(std::uint16_t port, const std::vector<std::string>& args) {
-    try {
-        resp_client c(port, 2s);
-        return c.command(args);
-    } catch (const std::exception& e) {
-        resp_value v;
-        v.type = resp_value::kind::error;
-        v.text = e.what();
-        return v;
-    }
-}
-
-/// The value of `field` in an INFO-style "field:value\r\n" text; empty when absent.
-std::string info_field(const std::string& text, const std::string& field) {
-    const auto at = text.find(field + ":");
-    if (at == std::string::npos) {
-        return {};
-    }
-    const auto begin = at + field.size() + 1;
-    return text.substr(begin, text.find_first_of("\r\n", begin) - begin);
-}
-
 std::string run_cli(const std::vector<std::string>& args, std::chrono::milliseconds limit) {
     const auto cli = find_on_path("redis-cli");
     const auto result = run_command(cli, args, limit);
@@ -120,7 +82,7 @@ std::optional<std::size_t> redis_cluster::owner_of(std::uint16_t slot) {
         if (!n->running()) {
             continue;
         }
-        const auto r = ask(n->port(), {"CLUSTER", "SLOTS"});
+        const auto r = command_or_error(n->port(), {"CLUSTER", "SLOTS"});
         if (r.type != resp_value::kind::array) {
             continue;
         }
@@ -142,7 +104,7 @@ std::vector<std::size_t> redis_cluster::primaries() {
         if (!nodes_[i]->running()) {
             continue;
         }
-        const auto role = ask(nodes_[i]->port(), {"ROLE"});
+        const auto role = command_or_error(nodes_[i]->port(), {"ROLE"});
         if (role.type == resp_value::kind::array && !role.elements.empty() &&
             role.elements[0].text == "master") {
             out.push_back(i);
@@ -152,7 +114,7 @@ std::vector<std::size_t> redis_cluster::primaries() {
 }
 
 std::string redis_cluster::node_id(std::size_t i) {
-    const auto r = ask(node(i).port(), {"CLUSTER", "MYID"});
+    const auto r = command_or_error(node(i).port(), {"CLUSTER", "MYID"});
     if (r.type != resp_value::kind::string) {
         throw std::runtime_error("CLUSTER MYID failed: " + r.describe());
     }
@@ -185,11 +147,11 @@ void redis_cluster::wait_healthy(std::chrono::milliseconds limit) {
                 continue;
             }
             const auto port = std::to_string(n->port());
-            const auto info = ask(n->port(), {"CLUSTER", "INFO"});
+            const auto info = command_or_error(n->port(), {"CLUSTER", "INFO"});
             if (info_field(info.text, "cluster_state") != "ok") {
                 missing += " " + port + ":cluster_state";
             }
-            const auto replication = ask(n->port(), {"INFO", "replication"});
+            const auto replication = command_or_error(n->port(), {"INFO", "replication"});
             if (info_field(replication.text, "role") == "slave" &&
                 info_field(replication.text, "master_link_status") != "up") {
                 missing += " " + port + ":master_link";

@@ -12,29 +12,6 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-/// One command to the server on `port`; an unreachable server reads as an error value.
-resp_value ask(std::uint16_t port, const std::vector<std::string>& args) {
-    try {
-        resp_client c(port, 2s);
-        return c.command(args);
-    } catch (const std::exception& e) {
-        resp_value v;
-        v.type = resp_value::kind::error;
-        v.text = e.what();
-        return v;
-    }
-}
-
-/// The value of `field` in an INFO-style "field:value\r\n" text; empty when absent.
-std::string info_field(const std::string& text, const std::string& field) {
-    const auto at = text.find(field + ":");
-    if (at == std::string::npos) {
-        return {};
-    }
-    const auto begin = at + field.size() + 1;
-    return text.substr(begin, text.find_first_of("\r\n", begin) - begin);
-}
-
 /// The value of `field` in a flat [field, value, ...] reply (SENTINEL MASTER); empty if absent.
 std::string pair_field(const resp_value& v, const std::string& field) {
     for (std::size_t i = 0; i + 1 < v.elements.size(); i += 2) {
@@ -46,7 +23,7 @@ std::string pair_field(const resp_value& v, const std::string& field) {
 }
 
 std::string role_of(std::uint16_t port) {
-    const auto r = ask(port, {"ROLE"});
+    const auto r = command_or_error(port, {"ROLE"});
     return r.type == resp_value::kind::array && !r.elements.empty() ? r.elements[0].text : "";
 }
 
@@ -98,8 +75,8 @@ config::redis_settings redis_sentinel::settings() const {
 }
 
 std::optional<std::size_t> redis_sentinel::primary(std::size_t i) {
-    const auto r =
-        ask(sentinels_.at(i)->port(), {"SENTINEL", "get-master-addr-by-name", master_name});
+    const auto r = command_or_error(sentinels_.at(i)->port(),
+                                    {"SENTINEL", "get-master-addr-by-name", master_name});
     if (r.type != resp_value::kind::array || r.elements.size() != 2) {
         return std::nullopt;
     }
@@ -112,7 +89,8 @@ std::optional<std::size_t> redis_sentinel::primary(std::size_t i) {
 }
 
 void redis_sentinel::failover() {
-    const auto r = ask(sentinels_.at(0)->port(), {"SENTINEL", "failover", master_name});
+    const auto r =
+        command_or_error(sentinels_.at(0)->port(), {"SENTINEL", "failover", master_name});
     if (r.type != resp_value::kind::status) {
         throw std::runtime_error("SENTINEL failover: " + r.describe());
     }
@@ -175,7 +153,7 @@ void redis_sentinel::wait_healthy(std::chrono::milliseconds limit) {
             if (n == *p || !nodes_[n]->running()) {
                 continue;
             }
-            const auto info = ask(nodes_[n]->port(), {"INFO", "replication"});
+            const auto info = command_or_error(nodes_[n]->port(), {"INFO", "replication"});
             if (info_field(info.text, "master_link_status") != "up") {
                 missing = "replica " + std::to_string(n) + "'s link is not up";
             }
@@ -188,7 +166,8 @@ void redis_sentinel::wait_healthy(std::chrono::milliseconds limit) {
             if (!sentinels_[i]->running()) {
                 continue;
             }
-            const auto m = ask(sentinels_[i]->port(), {"SENTINEL", "master", master_name});
+            const auto m =
+                command_or_error(sentinels_[i]->port(), {"SENTINEL", "master", master_name});
             const auto replicas = pair_field(m, "num-slaves");
             const auto others = pair_field(m, "num-other-sentinels");
             if (replicas.empty() || replicas == "0" || others != std::to_string(live - 1)) {

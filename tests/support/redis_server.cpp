@@ -24,22 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-std::string find_redis_server() {
-    const char* path = std::getenv("PATH");
-    std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-    std::size_t begin = 0;
-    while (begin <= dirs.size()) {
-        const std::size_t end = std::min(dirs.find(':', begin), dirs.size());
-        const std::filesystem::path candidate =
-            std::filesystem::path(dirs.substr(begin, end - begin)) / "redis-server";
-        if (::access(candidate.c_str(), X_OK) == 0) {
-            return candidate.string();
-        }
-        begin = end + 1;
-    }
-    return {};
-}
-
 // One attempt: connect, send PING, wait briefly for any reply ("+PONG" or "-NOAUTH ...").
 bool answers_ping(std::uint16_t port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -77,8 +61,23 @@ char process_state(pid_t pid) {
 
 } // namespace
 
+std::string find_on_path(const std::string& name) {
+    const char* path = std::getenv("PATH");
+    const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+    std::size_t begin = 0;
+    while (begin <= dirs.size()) {
+        const std::size_t end = std::min(dirs.find(':', begin), dirs.size());
+        const auto candidate = std::filesystem::path(dirs.substr(begin, end - begin)) / name;
+        if (::access(candidate.c_str(), X_OK) == 0) {
+            return candidate.string();
+        }
+        begin = end + 1;
+    }
+    return {};
+}
+
 bool redis_server::available() {
-    return !find_redis_server().empty();
+    return !find_on_path("redis-server").empty();
 }
 
 redis_server::redis_server(options opts)
@@ -114,7 +113,7 @@ config::redis_settings redis_server::settings() const {
 }
 
 void redis_server::start(std::chrono::milliseconds limit) {
-    const std::string binary = find_redis_server();
+    const std::string binary = find_on_path("redis-server");
     if (binary.empty()) {
         throw std::runtime_error("redis-server not found on PATH");
     }

@@ -16,6 +16,9 @@
 
 namespace sluice::test {
 
+/// The path of executable `name` in a directory of PATH; empty when there is none.
+std::string find_on_path(const std::string& name);
+
 class redis_server {
 public:
     struct options {

@@ -136,4 +136,25 @@ resp_value resp_client::read_value() {
     }
 }
 
+resp_value command_or_error(std::uint16_t port, const std::vector<std::string>& args) {
+    try {
+        resp_client c(port, std::chrono::seconds(2));
+        return c.command(args);
+    } catch (const std::exception& e) {
+        resp_value v;
+        v.type = resp_value::kind::error;
+        v.text = e.what();
+        return v;
+    }
+}
+
+std::string info_field(const std::string& text, const std::string& field) {
+    const auto at = text.find(field + ":");
+    if (at == std::string::npos) {
+        return {};
+    }
+    const auto begin = at + field.size() + 1;
+    return text.substr(begin, text.find_first_of("\r\n", begin) - begin);
+}
+
 } // namespace sluice::test

@@ -66,4 +66,11 @@ private:
     std::string buffer_;
 };
 
+/// One command to the server on 127.0.0.1:`port` on a connection of its own; a server that
+/// cannot be reached (or answers nothing within 2 s) reads as an error value naming why.
+resp_value command_or_error(std::uint16_t port, const std::vector<std::string>& args);
+
+/// The value of `field` in an INFO-style "field:value\r\n" text; empty when absent.
+std::string info_field(const std::string& text, const std::string& field);
+
 } // namespace sluice::test
