@@ -3,7 +3,9 @@
 // key. The input is decoded into a reply tree (a byte picks each node's type: integer, string,
 // nil or array, nested at most 5 deep); the input as a whole is also a key. Properties: a reply
 // is either a map or an error, never both; a map's owners are its primaries, each with a port in
-// 1..65535; a key's hashed part holds no further tag, and its slot is below 16384.
+// 1..65535; a key's hashed part holds no further tag, and its slot is below 16384. The input as
+// a whole is also an error reply's text: a redirection read from it has a slot below 16384 and,
+// for MOVED and ASK, a port in 1..65535 and a host (the asked one when the text names none).
 #include "sluice/redis/cluster_slots.hpp"
 
 #include <cstddef>
@@ -80,6 +82,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (sluice::redis::key_slot(key) >= sluice::redis::cluster_slots) {
         fail("a slot past 16383");
+    }
+    if (const auto to = sluice::redis::parse_redirection(key, "asked")) {
+        if (to->slot >= sluice::redis::cluster_slots) {
+            fail("a redirection to a slot past 16383");
+        }
+        if (to->type != sluice::redis::redirection::kind::tryagain &&
+            (to->port == 0 || to->host.empty())) {
+            fail("a redirection without an address");
+        }
     }
     input in{data, size};
     const auto r = decode(in, 0);
