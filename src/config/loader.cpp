@@ -266,7 +266,6 @@ void read_redis_topology(mapping& m, redis_settings& out) {
     }
     if (chosen != nullptr) {
         out.topology = chosen->topology;
-        out.line = detail::line_of(m.key_mark_of(chosen->key));
     }
     switch (out.topology) {
     case redis_topology::single:

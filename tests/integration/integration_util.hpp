@@ -15,6 +15,11 @@
 
 namespace sluice::test {
 
+/// The page's key for a client on 127.0.0.1 and a path: rate-limit:<ip>:<endpoint>.
+inline std::string page_key(const std::string& path) {
+    return "rate-limit:127.0.0.1:" + path;
+}
+
 /// A config that forwards to `upstream` and, with the defaults, never limits.
 inline sluice_config config_for(const recording_upstream& upstream) {
     sluice_config config;

@@ -96,7 +96,7 @@ TEST_F(RedisClusterStore, TwoInstancesShareOneBudgetPerKeyOnEveryPrimary) {
     std::map<std::size_t, int> per_primary;
     for (int n = 0; paths.size() < 6 && n < 1000; ++n) {
         const auto path = "/p" + std::to_string(n);
-        const auto owner = cluster_->owner_of(redis::key_slot("rate-limit:127.0.0.1:" + path));
+        const auto owner = cluster_->owner_of(redis::key_slot(page_key(path)));
         ASSERT_TRUE(owner);
         if (per_primary[*owner] < 2) {
             ++per_primary[*owner];
@@ -119,7 +119,7 @@ TEST_F(RedisClusterStore, TwoInstancesShareOneBudgetPerKeyOnEveryPrimary) {
     }
     const auto keys = keys_by_node();
     for (const auto& path : paths) {
-        const auto key = "rate-limit:127.0.0.1:" + path;
+        const auto key = page_key(path);
         ASSERT_TRUE(keys.count(key)) << key;
         EXPECT_EQ(keys.at(key), cluster_->owner_of(redis::key_slot(key))) << key;
         resp_client owner(cluster_->node(keys.at(key)).port());
@@ -187,7 +187,7 @@ TEST_F(RedisClusterStore, AKilledPrimaryIsFollowedAndTheFailureModeAppliesMeanwh
     const auto path_on = [&](std::size_t node, const std::string& prefix) {
         for (int n = 0;; ++n) {
             const auto path = prefix + std::to_string(n);
-            if (cluster_->owner_of(redis::key_slot("rate-limit:127.0.0.1:" + path)) == node) {
+            if (cluster_->owner_of(redis::key_slot(page_key(path))) == node) {
                 return path;
             }
         }
@@ -227,7 +227,7 @@ TEST_F(RedisClusterStore, AKilledPrimaryIsFollowedAndTheFailureModeAppliesMeanwh
     // Every worker follows (each reads the map itself): ready again once all have.
     wait_ready(sluice);
     cluster_->wait_healthy();
-    const auto promoted = cluster_->owner_of(redis::key_slot("rate-limit:127.0.0.1:" + before));
+    const auto promoted = cluster_->owner_of(redis::key_slot(page_key(before)));
     ASSERT_TRUE(promoted);
     ASSERT_NE(*promoted, victim);
     const auto after = path_on(*promoted, "/after");
@@ -260,7 +260,7 @@ TEST_F(RedisClusterStore, AReshardUnderTrafficIsInvisibleToClients) {
     std::vector<std::unique_ptr<traffic>> clients;
     for (int n = 0; clients.size() < 4; ++n) {
         const auto path = "/moving" + std::to_string(n);
-        const auto slot = redis::key_slot("rate-limit:127.0.0.1:" + path);
+        const auto slot = redis::key_slot(page_key(path));
         if (slot >= lowest && slot < lowest + 100) {
             clients.push_back(
                 std::make_unique<traffic>(std::vector<std::uint16_t>{sluice.port()}, path, 5ms));

@@ -27,19 +27,6 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using clock_type = std::chrono::steady_clock;
 
-/// The key the page gives for a client on 127.0.0.1 and a path.
-std::string page_key(const std::string& path) {
-    return "rate-limit:127.0.0.1:" + path;
-}
-
-std::string statuses_of(const std::vector<exchange>& exchanges) {
-    std::string text;
-    for (const auto& e : exchanges) {
-        text += std::to_string(e.status) + (e.error.empty() ? "" : "(" + e.error + ")") + " ";
-    }
-    return text;
-}
-
 /// A redis-server, a recording upstream, and a config preset pointing at both.
 class RedisStoreTest : public testing::Test {
 protected:

@@ -42,18 +42,6 @@ constexpr auto latency_bound = redis_timeout + 1s;
 /// The bound for following a failover.
 constexpr auto follow_bound = 10s;
 
-std::string page_key(const std::string& path) {
-    return "rate-limit:127.0.0.1:" + path;
-}
-
-std::string statuses_of(const std::vector<exchange>& exchanges) {
-    std::string text;
-    for (const auto& e : exchanges) {
-        text += std::to_string(e.status) + (e.error.empty() ? "" : "(" + e.error + ")") + " ";
-    }
-    return text;
-}
-
 std::string sentinel_yaml(const std::string& upstream_url,
                           const std::vector<config::endpoint_address>& sentinels,
                           const std::string& failure_mode,

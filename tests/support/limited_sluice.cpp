@@ -222,4 +222,12 @@ std::size_t max_in_window(const std::vector<steady_time>& sorted, milliseconds w
     return worst;
 }
 
+std::string statuses_of(const std::vector<exchange>& exchanges) {
+    std::string text;
+    for (const auto& e : exchanges) {
+        text += std::to_string(e.status) + (e.error.empty() ? "" : "(" + e.error + ")") + " ";
+    }
+    return text;
+}
+
 } // namespace sluice::test

@@ -201,9 +201,6 @@ struct redis_settings {
     milliseconds timeout{50};
     milliseconds connect_timeout{1'000};
     failure_mode on_failure = failure_mode::open;
-    /// 1-based line of the key that chose the topology (host, cluster or sentinel); 0 when none
-    /// is written.
-    int line = 0;
 };
 
 struct memory_settings {

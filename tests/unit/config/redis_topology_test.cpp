@@ -18,7 +18,6 @@ TEST(RedisTopology, HostIsTheDefault) {
     EXPECT_EQ(cfg.rate_limit.redis.topology, redis_topology::single);
     EXPECT_TRUE(cfg.rate_limit.redis.cluster.empty());
     EXPECT_EQ(cfg.rate_limit.redis.hash_tag, hash_tag_mode::none);
-    EXPECT_EQ(cfg.rate_limit.redis.line, 0);
 }
 
 TEST(RedisTopology, ClusterSeedsTakePort6379WhenLeftOut) {
@@ -26,7 +25,6 @@ TEST(RedisTopology, ClusterSeedsTakePort6379WhenLeftOut) {
                                      "    hash-tag: ip\n"));
     const auto& r = cfg.rate_limit.redis;
     EXPECT_EQ(r.topology, redis_topology::cluster);
-    EXPECT_EQ(r.line, 5);
     ASSERT_EQ(r.cluster.size(), 3u);
     EXPECT_EQ(r.cluster[0], (endpoint_address{"10.0.0.5", 7000}));
     EXPECT_EQ(r.cluster[1], (endpoint_address{"redis-2", 6379}));
@@ -42,7 +40,6 @@ TEST(RedisTopology, SentinelNodesTakePort26379WhenLeftOut) {
                                      "    password: data\n"));
     const auto& r = cfg.rate_limit.redis;
     EXPECT_EQ(r.topology, redis_topology::sentinel);
-    EXPECT_EQ(r.line, 5);
     EXPECT_EQ(r.sentinel.master, "sluice");
     ASSERT_EQ(r.sentinel.nodes.size(), 2u);
     EXPECT_EQ(r.sentinel.nodes[0], (endpoint_address{"10.0.0.7", 26380}));

@@ -7,6 +7,7 @@
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
 #include "support/run_coro.hpp"
+#include "unit/limiter/limiter_test_util.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@ namespace sluice::store {
 namespace {
 
 using namespace std::chrono_literals;
+using limiter::test::windowed;
 using std::chrono::milliseconds;
 
 // A realistic unix time, 20 s into the minute that starts at 1699999980000.
@@ -44,14 +46,6 @@ config::limit bucket(config::algorithm algo,
         l.refill_rate = rate;
     }
     l.mode = mode;
-    return l;
-}
-
-config::limit windowed(config::algorithm algo, std::int64_t count, milliseconds window) {
-    config::limit l;
-    l.algo = algo;
-    l.limit_count = count;
-    l.window = window;
     return l;
 }
 

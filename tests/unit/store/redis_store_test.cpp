@@ -5,6 +5,7 @@
 #include "sluice/store/redis_store.hpp"
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
+#include "unit/limiter/limiter_test_util.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -24,6 +25,8 @@ namespace sluice::store {
 namespace {
 
 using namespace std::chrono_literals;
+using limiter::test::token;
+using limiter::test::windowed;
 using std::chrono::milliseconds;
 
 // A realistic unix time, so that stored times need all of %.17g's digits.
@@ -377,22 +380,6 @@ TEST_F(RedisStore, TheScriptRefusesMalformedPackedRequests) {
 //------------------------------------------------------------------------------
 // The other algorithms' Redis layout (their decisions are the store contract's business:
 // tests/unit/store/store_contract_test.cpp)
-
-config::limit token(std::int64_t capacity, double refill_rate) {
-    config::limit l;
-    l.algo = config::algorithm::token_bucket;
-    l.capacity = capacity;
-    l.refill_rate = refill_rate;
-    return l;
-}
-
-config::limit windowed(config::algorithm algo, std::int64_t count, milliseconds window) {
-    config::limit l;
-    l.algo = algo;
-    l.limit_count = count;
-    l.window = window;
-    return l;
-}
 
 std::string format_double(double x) {
     char buffer[32];
