@@ -12,7 +12,15 @@
 #   redis_cpu_us          Redis's CPU time (INFO cpu), in microseconds
 #   script_calls          EVALSHA + EVAL calls since Redis's last `config resetstat` (every Redis)
 #   reset_redis_stats     `config resetstat` on every Redis
+#   start_syscall_count PID SECONDS
+#                         counts the system calls of PID, its threads and its children for
+#                         SECONDS in the background (perf stat on raw_syscalls:sys_enter)
+#   finish_syscall_count  waits for that count to end and sets $syscalls to its rate per second
+#                         ("-" without a working perf)
+#   start_upstream        the upstream, nginx on $upstream_port (see below)
 #   nginx_reference_config, sluice_config, start_sluice: the proxies under test (see below)
+#   paths_script KEYS     sets wrk_script to a wrk script spreading requests over KEYS paths
+#   measure NAME PORT PID one wrk run against a proxy (see below)
 # Env: SLUICE_BIN=path/to/sluice (default build/release/sluice, built if missing).
 
 for tool in nginx wrk redis-server; do
@@ -49,6 +57,26 @@ hz=$(getconf CLK_TCK)
 cpu_ns() {
   local pid
   for pid in "$1" $(pgrep -P "$1"); do cat /proc/"$pid"/task/*/schedstat; done | awk '{n += $1} END {printf "%.0f\n", n}'
+}
+
+# perf needs the kernel's tracepoints (root, or perf_event_paranoid <= -1 for another user).
+perf stat -e raw_syscalls:sys_enter true >/dev/null 2>&1 && have_perf=1 || have_perf=
+start_syscall_count() { # pid seconds
+  rm -f "$work/syscalls"
+  [ -n "$have_perf" ] || return 0
+  local pids
+  pids=$(pgrep -d, -P "$1" || true)
+  perf stat -x, -e raw_syscalls:sys_enter -p "$1${pids:+,$pids}" -o "$work/syscalls" -- sleep "$2" \
+    >/dev/null 2>&1 & syscall_counter=$!
+  syscall_seconds=$2
+}
+# Sets $syscalls to that rate (not a function to call in $(...): the subshell could not wait).
+finish_syscall_count() {
+  syscalls=-
+  [ -n "$have_perf" ] || return 0
+  wait "$syscall_counter" 2>/dev/null || true
+  syscalls=$(awk -F, -v s="$syscall_seconds" '$3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ {
+    printf "%.0f\n", $1 / s; found = 1 } END { if (!found) print "-" }' "$work/syscalls" 2>/dev/null || echo -)
 }
 
 start_redis() {
@@ -102,17 +130,34 @@ reset_redis_stats() {
   for port in "${redis_ports[@]}"; do redis-cli -p "$port" config resetstat >/dev/null; done
 }
 
+# The upstream: nginx (1 worker process) on $upstream_port answering every request 200 with the
+# body $2 (default "ok\n"); $1: more directives for its location (e.g. `add_header X-Usage 3;`).
+start_upstream() { # [directives] [body]
+  local body='"ok\n"'
+  [ -z "${2:-}" ] || body=$2
+  cat > "$work/upstream.conf" <<CONF
+worker_processes 1; daemon off; pid $work/upstream.pid; error_log $work/upstream.err;
+events { worker_connections 4096; }
+http { access_log off;
+  server { listen 127.0.0.1:$upstream_port; keepalive_requests 1000000;
+    location / { ${1:-} return 200 $body; } } }
+CONF
+  nginx -c "$work/upstream.conf" -p "$work" & pids+=($!)
+}
+
 # The configurations of the proxies under test read $workers, $upstream_port, $redis_port and
 # (nginx) $nginx_port.
 #
 # nginx proxying to the upstream with `limit_req` at a rate that limits nothing, keep-alive to the
-# upstream; $1: more directives for its location (e.g. `proxy_buffering off;`).
+# upstream; $1: more directives for its location (e.g. `proxy_buffering off;`). Its key is the
+# client's address and the path, as sluice's `rate-limit:<ip>:<endpoint>`, so that --keys N makes
+# N keys in both (a zone of 256 MB holds a million; nginx touches only what it uses).
 nginx_reference_config() {
   cat <<CONF
 worker_processes $workers; daemon off; pid $work/nginx.pid; error_log $work/nginx.err;
 events { worker_connections 4096; }
 http { access_log off;
-  limit_req_zone \$binary_remote_addr zone=bench:10m rate=10000000r/s;
+  limit_req_zone \$binary_remote_addr\$uri zone=bench:256m rate=10000000r/s;
   upstream backend { server 127.0.0.1:$upstream_port; keepalive 64; }
   server { listen 127.0.0.1:$nginx_port; keepalive_requests 1000000;
     location / { limit_req zone=bench burst=1000000 nodelay; ${1:-}
@@ -147,4 +192,40 @@ start_sluice() { # name port store [limit]
   sluice_config "$2" "$3" "${4:-}" > "$work/$1.yaml"
   "$sluice" --check-config --config "$work/$1.yaml" >/dev/null
   "$sluice" --config "$work/$1.yaml" >"$work/$1.log" 2>&1 & printf -v "$1_pid" %s $!; pids+=($!)
+}
+
+# The requests wrk sends: GET / (no script: wrk's fastest path), or GET /k<i> over $1 paths,
+# formatted once up front so that the script costs wrk as little as possible per request.
+paths_script() { # keys
+  wrk_script=()
+  [ "$1" -gt 1 ] || return 0
+  cat > "$work/paths-$1.lua" <<LUA
+local requests, n, i = {}, $1, 0
+-- In init, where wrk has set the Host header that wrk.format adds.
+init = function() for k = 1, n do requests[k] = wrk.format("GET", "/k" .. k) end end
+request = function() i = i % n + 1; return requests[i] end
+LUA
+  wrk_script=(-s "$work/paths-$1.lua")
+}
+
+# One wrk run against a proxy (after a 1 s warm-up), with $threads, $connections, $duration and
+# the options in the array $wrk_script; appends "name rps p50 p99 cpu_us redis_cpu_us reqs non2xx
+# calls syscalls_per_s" to $work/results. Redis's CPU (its own count, INFO cpu: microseconds where
+# /proc has 10 ms ticks) is counted for every proxy: it is part of what the Redis store costs.
+measure() { # name port pid
+  local before after redis_before redis_after out rps reqs p50 p99
+  wrk -t"$threads" -c"$connections" -d1s "${wrk_script[@]}" "http://127.0.0.1:$2/" >/dev/null 2>&1 # warm-up
+  reset_redis_stats
+  before=$(cpu_ticks "$3") redis_before=$(redis_cpu_us)
+  start_syscall_count "$3" "$duration"
+  out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "${wrk_script[@]}" "http://127.0.0.1:$2/")
+  after=$(cpu_ticks "$3") redis_after=$(redis_cpu_us)
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
+  calls=$(script_calls)
+  finish_syscall_count
+  echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls" >> "$work/results"
 }
