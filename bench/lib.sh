@@ -187,11 +187,13 @@ logging: { level: warn, access-log: false }
 admin: { enabled: false }
 CONF
 }
-# Writes $work/NAME.yaml, checks it with --check-config, starts sluice on it and sets NAME_pid.
-start_sluice() { # name port store [limit]
+# Writes $work/NAME.yaml, checks it with --check-config, starts sluice (or BINARY) on it and sets
+# NAME_pid.
+start_sluice() { # name port store [limit] [binary]
+  local bin=${5:-$sluice}
   sluice_config "$2" "$3" "${4:-}" > "$work/$1.yaml"
-  "$sluice" --check-config --config "$work/$1.yaml" >/dev/null
-  "$sluice" --config "$work/$1.yaml" >"$work/$1.log" 2>&1 & printf -v "$1_pid" %s $!; pids+=($!)
+  "$bin" --check-config --config "$work/$1.yaml" >/dev/null
+  "$bin" --config "$work/$1.yaml" >"$work/$1.log" 2>&1 & printf -v "$1_pid" %s $!; pids+=($!)
 }
 
 # The requests wrk sends: GET / (no script: wrk's fastest path), or GET /k<i> over $1 paths,
