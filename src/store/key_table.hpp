@@ -20,7 +20,8 @@ namespace sluice::store {
  * its own beyond 15 bytes, plus the buckets. Here a key is one block: three links, its
  * idle-from time, its state packed into 16 bytes (packed_state.hpp), its length and kind, and
  * its text inline, 53 bytes before the text: a 96-byte block for a key of up to 35 bytes; plus
- * 8 to 16 bytes of buckets (measured: see docs/configuration.md, `max-keys`). No hash is kept:
+ * 8 to 16 bytes of buckets. Measured the same way: 114 bytes of RSS per key (and 106.5 bytes of
+ * heap per key of up to 35 bytes, 100,000 of them, in this table alone). No hash is kept:
  * a chain compares lengths before bytes, and a rehash, or the erasure of a single key, hashes
  * the text again.
  *
