@@ -35,7 +35,7 @@ struct hashed_key {
 
 struct shard {
     std::mutex mutex;
-    /// The keys, with their recency list (most recently used first to go last).
+    /// The keys and their recency list (a full shard evicts the least recently used).
     key_table entries;
     /// Keys this shard may hold.
     std::size_t max_keys = std::numeric_limits<std::size_t>::max();
