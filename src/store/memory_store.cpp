@@ -4,13 +4,13 @@
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/limiter/algorithm.hpp"
 #include "sluice/store/slot_waiters.hpp"
+#include "store/key_table.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace sluice::store {
@@ -23,45 +23,20 @@ constexpr double infinity = std::numeric_limits<double>::infinity();
 /// however fast new keys arrive.
 constexpr double sweep_backoff_ms = 1000;
 
-struct entry {
-    limiter::state state;
-    /// From this clock reading on, the state equals a fresh one: the key may be forgotten.
-    double idle_at_ms = 0;
-    // The shard's recency list runs through its entries (map nodes never move): no second
-    // allocation per key.
-    entry* newer = nullptr;
-    entry* older = nullptr;
-    const std::string* key = nullptr;
-};
-
 /// A key with its hash, computed once per request: it picks the shard and then the bucket.
 struct hashed_key {
     std::string_view key;
     std::size_t hash;
 
-    friend bool operator==(const hashed_key& a, const std::string& b) noexcept {
-        return a.key == b;
-    }
-};
-
-// Transparent hashing lets a lookup by std::string_view or hashed_key skip building a
-// std::string (and a hashed_key, hashing again).
-struct key_hash {
-    using is_transparent = void;
-
-    std::size_t operator()(std::string_view key) const noexcept {
-        return std::hash<std::string_view>{}(key);
-    }
-
-    std::size_t operator()(const hashed_key& key) const noexcept { return key.hash; }
+    explicit hashed_key(std::string_view k) noexcept
+        : key(k)
+        , hash(key_table::hash(k)) {}
 };
 
 struct shard {
     std::mutex mutex;
-    std::unordered_map<std::string, entry, key_hash, std::equal_to<>> entries;
-    /// Most and least recently used entries.
-    entry* newest = nullptr;
-    entry* oldest = nullptr;
+    /// The keys and their recency list (a full shard evicts the least recently used).
+    key_table entries;
     /// Keys this shard may hold.
     std::size_t max_keys = std::numeric_limits<std::size_t>::max();
     /// No entry's idle_at_ms is below this: while the clock is short of it, a sweep frees nothing.
@@ -85,40 +60,16 @@ struct shard {
         return clock_floor_ms;
     }
 
-    void unlink(entry& e) noexcept {
-        (e.newer ? e.newer->older : newest) = e.older;
-        (e.older ? e.older->newer : oldest) = e.newer;
-        e.newer = e.older = nullptr;
-    }
-
-    void push_newest(entry& e) noexcept {
-        e.older = newest;
-        e.newer = nullptr;
-        (newest ? newest->newer : oldest) = &e;
-        newest = &e;
-    }
-
-    void touch(entry& e) noexcept {
-        if (newest != &e) {
-            unlink(e);
-            push_newest(e);
-        }
-    }
-
     /// Forgets every key whose state has fully reset; recomputes idle_floor_ms exactly.
     std::size_t sweep(double now) {
-        std::size_t forgotten = 0;
         double floor = infinity;
-        for (auto it = entries.begin(); it != entries.end();) {
-            if (it->second.idle_at_ms <= now) {
-                unlink(it->second);
-                it = entries.erase(it);
-                ++forgotten;
-            } else {
-                floor = std::min(floor, it->second.idle_at_ms);
-                ++it;
+        const auto forgotten = entries.erase_if([now, &floor](const key_table::node& e) {
+            if (e.idle_at_ms() <= now) {
+                return true;
             }
-        }
+            floor = std::min(floor, e.idle_at_ms());
+            return false;
+        });
         idle_floor_ms = floor;
         if (forgotten > 0) {
             clock_floor_ms = std::max(clock_floor_ms, now);
@@ -130,7 +81,7 @@ struct shard {
 // What one check would store, computed before anything is committed.
 struct pending {
     shard* owner = nullptr;
-    entry* existing = nullptr;
+    key_table::node* existing = nullptr;
     limiter::state state;
     double idle_at_ms = 0;
 };
@@ -172,10 +123,8 @@ struct memory_store::impl {
             }
         }
         std::uint64_t evicted = 0;
-        while (s.entries.size() >= s.max_keys && s.oldest != nullptr) {
-            entry& victim = *s.oldest;
-            s.unlink(victim);
-            s.entries.erase(s.entries.find(*victim.key));
+        while (s.entries.size() >= s.max_keys && s.entries.oldest() != nullptr) {
+            s.entries.erase(*s.entries.oldest());
             ++evicted;
         }
         if (evicted == 0) {
@@ -191,21 +140,21 @@ struct memory_store::impl {
                       limits.max_keys);
     }
 
-    void insert(shard& s, const std::string& key, pending& p, double now) {
+    void insert(shard& s, const hashed_key& key, pending& p, double now) {
         if (s.entries.size() >= s.max_keys) {
             make_room(s, now);
         }
-        auto [it, fresh] = s.entries.try_emplace(key);
-        entry& e = it->second;
-        e.state = std::move(p.state);
-        e.idle_at_ms = p.idle_at_ms;
-        s.idle_floor_ms = std::min(s.idle_floor_ms, p.idle_at_ms);
-        if (fresh) {
-            e.key = &it->first;
-            s.push_newest(e);
+        // The same key twice in one request: the second finds the first (unless it was evicted
+        // making room).
+        auto* e = s.entries.find(key.key, key.hash);
+        if (e == nullptr) {
+            e = &s.entries.insert(key.key, key.hash);
         } else {
-            s.touch(e);
+            s.entries.touch(*e);
         }
+        e->set_state(std::move(p.state));
+        e->set_idle_at_ms(p.idle_at_ms);
+        s.idle_floor_ms = std::min(s.idle_floor_ms, p.idle_at_ms);
     }
 
     const sluice::clock& clock;
@@ -233,7 +182,7 @@ std::optional<outcome> memory_store::try_acquire_now(const checks& request_check
 outcome memory_store::acquire_now(const checks& request_checks) {
     boost::container::small_vector<hashed_key, 2> keys;
     for (const auto& c : request_checks) {
-        keys.push_back({c.key, key_hash{}(std::string_view{c.key})});
+        keys.emplace_back(c.key);
     }
     // Lock every shard the request touches, in index order so two requests never deadlock.
     boost::container::small_vector<std::size_t, 2> order;
@@ -265,12 +214,12 @@ outcome memory_store::acquire_now(const checks& request_checks) {
         auto& owner = impl_->shards[impl_->shard_index(keys[i])];
         pending p;
         p.owner = &owner;
-        auto found = owner.entries.find(keys[i]);
-        const bool exists = found != owner.entries.end();
+        auto* found = owner.entries.find(keys[i].key, keys[i].hash);
+        const bool exists = found != nullptr;
         if (exists) {
-            p.existing = &found->second;
-            p.state = found->second.state;
-            owner.touch(found->second); // a rejected request is use too
+            p.existing = found;
+            p.state = found->state();
+            owner.entries.touch(*found); // a rejected request is use too
         }
         auto d = limiter::acquire(p.state, exists, *c.limit, now, c.cost);
         // A key holding slots is never forgotten: its slots come back by `release`.
@@ -286,14 +235,14 @@ outcome memory_store::acquire_now(const checks& request_checks) {
         // pointer into the table may be used after that.
         for (auto& w : writes) {
             if (w.existing != nullptr) {
-                w.existing->state = std::move(w.state);
-                w.existing->idle_at_ms = w.idle_at_ms;
+                w.existing->set_state(std::move(w.state));
+                w.existing->set_idle_at_ms(w.idle_at_ms);
                 w.owner->idle_floor_ms = std::min(w.owner->idle_floor_ms, w.idle_at_ms);
             }
         }
         for (std::size_t i = 0; i < writes.size(); ++i) {
             if (writes[i].existing == nullptr) {
-                impl_->insert(*writes[i].owner, request_checks[i].key, writes[i], now);
+                impl_->insert(*writes[i].owner, keys[i], writes[i], now);
             }
         }
         for (std::size_t i = 0; i < request_checks.size(); ++i) {
@@ -308,15 +257,20 @@ outcome memory_store::acquire_now(const checks& request_checks) {
 
 void memory_store::release(std::span<const slot> taken) noexcept {
     for (const auto& s : taken) {
-        const hashed_key key{s.key, key_hash{}(std::string_view{s.key})};
+        const hashed_key key(s.key);
         auto& owner = impl_->shards[impl_->shard_index(key)];
         {
             std::lock_guard lock(owner.mutex);
-            const auto found = owner.entries.find(key);
             // Gone only when evicted from a full store: that key's count started over already.
-            if (found != owner.entries.end() && limiter::release(found->second.state)) {
-                found->second.idle_at_ms = -infinity;
-                owner.idle_floor_ms = -infinity;
+            if (auto* found = owner.entries.find(key.key, key.hash); found != nullptr) {
+                // Changed in place: taken out and put back, which allocates nothing.
+                auto state = found->take_state();
+                const bool idle = limiter::release(state);
+                found->set_state(std::move(state));
+                if (idle) {
+                    found->set_idle_at_ms(-infinity);
+                    owner.idle_floor_ms = -infinity;
+                }
             }
         }
         if (impl_->waiters != nullptr) {
@@ -330,16 +284,16 @@ void memory_store::settle(std::span<const settlement> adjustments) noexcept {
         if (a.limit == nullptr || a.delta == 0 || !limiter::settles(a.limit->algo)) {
             continue; // nothing to adjust: no need to lock
         }
-        const hashed_key key{a.key, key_hash{}(std::string_view{a.key})};
+        const hashed_key key(a.key);
         auto& owner = impl_->shards[impl_->shard_index(key)];
         std::lock_guard lock(owner.mutex);
         // Whole milliseconds, read under the lock, as `acquire_now` does.
         const double now = owner.now(std::floor(impl_->clock.now_ms()));
-        const auto found = owner.entries.find(key);
-        const bool exists = found != owner.entries.end();
+        auto* found = owner.entries.find(key.key, key.hash);
+        const bool exists = found != nullptr;
         pending p;
         if (exists) {
-            p.state = found->second.state;
+            p.state = found->state();
         }
         const auto reset = limiter::settle(p.state, exists, *a.limit, now, a.delta);
         if (!reset) {
@@ -347,13 +301,13 @@ void memory_store::settle(std::span<const settlement> adjustments) noexcept {
         }
         p.idle_at_ms = now + static_cast<double>(reset->count());
         if (exists) {
-            found->second.state = std::move(p.state);
-            found->second.idle_at_ms = p.idle_at_ms;
+            found->set_state(std::move(p.state));
+            found->set_idle_at_ms(p.idle_at_ms);
             owner.idle_floor_ms = std::min(owner.idle_floor_ms, p.idle_at_ms);
-            owner.touch(found->second);
+            owner.entries.touch(*found);
         } else {
             // A charge on a forgotten key: its debt must be remembered.
-            impl_->insert(owner, a.key, p, now);
+            impl_->insert(owner, key, p, now);
         }
     }
 }
@@ -368,6 +322,8 @@ std::size_t memory_store::sweep() {
     for (auto& s : impl_->shards) {
         std::lock_guard lock(s.mutex);
         forgotten += s.sweep(now);
+        // Only here, not in the sweeps that make room: a full shard refills at once.
+        s.entries.shrink();
     }
     return forgotten;
 }

@@ -1,4 +1,6 @@
 list(APPEND SLUICE_NET_SOURCES
+  src/store/key_table.cpp
   src/store/memory_store.cpp
+  src/store/packed_state.cpp
   src/store/redis_store.cpp
   src/store/slot_waiters.cpp)

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "store/packed_state.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace sluice::store {
+
+/**
+ * One shard's keys in the memory store: a hash table whose nodes are the keys, chained per
+ * bucket, and a recency list through the same nodes. It exists for memory: an idle key is
+ * most of what a large memory store holds. As a std::unordered_map<std::string, entry> node a
+ * key took 193 bytes of RSS (bench/memory, measure (d), 1,000,000 keys of 26 to 31 bytes): a
+ * 144-byte block (the std::string, the 48-byte std::variant state, the recency links, a pointer
+ * back to the key, the cached hash, the chain link) plus the key's text in a 48-byte block of
+ * its own beyond 15 bytes, plus the buckets. Here a key is one block: three links, its
+ * idle-from time, its state packed into 16 bytes (packed_state.hpp), its length and kind, and
+ * its text inline, 53 bytes before the text: a 96-byte block for a key of up to 35 bytes; plus
+ * 8 to 16 bytes of buckets. Measured the same way: 114 bytes of RSS per key (and 106.5 bytes of
+ * heap per key of up to 35 bytes, 100,000 of them, in this table alone). No hash is kept:
+ * a chain compares lengths before bytes, and a rehash, or the erasure of a single key, hashes
+ * the text again.
+ *
+ * Nodes never move (a rehash relinks them), so a node pointer stays valid until that node is
+ * erased. The buckets double when the keys outnumber them, and halve only in `shrink` (the
+ * store's periodic sweep calls it), so that the memory of drained keys comes back. Not
+ * thread-safe: the shard's mutex guards it.
+ */
+class key_table {
+public:
+    /// A key and what the store keeps for it. Allocated with its text right after its fields.
+    class node {
+    public:
+        std::string_view key() const noexcept {
+            return {reinterpret_cast<const char*>(this) + text_offset(), key_size_};
+        }
+
+        /// A copy of the key's state.
+        limiter::state state() const { return unpack(state_, kind_); }
+
+        /// Replaces the key's state.
+        void set_state(limiter::state&& s) { pack(std::move(s), state_, kind_); }
+
+        /// The key's state, moved out (for a change in place: set it back after).
+        limiter::state take_state() noexcept { return take(state_, kind_); }
+
+        /// From this clock reading on, the state equals a fresh one: the key may be forgotten.
+        double idle_at_ms() const noexcept { return idle_at_ms_; }
+
+        void set_idle_at_ms(double ms) noexcept { idle_at_ms_ = ms; }
+
+    private:
+        friend class key_table;
+
+        node() = default;
+
+        ~node() { clear(state_, kind_); }
+
+        node(const node&) = delete;
+        node& operator=(const node&) = delete;
+
+        static constexpr std::size_t text_offset() noexcept;
+
+        node* next_ = nullptr;  // in its bucket's chain
+        node* newer_ = nullptr; // in the recency list
+        node* older_ = nullptr;
+        double idle_at_ms_ = 0;
+        packed_state state_;
+        std::uint32_t key_size_ = 0;
+        std::uint8_t kind_ = fresh_kind;
+        // The text follows kind_, in the block's bytes from text_offset() on (the node's own
+        // padding included: a node is never copied, so nothing writes that padding).
+    };
+
+    /// Keys longer than this cannot be held (a key is bounded by the request header, at most
+    /// `server.max-header-size`, 1 GiB).
+    static constexpr std::size_t max_key_size = UINT32_MAX;
+
+    /// The hash of a key, as `find` and `insert` take it; the store also picks shards with it.
+    static std::size_t hash(std::string_view key) noexcept;
+
+    key_table() = default;
+    ~key_table();
+    key_table(const key_table&) = delete;
+    key_table& operator=(const key_table&) = delete;
+
+    /// The node of `key` (whose hash is `h`), or null.
+    node* find(std::string_view key, std::size_t h) const noexcept;
+
+    /**
+     * Adds `key` (whose hash is `h`), which must not be held yet, as the most recently used,
+     * with a fresh state and idle_at_ms 0. Throws std::length_error for a key longer than
+     * max_key_size, or std::bad_alloc; either way the table is unchanged.
+     */
+    node& insert(std::string_view key, std::size_t h);
+
+    /// Forgets `n` and frees it.
+    void erase(node& n) noexcept;
+
+    /// Makes `n` the most recently used.
+    void touch(node& n) noexcept;
+
+    /// The least recently used node, or null when empty.
+    node* oldest() const noexcept { return oldest_; }
+
+    /// The most recently used node, or null when empty.
+    node* newest() const noexcept { return newest_; }
+
+    /// The node used just before `n` (toward the oldest), or null.
+    static node* older(const node& n) noexcept { return n.older_; }
+
+    /// The node used just after `n` (toward the newest), or null.
+    static node* newer(const node& n) noexcept { return n.newer_; }
+
+    /// Forgets and frees every node for which `pred(node&)` is true; returns how many.
+    template <class Pred>
+    std::size_t erase_if(Pred pred);
+
+    /// Halves the buckets while the keys fill at most a quarter of them (never below the
+    /// first allocation's count), and frees them all when there is no key.
+    void shrink() noexcept;
+
+    std::size_t size() const noexcept { return size_; }
+
+    std::size_t bucket_count() const noexcept { return bucket_count_; }
+
+    /// The most nodes one bucket holds (the tests check that the keys spread).
+    std::size_t longest_chain_for_test() const noexcept;
+
+private:
+    static constexpr std::size_t min_buckets = 16;
+
+    static std::size_t bucket_in(std::size_t h, int shift) noexcept;
+    std::size_t bucket_of(std::size_t h) const noexcept;
+    void rehash(std::size_t buckets);
+    void unlink_recency(node& n) noexcept;
+    void push_newest(node& n) noexcept;
+    static void destroy(node* n) noexcept;
+
+    std::unique_ptr<node*[]> buckets_;
+    std::size_t bucket_count_ = 0; // 0 or a power of two, at least min_buckets
+    int bucket_shift_ = 64;        // 64 - log2(bucket_count_)
+    std::size_t size_ = 0;
+    node* newest_ = nullptr;
+    node* oldest_ = nullptr;
+};
+
+constexpr std::size_t key_table::node::text_offset() noexcept {
+    return offsetof(node, kind_) + sizeof(kind_);
+}
+
+template <class Pred>
+std::size_t key_table::erase_if(Pred pred) {
+    std::size_t erased = 0;
+    for (std::size_t b = 0; b < bucket_count_; ++b) {
+        node** link = &buckets_[b];
+        while (*link != nullptr) {
+            node* n = *link;
+            if (pred(*n)) {
+                *link = n->next_;
+                unlink_recency(*n);
+                destroy(n);
+                ++erased;
+            } else {
+                link = &n->next_;
+            }
+        }
+    }
+    size_ -= erased;
+    return erased;
+}
+
+} // namespace sluice::store
