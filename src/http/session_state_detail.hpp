@@ -42,8 +42,6 @@ struct connection_state {
     session_entry& entry;
     key::ip_address peer;
     std::string peer_text;
-    /// Reused by every message header written on this connection.
-    header_scratch scratch;
 };
 
 /// State of one request.
@@ -75,5 +73,76 @@ struct request_state {
         return {parser.get(), record.path, peer, body_ahead, body_read_ahead && parser.is_done()};
     }
 };
+
+/**
+ * The memory one request works in, taken from its worker's `request_pool` when its first bytes
+ * come and given back when it is over: the request's state, the header scratch, and the read
+ * buffer's storage, which the connection borrows meanwhile (`lend_buffer`). Between requests a
+ * connection thus keeps none of it, and a busy worker reuses the same few (as many as requests
+ * are in flight) without allocating. bench/memory, 15,000 idle keep-alive connections: a
+ * connection kept these (5.3 KiB) through its one-second grace, and the freed ones left holes
+ * between the live blocks of the parked connections (2.8 KiB of RSS each for 0.9 KiB live).
+ */
+struct request_memory {
+    std::optional<request_state> state;
+    /// Reused by every message header the request writes.
+    header_scratch scratch;
+    /// The read buffer's storage while no connection borrows it.
+    beast::flat_buffer buffer;
+};
+
+/// A worker's spare `request_memory`; touched only on its worker's executor.
+class request_pool {
+public:
+    /// Spares kept at most (the rest are freed as they come back): what a worker keeps for
+    /// good when it once had this many requests in flight.
+    static constexpr std::size_t max_kept = 128;
+    /// A read buffer that grew beyond this (a large header, a body read ahead) is freed rather
+    /// than kept.
+    static constexpr std::size_t max_kept_buffer = 16 * 1024;
+
+    std::unique_ptr<request_memory> take() {
+        if (free_.empty()) {
+            return std::make_unique<request_memory>();
+        }
+        auto memory = std::move(free_.back());
+        free_.pop_back();
+        return memory;
+    }
+
+    /// `memory`'s request is over (its state reset).
+    void give_back(std::unique_ptr<request_memory> memory) {
+        if (free_.size() >= max_kept) {
+            return;
+        }
+        if (memory->buffer.capacity() > max_kept_buffer) {
+            memory->buffer.shrink_to_fit();
+        }
+        free_.push_back(std::move(memory));
+    }
+
+private:
+    std::vector<std::unique_ptr<request_memory>> free_;
+};
+
+/// Before reading a request: an empty connection buffer without storage borrows `memory`'s.
+inline void lend_buffer(beast::flat_buffer& buffer, request_memory& memory) noexcept {
+    if (buffer.capacity() == 0) {
+        swap(buffer, memory.buffer);
+    }
+}
+
+/// After a request: an empty connection buffer gives its storage back (to `memory`, unless that
+/// has some already); one holding the next request's bytes keeps it.
+inline void return_buffer(beast::flat_buffer& buffer, request_memory& memory) noexcept {
+    if (buffer.size() != 0) {
+        return;
+    }
+    if (memory.buffer.capacity() == 0) {
+        swap(buffer, memory.buffer);
+    } else {
+        buffer.shrink_to_fit();
+    }
+}
 
 } // namespace sluice::http::detail

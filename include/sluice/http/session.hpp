@@ -12,8 +12,9 @@ namespace sluice::http {
  * answer it locally (429, 503, a 4xx for a malformed request) or hold it for its shaping delay
  * and forward it upstream. Requests on one connection are answered strictly in order: the next
  * is not read before the previous response is written, and bytes already read for it stay in the
- * connection's buffer. A connection idle for a second gives back its buffers and is parked
- * without a coroutine until bytes come (then a new one serves it).
+ * connection's buffer. Between requests a connection keeps no buffer nor request state (its
+ * worker lends them per request), and one idle for 100 ms is parked without a coroutine until
+ * bytes come (then a new one serves it).
  *
  * Call on `worker`'s executor, which must outlive the connection; returns at once. Nothing the
  * network does makes it throw; an exception that escapes the coroutine (a bug) is logged.

@@ -27,8 +27,12 @@ class logger;
 
 namespace sluice::http {
 
+namespace detail {
+class request_pool;
+}
+
 /// A live client connection, linked into its worker's list so that a drain can close it when
-/// it sits between requests. Lives in the session coroutine's frame: no allocation.
+/// it sits between requests. Part of the connection's state: no allocation of its own.
 struct session_entry
     : boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>> {
     explicit session_entry(timed_stream& s) noexcept
@@ -130,6 +134,9 @@ struct worker_context {
     std::shared_ptr<spdlog::logger> access_log;
     /// The buffers requests stream their bodies through.
     buffer_pool relay_buffers{relay_buffer_size, 256};
+    /// The memory requests work in, reused from one request to the next (the session's own;
+    /// made with the first request).
+    std::shared_ptr<detail::request_pool> requests;
     /// Set by `begin_drain`: finish the request at hand, then close.
     bool draining = false;
     session_list sessions;
