@@ -165,8 +165,8 @@ public:
 
     /**
      * Whether the socket has something to read now (bytes, the end of the stream or an error),
-     * reading nothing: one non-blocking recv of a byte with MSG_PEEK. Call it before
-     * `async_wait_readable`, which sees only what arrives after it starts.
+     * reading nothing: one non-blocking recv of a byte with MSG_PEEK. Where bytes are likely
+     * there already, it spares `async_wait_readable` its turn of the event loop.
      */
     bool readable_now() {
         auto& socket = state_->socket;
@@ -184,9 +184,11 @@ public:
 
     /**
      * Completes when the socket has something to read (bytes, the end of the stream or an
-     * error), reading nothing, so that no buffer waits with it. Asio's epoll reactor is
-     * edge-triggered and this wait tries nothing first: it reports only what the reactor hears
-     * of after it starts, so check `readable_now()` just before, on the same turn.
+     * error), reading nothing, so that no buffer waits with it. It sees what is there already
+     * as well as what comes later: Asio's epoll reactor starts a wait that tries nothing first
+     * with an EPOLL_CTL_MOD of the descriptor, which re-arms its edge-triggered registration
+     * and has the kernel report it at once if readable (io_uring's poll does the same). One
+     * system call, like the failed read that a read started early makes.
      */
     template <typename Token = net::default_completion_token_t<executor_type>>
     auto async_wait_readable(Token&& token = Token{}) {
