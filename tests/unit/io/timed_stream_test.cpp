@@ -117,6 +117,33 @@ TEST_F(TimedStreamTest, ATimeoutDoesNotCarryOverToTheNextRead) {
     EXPECT_EQ(std::string_view(in_.data(), read_), "next");
 }
 
+// The session waits for a keep-alive connection's next request with async_wait_readable and no
+// look at the socket first: bytes that came while nothing waited (their edge already taken by
+// the reactor) must complete the wait, not leave it until the deadline.
+TEST_F(TimedStreamTest, AReadableWaitSeesBytesThatCameBeforeIt) {
+    stream_.expires_after(10s);
+    start_read();
+    peer_sends_after(0ms, "first");
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+
+    // The next bytes arrive while no operation waits; the reactor hears of them (a timer keeps
+    // it polling) and has nothing to complete.
+    net::write(peer_, net::buffer(std::string_view("second")));
+    peer_timer_.expires_after(100ms);
+    peer_timer_.async_wait([](error_code) {});
+    ioc_.run_for(50ms);
+
+    std::optional<error_code> waited;
+    stream_.async_wait_readable([&waited](error_code ec) { waited = ec; });
+    const auto start = steady::now();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&waited] { return waited.has_value(); }, 5s));
+    EXPECT_FALSE(*waited) << waited->message();
+    EXPECT_LT(steady::now() - start, 5s);
+    EXPECT_TRUE(stream_.readable_now());
+}
+
 TEST_F(TimedStreamTest, WriteNowWritesWithoutRunningTheIoContext) {
     error_code ec;
     const auto n = stream_.write_now(net::buffer(std::string_view("ping")), ec);
