@@ -16,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <string>
+#include <string_view>
 #include <sys/wait.h>
 
 namespace sluice::test {
@@ -32,18 +33,26 @@ std::string yaml_for(const recording_upstream& upstream,
     return compose_yaml(upstream.url(), rate_limit, server_extra);
 }
 
-/// Waits (up to 5 s) until `count` connections are parked, as /metrics says: a connection is
-/// parked once it has idled past its grace.
-void wait_parked(const sluice_process& sluice, int count) {
+/// Whether the gauge `series` reaches `value` within 5 s, as /metrics says (the last scrape when
+/// not).
+::testing::AssertionResult
+gauge_reaches(std::uint16_t admin, std::string_view series, double value) {
     bool met = false;
     const auto text = wait_for_metrics(
-        admin_port(sluice),
-        [count](const std::string& t) {
-            return metric_or_zero(t, "sluice_connections_parked") == count;
-        },
+        admin,
+        [series, value](const std::string& t) { return metric_or_zero(t, series) == value; },
         5s,
         met);
-    ASSERT_TRUE(met) << "expected " << count << " parked connection(s):\n" << text;
+    if (met) {
+        return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "expected " << series << " " << value << ":\n" << text;
+}
+
+/// Waits until `count` connections are parked: a connection is parked once it has idled past
+/// its grace.
+void wait_parked(const sluice_process& sluice, int count) {
+    ASSERT_TRUE(gauge_reaches(admin_port(sluice), "sluice_connections_parked", count));
 }
 
 // Serves one request on `connection`, then leaves it idle until it is parked.
@@ -111,22 +120,10 @@ TEST(IdleMemory, AParkedConnectionTheClientClosesIsClosedAtOnce) {
     {
         http_connection connection(sluice.port());
         park(connection, sluice);
-        bool met = false;
-        const auto text = wait_for_metrics(
-            admin,
-            [](const std::string& t) { return metric_or_zero(t, "sluice_connections_open") == 1; },
-            5s,
-            met);
-        ASSERT_TRUE(met) << text;
+        ASSERT_TRUE(gauge_reaches(admin, "sluice_connections_open", 1));
     }
     // Far sooner than server.idle-timeout (60 s): the parked wait hears the close.
-    bool met = false;
-    const auto text = wait_for_metrics(
-        admin,
-        [](const std::string& t) { return metric_or_zero(t, "sluice_connections_open") == 0; },
-        5s,
-        met);
-    EXPECT_TRUE(met) << text;
+    EXPECT_TRUE(gauge_reaches(admin, "sluice_connections_open", 0));
 }
 
 TEST(IdleMemory, AParkedConnectionIsClosedAtTheIdleTimeout) {
@@ -174,13 +171,7 @@ TEST(IdleMemory, AHeldRequestsBodySentDuringTheHoldArrivesIntact) {
     constexpr std::uint64_t size = 200'000; // more than a held request reads ahead (64 KiB)
     http_connection held(sluice.port());
     held.send_raw(format_request("POST", "/held-body", {{"Content-Length", std::to_string(size)}}));
-    bool met = false;
-    const auto text = wait_for_metrics(
-        admin,
-        [](const std::string& t) { return metric_or_zero(t, "sluice_held_requests") == 1; },
-        5s,
-        met);
-    ASSERT_TRUE(met) << text;
+    ASSERT_TRUE(gauge_reaches(admin, "sluice_held_requests", 1));
     held.send_pattern_body(seed, size, false);
     const http_response response = held.read_response();
     EXPECT_EQ(response.status, 200u);
