@@ -183,13 +183,18 @@ awaitable<failure> exchange(forward_args& a,
     const auto first_block = has_body ? first_body_block(a, buf) : std::string_view{};
     conn->stream.expires_after(up.timeout);
     error_code ec;
+    // Written at once, with nothing to follow: the response's read starts in this same turn of
+    // the event loop, and need not try the socket first.
+    auto response_read = first_read::untried;
     if (!writer.write_now(conn->stream, first_block, a.parser.is_done(), ec)) {
         ec = co_await writer.finish(conn->stream);
+        response_read = first_read::tried;
     }
     if (ec) {
         co_return (conn->reused && first) ? failure::stale : failure::upstream;
     }
     if (has_body) {
+        response_read = first_read::tried;
         const auto f = co_await relay_request_body(a, *conn, writer, buf);
         if (f != failure::none) {
             co_return f;
@@ -198,7 +203,9 @@ awaitable<failure> exchange(forward_args& a,
     for (bool interim_seen = false;; interim_seen = true) {
         start_response(a, rp, !interim_seen);
         conn->stream.expires_after(up.timeout);
-        ec = co_await read_message(conn->stream, conn->buffer, *rp, true, chunk_limits{});
+        ec = co_await read_message(
+            conn->stream, conn->buffer, *rp, true, chunk_limits{}, response_read);
+        response_read = first_read::tried; // after an interim response: bytes may be there
         const auto f = judge_response_header(ec, *rp, *conn, first && !has_body, upgrade);
         if (f != failure::interim) {
             co_return f;

@@ -42,12 +42,15 @@ awaitable<error_code> read_message(timed_stream& stream,
                                    beast::flat_buffer& buffer,
                                    bhttp::basic_parser<isRequest>& parser,
                                    bool header_only,
-                                   const chunk_limits& limits) {
-    for (;;) {
+                                   const chunk_limits& limits,
+                                   first_read first) {
+    for (bool untried = first == first_read::untried && buffer.size() == 0;; untried = false) {
         if (auto parsed = parse_buffered(buffer, parser, header_only, limits)) {
             co_return *parsed;
         }
-        auto [ec, n] = co_await stream.async_read_some(read_room(buffer));
+        const auto room = read_room(buffer);
+        auto [ec, n] = untried ? co_await stream.async_read_reply(room)
+                               : co_await stream.async_read_some(room);
         buffer.commit(n);
         if (ec) {
             co_return read_failed(ec, parser);
@@ -83,9 +86,17 @@ awaitable<error_code> read_header(timed_stream& stream,
     co_return parse_ec;
 }
 
-template awaitable<error_code> read_message(
-    timed_stream&, beast::flat_buffer&, bhttp::basic_parser<true>&, bool, const chunk_limits&);
-template awaitable<error_code> read_message(
-    timed_stream&, beast::flat_buffer&, bhttp::basic_parser<false>&, bool, const chunk_limits&);
+template awaitable<error_code> read_message(timed_stream&,
+                                            beast::flat_buffer&,
+                                            bhttp::basic_parser<true>&,
+                                            bool,
+                                            const chunk_limits&,
+                                            first_read);
+template awaitable<error_code> read_message(timed_stream&,
+                                            beast::flat_buffer&,
+                                            bhttp::basic_parser<false>&,
+                                            bool,
+                                            const chunk_limits&,
+                                            first_read);
 
 } // namespace sluice::http::detail

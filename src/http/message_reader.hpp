@@ -61,6 +61,13 @@ awaitable<error_code> read_header(timed_stream& stream,
 std::optional<error_code>
 take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t limit);
 
+/// How `read_message` starts its first read.
+enum class first_read {
+    tried,   // as any read: Asio tries the socket before it waits
+    untried, // the reply to a request written in this turn of the event loop: it waits at once
+             // (timed_stream::async_read_reply)
+};
+
 /**
  * Beast's http::async_read_some (`header_only` false) and http::async_read_header (true) on a
  * timed_stream, without their composed operations: parses what `buffer` holds first, and reads
@@ -75,7 +82,8 @@ awaitable<error_code> read_message(timed_stream& stream,
                                    beast::flat_buffer& buffer,
                                    bhttp::basic_parser<isRequest>& parser,
                                    bool header_only,
-                                   const chunk_limits& limits);
+                                   const chunk_limits& limits,
+                                   first_read first = first_read::tried);
 
 /// One parse of what `buffer` holds (read_message's step without I/O, message_parse.cpp);
 /// nullopt: the parser needs more bytes.

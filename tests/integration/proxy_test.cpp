@@ -253,6 +253,33 @@ TEST(Proxy, PipelinedRequestsWithBodiesKeepTheirBoundaries) {
     EXPECT_EQ(upstream.requests().size(), bodies.size());
 }
 
+// The pool hands out a connection used within the last second without looking at it, and the
+// response's read then waits for the socket's next event without trying it first
+// (timed_stream::async_read_reply). On a connection the upstream closed meanwhile, that event is
+// the reset the request draws: the request goes again on a new connection, at once.
+TEST(Proxy, AKeptConnectionTheUpstreamClosedIsRetriedOnANewOne) {
+    recording_upstream upstream([](const recorded_request& r) {
+        response_plan plan;
+        plan.close_silently = r.target == "/first";
+        return plan;
+    });
+    sluice_config config = config_for(upstream);
+    config.upstream_timeout = "30s"; // a read left waiting would fail the deadline below
+    sluice_process sluice(config);
+
+    ASSERT_EQ(get(sluice.port(), "/first").status, 200u);
+    // The upstream has closed its end; sluice's pool still holds the connection.
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+
+    const auto start = std::chrono::steady_clock::now();
+    const http_response response = get(sluice.port(), "/second");
+    EXPECT_EQ(response.status, 200u);
+    EXPECT_EQ(response.header("X-Upstream-Target"), "/second");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    EXPECT_EQ(upstream.stats().connections, 2u);
+    EXPECT_EQ(upstream.requests().size(), 2u);
+}
+
 TEST(Proxy, UpstreamDownGives502) {
     sluice_config config;
     config.upstream_url = "http://127.0.0.1:" + std::to_string(free_port());

@@ -291,7 +291,8 @@ bool recording_upstream::serve_one(fd_stream& stream,
     if (plan.delay.count() > 0 && !pause(plan.delay)) {
         return false;
     }
-    return write_response(stream, plan, record, echo, keep_alive) && keep_alive;
+    return write_response(stream, plan, record, echo, keep_alive) && keep_alive &&
+           !plan.close_silently;
 }
 
 void recording_upstream::count(std::size_t upstream_stats::*counter) {

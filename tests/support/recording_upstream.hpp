@@ -59,6 +59,9 @@ struct response_plan {
     std::chrono::milliseconds delay{0};
     /// Close the connection after this response.
     bool close = false;
+    /// Close it after this response without saying so (no `Connection: close`), as an upstream
+    /// whose keep-alive timeout ends just after a response.
+    bool close_silently = false;
     /// Raw bytes sent before the response, e.g. a complete 1xx interim response.
     std::string interim;
     /// Raw trailer lines ("Name: value\r\n" each) after the last chunk of a chunked body.

@@ -15,6 +15,7 @@
 // One deadline covers both directions: sluice never reads and writes one stream at once.
 
 #include "sluice/io/net.hpp"
+#include "sluice/io/untried_read.hpp"
 
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
@@ -44,6 +45,8 @@ struct stream_state {
     steady_clock::time_point wakes_at = steady_clock::time_point::max();
     /// The deadline passed and the socket's operations were cancelled.
     bool timed_out = false;
+    /// An `async_read_reply` is being started (untried_read.hpp).
+    bool starting_untried_read = false;
 };
 
 /// The watchdog's wait handler.
@@ -214,6 +217,30 @@ public:
             },
             token,
             buffers);
+    }
+
+    /**
+     * async_read_some for the reply to a request whose last byte was written in this turn of the
+     * event loop, with nothing buffered: it waits for the socket's next event without the recv
+     * that Asio tries first, which cannot succeed yet (untried_read.hpp: one system call less
+     * per proxied request).
+     */
+    template <typename Token = net::default_completion_token_t<executor_type>>
+    auto async_read_reply(net::mutable_buffer buffer, Token&& token = Token{}) {
+        return net::async_initiate<Token, void(error_code, std::size_t)>(
+            [this](auto handler, net::mutable_buffer b) {
+                auto& s = *state_;
+                if constexpr (untried_reads) {
+                    s.starting_untried_read = true;
+                    s.socket.async_read_some(detail::untried_buffer{b, &s.starting_untried_read},
+                                             wrap(std::move(handler)));
+                    s.starting_untried_read = false;
+                } else {
+                    s.socket.async_read_some(b, wrap(std::move(handler)));
+                }
+            },
+            token,
+            buffer);
     }
 
     template <typename ConstBufferSequence,
