@@ -4,6 +4,8 @@
 // and pipelined, and upstream failures become 502 and 504.
 
 #include "integration_util.hpp"
+#include "support/admin_client.hpp"
+#include "support/limit_probe.hpp"
 
 #include <gtest/gtest.h>
 
@@ -278,6 +280,80 @@ TEST(Proxy, AKeptConnectionTheUpstreamClosedIsRetriedOnANewOne) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
     EXPECT_EQ(upstream.stats().connections, 2u);
     EXPECT_EQ(upstream.requests().size(), 2u);
+}
+
+// With a request in flight (here a held one), a worker looks for a keep-alive connection's next
+// request as soon as its turn comes again, before any wait (session.cpp `serve`): requests one
+// after another, pipelined ones, and a client that closes after its response are served as
+// without it.
+TEST(Proxy, ABusyWorkerServesKeepAliveAndPipelinedRequestsAndHearsACloseAsEver) {
+    recording_upstream upstream([](const recorded_request& r) {
+        response_plan plan;
+        if (r.target == "/slow") {
+            plan.delay = 300ms;
+        }
+        return plan;
+    });
+    const std::string rate_limit =
+        "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n"
+        "  rules:\n"
+        "    - name: held\n"
+        "      match: { path: /held }\n"
+        "      limits: [ { capacity: 10, flowRate: 0.5 } ]\n";
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit, "  workers: 1\n"));
+    const auto admin = admin_port(sluice);
+    EXPECT_EQ(get(sluice.port(), "/held").status, 200u);
+    http_connection held(sluice.port());
+    held.send("GET", "/held"); // 2 s behind the first
+    bool met = false;
+    wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_held_requests") == 1; },
+        5s,
+        met);
+    ASSERT_TRUE(met) << "the second request was not held";
+
+    // The next request comes while the response to the first is awaited: it is in the socket
+    // when the worker looks early, and is taken from there.
+    http_connection early(sluice.port());
+    const auto before = upstream.stats().headers_received;
+    early.send("GET", "/slow");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [before](const upstream_stats& st) { return st.headers_received > before; }, 5s));
+    early.send("GET", "/next");
+    EXPECT_EQ(early.read_response().header("X-Upstream-Target"), "/slow");
+    EXPECT_EQ(early.read_response().header("X-Upstream-Target"), "/next");
+
+    http_connection busy(sluice.port());
+    for (int i = 0; i < 20; ++i) {
+        const std::string target = "/busy/" + std::to_string(i);
+        busy.send("GET", target);
+        const http_response response = busy.read_response();
+        EXPECT_EQ(response.status, 200u);
+        EXPECT_EQ(response.header("X-Upstream-Target"), target);
+    }
+    std::string batch;
+    for (int i = 0; i < 3; ++i) {
+        batch += format_request("GET", "/pipe/" + std::to_string(i), {});
+    }
+    busy.send_raw(batch);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(busy.read_response().header("X-Upstream-Target"), "/pipe/" + std::to_string(i));
+    }
+    {
+        http_connection closing(sluice.port());
+        closing.send("GET", "/bye");
+        EXPECT_EQ(closing.read_response().status, 200u);
+    }
+    // Open: the held one, `early` and `busy`; the closed one is closed at once, not at the idle
+    // timeout.
+    wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_connections_open") == 3; },
+        5s,
+        met);
+    EXPECT_TRUE(met) << "a connection the client closed stayed open";
+    EXPECT_EQ(held.read_response().status, 200u);
 }
 
 TEST(Proxy, UpstreamDownGives502) {
