@@ -107,7 +107,7 @@ TEST_F(RequestLimiter, ShapingDelaysAndKeepsItsHeldPlaceUntilTheHoldEnds) {
     EXPECT_EQ(held_.load(), 0);
 }
 
-// A request held without its memory (request_handler.cpp `suspend_hold`): its limiter goes, and
+// A request held without its memory (request_wait.cpp `suspend_hold`): its limiter goes, and
 // one made again from the same request and snapshot says what it said, decides nothing again and
 // keeps the request's place among the held until the hold ends.
 TEST_F(RequestLimiter, ASuspendedHoldResumesWithItsDecisionAndItsHeldPlace) {
