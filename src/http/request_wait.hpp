@@ -27,7 +27,8 @@ hold(connection_state& c, header_scratch& scratch, std::chrono::steady_clock::ti
  * storage of their size; the limiter's decision (`request_limiter::suspend`), the snapshot and
  * `until` go into `c.held`, and the stream's deadline is set to `until`. The caller then ends
  * the request with `ending::held` and the connection waits for readability (session.cpp
- * `wait_held`), as a parked connection waits, until `resume_request` makes the request again.
+ * `wait_held`), as a parked connection waits, until `resume_request` makes the request again
+ * (bench/memory: 1.2 KiB a held request, its connection included, where `hold` takes 6.5 KiB).
  * Not for a request whose body was read ahead (that body, and the parser past it, live in its
  * memory), nor for one whose client already sent as much as `hold` reads ahead. False: nothing
  * changed, hold it in the coroutine (`hold`).

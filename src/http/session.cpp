@@ -175,7 +175,9 @@ struct resume_held {
 // Waits out the hold of a request held by shaping (`ending::held`) as a parked connection waits:
 // its coroutine and its request's memory are gone, what stays is the connection, the held
 // request's record (`connection_state::held`, its header's bytes in the connection's buffer)
-// and one wait for readability, which the stream's deadline ends with the hold.
+// and one wait for readability, which the stream's deadline ends with the hold. bench/memory,
+// 15,000 held requests: 1.2 KiB of RSS each, its connection included, where one held in its
+// coroutine with its request's memory took 6.5 KiB.
 void wait_held(std::unique_ptr<connection> conn) {
     auto& stream = conn->stream;
     stream.async_wait_readable(resume_held{std::move(conn)});
