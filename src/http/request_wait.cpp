@@ -102,7 +102,10 @@ awaitable<bool> hold(connection_state& c, header_scratch& scratch, steady_clock:
 
 bool suspend_hold(connection_state& c, request_memory& m, steady_clock::time_point until) {
     auto& r = *m.state;
-    if (r.body_read_ahead || m.header.empty() || c.buffer.size() >= hold_read_ahead) {
+    // Bytes waiting to be read (a body still coming in) would end the wait at once, and the
+    // hold would go on in a coroutine anyway: one look, a system call per held request.
+    if (r.body_read_ahead || m.header.empty() || c.buffer.size() >= hold_read_ahead ||
+        c.stream.readable_now()) {
         return false;
     }
     auto held = std::make_unique<held_request>(held_request{r.cfg, r.limiter.suspend(), until, {}});

@@ -30,8 +30,9 @@ hold(connection_state& c, header_scratch& scratch, std::chrono::steady_clock::ti
  * `wait_held`), as a parked connection waits, until `resume_request` makes the request again
  * (bench/memory: 1.2 KiB a held request, its connection included, where `hold` takes 6.5 KiB).
  * Not for a request whose body was read ahead (that body, and the parser past it, live in its
- * memory), nor for one whose client already sent as much as `hold` reads ahead. False: nothing
- * changed, hold it in the coroutine (`hold`).
+ * memory), nor for one whose client already sent as much as `hold` reads ahead, or is sending
+ * (bytes wait to be read: a body still coming in). False: nothing changed, hold it in the
+ * coroutine (`hold`).
  */
 bool suspend_hold(connection_state& c,
                   request_memory& m,
