@@ -11,20 +11,25 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace sluice::http::detail {
 
 /**
- * What the buffer says about the request header, scanning on from `scanned` (updated): complete
- * (and free of obsolete line folding: else bad_value), over `limit` (header_limit), not a
- * request at all (bad_method, bad_version: see request_checks.cpp), or nullopt, not all there
- * yet.
+ * What the buffer says about the request header, scanning on from `scanned` (updated; once the
+ * header is complete, its length, blank line included): complete (and free of obsolete line
+ * folding: else bad_value), over `limit` (header_limit), not a request at all (bad_method,
+ * bad_version: see request_checks.cpp), or nullopt, not all there yet.
  */
 std::optional<error_code>
 check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::size_t& scanned);
 
-/// Parses a complete header from the buffer, consuming it; need_more only if our blank-line
-/// scan and Beast disagree about where it ends.
-error_code parse_header(beast::flat_buffer& buffer, request_parser& parser);
+/// Parses a complete header of `size` bytes (check_header_block's) from the buffer, consuming
+/// it, and copies those bytes into `copy` unless null (cleared unless Beast parsed exactly
+/// them); need_more only if our blank-line scan and Beast disagree about where it ends.
+error_code parse_header(beast::flat_buffer& buffer,
+                        request_parser& parser,
+                        std::size_t size,
+                        std::string* copy);
 
 } // namespace sluice::http::detail

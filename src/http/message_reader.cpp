@@ -61,7 +61,8 @@ awaitable<error_code> read_message(timed_stream& stream,
 awaitable<error_code> read_header(timed_stream& stream,
                                   beast::flat_buffer& buffer,
                                   request_parser& parser,
-                                  std::uint64_t limit) {
+                                  std::uint64_t limit,
+                                  std::string* copy) {
     std::size_t scanned = 0;
     std::optional<error_code> ec;
     while (!(ec = check_header_block(buffer, limit, scanned))) {
@@ -78,7 +79,7 @@ awaitable<error_code> read_header(timed_stream& stream,
     if (*ec) {
         co_return *ec;
     }
-    auto parse_ec = parse_header(buffer, parser);
+    auto parse_ec = parse_header(buffer, parser, scanned, copy);
     if (parse_ec == bhttp::error::need_more) {
         // Only if our blank-line scan and Beast disagree; let Beast read and decide.
         parse_ec = co_await read_message(stream, buffer, parser, true, chunk_limits{});

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace sluice::http::detail {
 
@@ -46,20 +47,25 @@ error_code put_buffered(beast::flat_buffer& buffer,
  * Reads until `buffer` holds a complete request header (its blank line), within `limit` bytes
  * (bhttp::error::header_limit otherwise), refuses obsolete line folding
  * (bhttp::error::bad_value), then parses the header into `parser` and consumes it from the
- * buffer. The caller sets the stream's deadline.
+ * buffer. Unless `copy` is null, the header's bytes as they came are copied there (empty when
+ * it was not parsed from exactly them): what a request held without its memory is parsed
+ * again from (request_handler.cpp). The caller sets the stream's deadline.
  */
 awaitable<error_code> read_header(timed_stream& stream,
                                   beast::flat_buffer& buffer,
                                   request_parser& parser,
-                                  std::uint64_t limit);
+                                  std::uint64_t limit,
+                                  std::string* copy = nullptr);
 
 /**
  * `read_header` for a header already in `buffer` (the usual case: it came in one read), without
  * reading: nullopt when it is not all there, and `read_header` must read on. Spares a coroutine
  * frame per request.
  */
-std::optional<error_code>
-take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t limit);
+std::optional<error_code> take_header(beast::flat_buffer& buffer,
+                                      request_parser& parser,
+                                      std::uint64_t limit,
+                                      std::string* copy = nullptr);
 
 /// How `read_message` starts its first read.
 enum class first_read {

@@ -137,6 +137,7 @@ check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::s
     const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
     const auto end = find_header_end(data, scanned);
     if (end != std::string_view::npos) {
+        scanned = end;
         return has_obs_fold(data.substr(0, end - 2)) ? error_code(bhttp::error::bad_value)
                                                      : error_code{};
     }
@@ -150,9 +151,20 @@ check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::s
     return std::nullopt;
 }
 
-error_code parse_header(beast::flat_buffer& buffer, request_parser& parser) {
+error_code parse_header(beast::flat_buffer& buffer,
+                        request_parser& parser,
+                        std::size_t size,
+                        std::string* copy) {
+    const auto before = buffer.size();
+    if (copy != nullptr) {
+        copy->assign(static_cast<const char*>(buffer.data().data()), std::min(size, before));
+    }
     // The chunk limits apply to the body only: any will do for the header.
-    return put_buffered(buffer, parser, chunk_limits{});
+    const auto ec = put_buffered(buffer, parser, chunk_limits{});
+    if (copy != nullptr && (ec || before - buffer.size() != copy->size())) {
+        copy->clear();
+    }
+    return ec;
 }
 
 // The answer to a request whose header could not be read; nullopt: close without one.
@@ -249,12 +261,14 @@ bool rewrite_absolute_form(bhttp::request_header<header_fields>& req) {
     return true;
 }
 
-std::optional<error_code>
-take_header(beast::flat_buffer& buffer, request_parser& parser, std::uint64_t limit) {
+std::optional<error_code> take_header(beast::flat_buffer& buffer,
+                                      request_parser& parser,
+                                      std::uint64_t limit,
+                                      std::string* copy) {
     std::size_t scanned = 0;
     auto ec = check_header_block(buffer, limit, scanned);
     if (ec && !*ec) {
-        ec = parse_header(buffer, parser);
+        ec = parse_header(buffer, parser, scanned, copy);
     }
     if (ec && *ec == bhttp::error::need_more) {
         return std::nullopt;

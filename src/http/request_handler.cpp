@@ -5,11 +5,12 @@
 #include "http/local_reply.hpp"
 #include "http/message_reader.hpp"
 #include "http/request_checks.hpp"
+#include "http/request_wait.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
 #include "sluice/key/path.hpp"
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 #include <spdlog/spdlog.h>
 
@@ -21,9 +22,6 @@ namespace sluice::http::detail {
 namespace {
 
 using std::chrono::steady_clock;
-
-/// A held request reads ahead at most this much (body or pipelined requests) while it waits.
-constexpr std::size_t hold_read_ahead = 64 * 1024;
 
 // Writes a local answer and settles the request body: read and drop a small one, otherwise
 // close (never read a large body only to throw it away).
@@ -45,158 +43,6 @@ answer(connection_state& c, request_state& r, const local_reply& reply, bool mus
         co_return ending::close;
     }
     co_return keep_alive ? ending::keep : ending::linger;
-}
-
-awaitable<void> wait_timer(steady_timer& timer) {
-    auto [ec] = co_await timer.async_wait();
-    (void)ec;
-}
-
-// Reads ahead from a held client to notice it leaving. Waits for bytes without a buffer, so
-// that a client that sends nothing (a GET waiting for its slot) makes sluice keep none: the
-// buffer grows only when bytes come (a body, or pipelined requests). Returns what ended the
-// watch: the client closed or failed, the stream's deadline passed (beast::error::timeout), or
-// the watch was cancelled (which `wait_for_slot` does only once the wait is over, and then
-// ignores the answer: any other cancellation must not pass for "still there"); no error: it is
-// still there but sent `hold_read_ahead` bytes, so watching would mean buffering a body.
-awaitable<error_code> watch_client(connection_state& c) {
-    for (;;) {
-        if (c.buffer.size() >= hold_read_ahead) {
-            co_return error_code{};
-        }
-        if (!c.stream.readable_now()) {
-            auto [ec] = co_await c.stream.async_wait_readable();
-            if (ec) {
-                co_return ec;
-            }
-        }
-        const auto room = std::min<std::size_t>(hold_read_ahead - c.buffer.size(), 16 * 1024);
-        auto [ec, n] = co_await c.stream.async_read_some(c.buffer.prepare(room));
-        c.buffer.commit(n);
-        if (ec) {
-            co_return ec;
-        }
-    }
-}
-
-awaitable<void> sleep_until(executor ex, steady_clock::time_point until) {
-    steady_timer timer(ex, until);
-    co_await wait_timer(timer);
-}
-
-// What a request waiting in sluice need not keep: an empty read buffer's storage and the header
-// scratch, both allocated again when next needed.
-void release_buffers(connection_state& c, header_scratch& scratch) {
-    if (c.buffer.size() == 0) {
-        c.buffer.shrink_to_fit();
-    }
-    // Not `= {}`: a string's move from an empty one keeps its own storage.
-    std::string().swap(scratch.header);
-    std::string().swap(scratch.lines);
-}
-
-// Holds a request for its shaping delay. Returns false if the client left meanwhile.
-awaitable<bool> hold(connection_state& c, header_scratch& scratch, milliseconds delay) {
-    // The stream's deadline ends the hold: when it passes, the stream's watchdog cancels the
-    // watch, which then ends with beast::error::timeout. A held request thus has no timer of
-    // its own, nor a parallel wait of two coroutines (bench/memory: without them, their read
-    // buffer and one more frame, a held request went from 14.1 to 7.6 KiB, its connection
-    // included).
-    const auto until = steady_clock::now() + delay;
-    c.stream.expires_after(delay);
-    release_buffers(c, scratch);
-    const auto ec = co_await watch_client(c);
-    // Every later read and write sets its own deadline.
-    c.stream.expires_never();
-    if (ec == beast::error::timeout) {
-        co_return true;
-    }
-    if (ec) {
-        co_return false;
-    }
-    co_await sleep_until(c.stream.get_executor(), until); // it sent a body's worth
-    co_return true;
-}
-
-/// How often a request waiting for a slot asks the store again without being woken: the slot
-/// of an instance that died frees only when its lease lapses, and nothing announces that. A
-/// third of the lease, as the renewals, within [100 ms, 1 s].
-milliseconds recheck_interval(const config::limit& limit) {
-    return std::clamp(limit.lease / 3, milliseconds{100}, milliseconds{1'000});
-}
-
-/// What a wait for a slot came to.
-enum class slot_wait {
-    decided,   // decided again: admitted, refused by another limit, or the store failed
-    timed_out, // max-delay passed without a free slot
-    left,      // the client left
-};
-
-// Waits in the line of the slot's key (CONCURRENCY, mode shape) until woken by a freed slot or
-// the recheck interval, then decides the request again, until it is no longer queued. Every
-// limit of the request is decided again each time: nothing was charged while it was queued.
-awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
-    using namespace net::experimental::awaitable_operators;
-    const auto* limit = r.limiter.wait_limit();
-    const auto started = steady_clock::now();
-    const auto deadline = limit != nullptr && limit->max_delay
-                              ? std::optional(started + *limit->max_delay)
-                              : std::nullopt;
-    const auto recheck = recheck_interval(limit != nullptr ? *limit : config::limit{});
-    c.stream.expires_never(); // as in `hold`: the header's deadline must not cut the wait
-    steady_timer timer(c.stream.get_executor());
-    bool woken = false; // a wake-up may come while the store decides: it must not be lost
-    auto wake = [&woken, &timer] {
-        woken = true;
-        timer.cancel();
-    };
-    std::string ticket_key(r.limiter.wait_key());
-    auto ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
-    bool watching = true;
-    while (r.limiter.result().what == verdict::kind::queued) {
-        if (!woken) {
-            auto wake_at = steady_clock::now() + recheck;
-            if (deadline && *deadline < wake_at) {
-                wake_at = *deadline;
-            }
-            timer.expires_at(wake_at);
-            if (watching) {
-                auto first = co_await (wait_timer(timer) || watch_client(c));
-                if (first.index() == 1) {
-                    if (std::get<1>(first)) { // it left
-                        ticket.give_up();
-                        co_return slot_wait::left;
-                    }
-                    watching = false; // it sent a body's worth: wait without watching
-                    co_await wait_timer(timer);
-                }
-            } else {
-                co_await wait_timer(timer);
-            }
-        }
-        woken = false;
-        if (deadline && steady_clock::now() >= *deadline) {
-            ticket.give_up();
-            co_return slot_wait::timed_out;
-        }
-        // Woken or not (the recheck), no wake-up may go to it while it decides: this decision
-        // may admit it, and the slot freed meanwhile would then be lost to the line.
-        ticket.begin_decision();
-        if (!r.limiter.try_again(c.w, r.limited(c.peer))) {
-            r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
-        }
-        if (r.limiter.result().what != verdict::kind::queued) {
-            break;
-        }
-        if (r.limiter.wait_key() != ticket_key) {
-            ticket_key = r.limiter.wait_key();
-            ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
-        } else if (ticket.rearm()) { // keeps its place in the line
-            woken = true;            // a slot freed while every waiter decided: try again
-        }
-    }
-    c.w.metrics->slot_wait.observe(steady_clock::now() - started);
-    co_return slot_wait::decided;
 }
 
 // What `forward` needs for this request. The caller keeps it until forward completes.
@@ -387,6 +233,50 @@ void log_access(const connection_state& c, request_state& r) {
     c.w.access_log->info(format_access(r.record, r.cfg->logging.format));
 }
 
+/// How a request held without its coroutine goes on (`resume_hold`).
+struct resumed_hold {
+    steady_clock::time_point until;
+    /// Its wait ended before `until`: the client sent something or left, and the hold goes on in
+    /// the coroutine, which reads to tell (`hold`).
+    bool goes_on = false;
+};
+
+// Makes a request `suspend_hold` held without its memory again, in `m` (its state made), once its
+// wait is over: its snapshot, its header parsed again from the bytes kept at the front of the
+// connection's buffer, the same checks (the same facts for the response and the log), the
+// limiter's decision. nullopt if the kept header no longer parses as it did (it cannot: the
+// same bytes, parser and checks).
+std::optional<resumed_hold> resume_hold(connection_state& c, request_memory& m) {
+    const auto held = std::move(c.held);
+    auto& r = *m.state;
+    r.cfg = held->cfg;
+    prepare_parser(r);
+    const auto ec = take_header(c.buffer, r.parser, r.cfg->server.max_header_bytes, &m.header);
+    c.entry.idle = false;
+    if (!ec || *ec || check_header(c, r, *ec)) {
+        return std::nullopt;
+    }
+    r.limiter.resume(c.w, *r.cfg, r.limited(c.peer), std::move(held->decision));
+    note_decision(r);
+    r.record.delay = r.limiter.result().delay;
+    const bool goes_on = held->woken_by != beast::error::timeout;
+    if (!goes_on) {
+        c.stream.expires_never(); // as `hold` ends: every later read and write sets its own
+    }
+    return resumed_hold{held->until, goes_on};
+}
+
+// The end of a request's hold: its place among the held given back; false when its client left
+// meanwhile (it is never forwarded).
+bool hold_ended(connection_state& c, request_state& r, bool present) {
+    r.limiter.end_hold();
+    if (!present) {
+        metrics::bump(c.w.metrics->held_abandoned_total);
+        r.record.status = 499; // nginx's "client closed request"
+    }
+    return present;
+}
+
 } // namespace
 
 awaitable<ending> handle_request(connection_state& c, request_memory& m) {
@@ -395,10 +285,10 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     prepare_parser(r);
     c.stream.expires_after(r.cfg->server.header_timeout);
     auto ec = error_code{};
-    if (auto taken = take_header(c.buffer, r.parser, limit)) {
+    if (auto taken = take_header(c.buffer, r.parser, limit, &m.header)) {
         ec = *taken;
     } else {
-        ec = co_await read_header(c.stream, c.buffer, r.parser, limit);
+        ec = co_await read_header(c.stream, c.buffer, r.parser, limit, &m.header);
     }
     c.entry.idle = false;
     if (auto early = check_header(c, r, ec)) {
@@ -442,9 +332,7 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     if (verdict.what == verdict::kind::queued) {
         const auto waited = co_await wait_for_slot(c, r);
         if (waited == slot_wait::left) {
-            r.limiter.end_hold();
-            metrics::bump(c.w.metrics->held_abandoned_total);
-            r.record.status = 499; // nginx's "client closed request"
+            hold_ended(c, r, false);
             co_return ending::close;
         }
         if (waited == slot_wait::timed_out) {
@@ -459,16 +347,37 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     }
     if (verdict.what == verdict::kind::delayed) {
         // Held until its slot, then forwarded, unless the client leaves meanwhile (never
-        // forwarded). Here rather than in a coroutine of its own: a held request would keep
-        // that frame too (456 bytes, with its own forward_args and forward_result).
+        // forwarded): without this coroutine and the request's memory when it can be
+        // (`suspend_hold`; `resume_request` goes on after the hold), else here rather than in a
+        // coroutine of its own: a held request would keep that frame too (456 bytes, with its
+        // own forward_args and forward_result).
         begin_hold(c, r);
-        const bool present = co_await hold(c, m.scratch, r.record.delay);
-        r.limiter.end_hold();
-        if (!present) {
-            metrics::bump(c.w.metrics->held_abandoned_total);
-            r.record.status = 499; // nginx's "client closed request"
+        const auto until = steady_clock::now() + r.record.delay;
+        if (suspend_hold(c, m, until)) {
+            co_return ending::held;
+        }
+        const bool present = co_await hold(c, m.scratch, until);
+        if (!hold_ended(c, r, present)) {
             co_return ending::close;
         }
+    }
+    auto args = forward_args_for(c, r, m.scratch);
+    const auto result = co_await forward(args);
+    co_return forwarded(r, result);
+}
+
+awaitable<ending> resume_request(connection_state& c, request_memory& m) {
+    const auto resumed = resume_hold(c, m);
+    if (!resumed) {
+        co_return ending::close;
+    }
+    auto& r = *m.state;
+    bool present = true;
+    if (resumed->goes_on) {
+        present = co_await hold(c, m.scratch, resumed->until);
+    }
+    if (!hold_ended(c, r, present)) {
+        co_return ending::close;
     }
     auto args = forward_args_for(c, r, m.scratch);
     const auto result = co_await forward(args);
@@ -478,6 +387,13 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
 void finish_request(connection_state& c, request_state& r) {
     count_request(c, r);
     log_access(c, r);
+}
+
+void drop_held(connection_state& c) {
+    request_memory m;
+    m.state.emplace(c.held->cfg);
+    // The limiter made again goes with `m`: its destructor gives back and settles.
+    (void)resume_hold(c, m);
 }
 
 } // namespace sluice::http::detail

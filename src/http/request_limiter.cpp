@@ -10,6 +10,7 @@
 #include <boost/beast/core/string.hpp>
 
 #include <algorithm>
+#include <iterator>
 
 namespace sluice::http::detail {
 namespace {
@@ -478,6 +479,64 @@ void request_limiter::count_reservations() {
             metrics::bump(cost_counters_->cost_reserved, reserved);
             metrics::bump(cost_counters_->cost_settled, reserved);
         }
+    }
+}
+
+held_decision request_limiter::suspend() {
+    held_decision h;
+    h.decisions.assign(outcome_.decisions.begin(), outcome_.decisions.end());
+    h.slots.assign(std::make_move_iterator(slots_.begin()), std::make_move_iterator(slots_.end()));
+    slots_.clear();
+    h.local = outcome_.local;
+    h.v = v_;
+    if (held_) {
+        h.held.emplace(std::move(*held_));
+        held_.reset();
+    }
+    h.in_flight = in_flight_;
+    h.cost_counters = cost_counters_;
+    h.counted_as = counted_as_;
+    h.word = word_;
+    h.waited = waited_;
+    h.dry_run_rejected = dry_run_rejected_;
+    // Its slots and reservations are the held record's now: nothing to give back or settle here.
+    store_ = nullptr;
+    return h;
+}
+
+void request_limiter::resume(worker_context& w,
+                             const config::config& cfg,
+                             const limited_request& req,
+                             held_decision&& held) {
+    cfg_ = &cfg;
+    derive_checks(cfg, req);
+    if (cfg.logging.access_log && !pending_.empty()) {
+        first_key_ = pending_.front().key;
+    }
+    pending_.clear();
+    store_ = w.store;
+    worker_ = &w;
+    outcome_ = {};
+    outcome_.decisions.assign(held.decisions.begin(), held.decisions.end());
+    outcome_.local = held.local;
+    slots_.assign(std::make_move_iterator(held.slots.begin()),
+                  std::make_move_iterator(held.slots.end()));
+    v_ = held.v;
+    held_.reset();
+    if (held.held) {
+        held_.emplace(std::move(*held.held));
+    }
+    in_flight_ = held.in_flight;
+    cost_counters_ = held.cost_counters;
+    counted_as_ = held.counted_as;
+    word_ = held.word;
+    waited_ = held.waited;
+    dry_run_rejected_ = held.dry_run_rejected;
+    if (v_.headers_from >= 0 &&
+        static_cast<std::size_t>(v_.headers_from) < outcome_.decisions.size()) {
+        fields_ = {rule_name_,
+                   &outcome_.decisions[static_cast<std::size_t>(v_.headers_from)],
+                   cfg.rate_limit.x_ratelimit_headers};
     }
 }
 

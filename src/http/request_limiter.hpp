@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sluice::http::detail {
@@ -32,6 +33,12 @@ public:
 
     held_count(const held_count&) = delete;
     held_count& operator=(const held_count&) = delete;
+
+    /// The count goes with the request's record while it is held without its memory
+    /// (`request_limiter::suspend`).
+    held_count(held_count&& other) noexcept
+        : counter_(std::exchange(other.counter_, nullptr))
+        , before_(other.before_) {}
 
     ~held_count() { release(); }
 
@@ -48,6 +55,27 @@ public:
 private:
     std::atomic<std::int64_t>* counter_;
     std::int64_t before_;
+};
+
+/**
+ * What the limiter of a request held by shaping keeps while the request waits without its
+ * coroutine and its memory (`request_limiter::suspend`): what the store decided (the decisions,
+ * the CONCURRENCY slots taken), the verdict, the request's place among the held, and how the
+ * request was counted. `resume` derives the rest again from the request, as `try_now` did:
+ * the rule, the keys, the costs and what settles them.
+ */
+struct held_decision {
+    std::vector<limiter::decision> decisions;
+    std::vector<store::slot> slots;
+    bool local = false;
+    verdict v;
+    std::optional<held_count> held;
+    metrics::gauge* in_flight = nullptr;
+    metrics::rule_counters* cost_counters = nullptr;
+    std::optional<metrics::decision_kind> counted_as;
+    std::string_view word;
+    bool waited = false;
+    bool dry_run_rejected = false;
 };
 
 /// The request as the limiter sees it.
@@ -152,6 +180,22 @@ public:
     void begin_hold(worker_context& w);
 
     void end_hold() noexcept { held_.reset(); }
+
+    /**
+     * A delayed request (`begin_hold` done) gives up its memory for the hold: what its limiter
+     * must keep, moved out. The limiter is left with nothing to give back or settle.
+     */
+    held_decision suspend();
+
+    /**
+     * The limiter of a request `suspend` took the decision of, made again from the same request
+     * (parsed again from the same bytes) and snapshot: the rule, keys and costs derived as
+     * `try_now` derived them (nothing decided nor counted again), the decision restored.
+     */
+    void resume(worker_context& w,
+                const config::config& cfg,
+                const limited_request& req,
+                held_decision&& held);
 
     /// What the access log says of the decision: the client address the request was limited
     /// by (empty unless `logging.access-log`), its first key, and the decision's word.

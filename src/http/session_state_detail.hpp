@@ -15,6 +15,7 @@
 #include "sluice/store/store.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -32,6 +33,26 @@ enum class ending {
     keep,   // read the next request
     close,  // the client is gone or broke the protocol mid-body: close now
     linger, // a final response went out with Connection: close: close gracefully
+    held,   // held by shaping without its coroutine and its memory (`connection_state::held`):
+            // wait for the end of its hold, then go on with it (`resume_request`)
+};
+
+/**
+ * A request held by shaping while it waits without its coroutine and its memory, as a parked
+ * connection waits (request_wait.cpp `suspend_hold`): what resuming it takes. Its header's
+ * bytes, as they came, wait at the front of the connection's buffer, ahead of whatever came
+ * after them; it is parsed again from them when the hold ends.
+ */
+struct held_request {
+    /// The request's snapshot: a reload during the hold changes nothing of it.
+    std::shared_ptr<const config::config> cfg;
+    held_decision decision;
+    /// When the hold ends: the stream's deadline, which ends the wait.
+    std::chrono::steady_clock::time_point until;
+    /// How the wait ended: beast::error::timeout when the deadline passed (the hold is over);
+    /// otherwise the client sent something or left, and the hold goes on in a coroutine, which
+    /// reads to tell which (request_wait.cpp `hold`).
+    error_code woken_by;
 };
 
 /// State of one connection.
@@ -42,6 +63,8 @@ struct connection_state {
     session_entry& entry;
     key::ip_address peer;
     std::string peer_text;
+    /// Set while the connection's request is held without its coroutine (`ending::held`).
+    std::unique_ptr<held_request> held;
 };
 
 /// State of one request.
@@ -89,6 +112,9 @@ struct request_memory {
     header_scratch scratch;
     /// The read buffer's storage while no connection borrows it.
     beast::flat_buffer buffer;
+    /// The request's header as it came (take_header's copy): what a request held without its
+    /// memory is parsed again from.
+    std::string header;
 };
 
 /// A worker's spare `request_memory`; touched only on its worker's executor.
@@ -97,8 +123,8 @@ public:
     /// Spares kept at most (the rest are freed as they come back): what a worker keeps for
     /// good when it once had this many requests in flight.
     static constexpr std::size_t max_kept = 128;
-    /// A read buffer that grew beyond this (a large header, a body read ahead) is freed rather
-    /// than kept.
+    /// A read buffer that grew beyond this (a large header, a body read ahead), or a header
+    /// copy, is freed rather than kept.
     static constexpr std::size_t max_kept_buffer = 16 * 1024;
 
     std::unique_ptr<request_memory> take() {
@@ -120,10 +146,13 @@ public:
         if (memory->buffer.capacity() > max_kept_buffer) {
             memory->buffer.shrink_to_fit();
         }
+        if (memory->header.capacity() > max_kept_buffer) {
+            std::string().swap(memory->header);
+        }
         free_.push_back(std::move(memory));
     }
 
-    /// The worker's requests in flight (held ones included): memory taken, not yet given back.
+    /// The worker's requests in flight: memory taken, not yet given back.
     std::size_t in_flight() const noexcept { return in_flight_; }
 
 private:

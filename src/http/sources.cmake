@@ -2,6 +2,7 @@ list(APPEND SLUICE_NET_SOURCES
   src/http/access_log.cpp
   src/http/request_handler.cpp
   src/http/request_limiter.cpp
+  src/http/request_wait.cpp
   src/http/forward_headers.cpp
   src/http/forwarder.cpp
   src/http/listener.cpp

@@ -69,6 +69,33 @@ TEST(TakeHeader, AFieldValueOver64KiBIsAHeaderLimitNotAnException) {
     EXPECT_EQ(ec, error_code(bhttp::error::header_limit));
 }
 
+// What a request held without its memory is parsed again from: the header's bytes as they came,
+// and nothing of what follows them.
+TEST(TakeHeader, CopiesTheHeaderAsItCameAndParsesTheCopyAlike) {
+    const std::string header = "POST /a?b=1 HTTP/1.1\r\nHost: h\r\nX-Two:  2 \r\n"
+                               "Content-Length: 4\r\n\r\n";
+    parsed_request r;
+    auto buffer = buffer_of(header + "bodyGET /next HTTP/1.1\r\n");
+    std::string copy = "left over from another request";
+    ASSERT_EQ(take_header(buffer, *r.parser, 16 * 1024, &copy), error_code{});
+    EXPECT_EQ(copy, header);
+    EXPECT_EQ(buffer.size(), std::string("bodyGET /next HTTP/1.1\r\n").size());
+
+    parsed_request again;
+    auto kept = buffer_of(copy);
+    ASSERT_EQ(take_header(kept, *again.parser, 16 * 1024), error_code{});
+    EXPECT_EQ(kept.size(), 0u);
+    EXPECT_EQ(again.parser->get().target(), "/a?b=1");
+    EXPECT_EQ(again.parser->get()["X-Two"], "2");
+    EXPECT_EQ(again.parser->content_length().value_or(0), 4u);
+
+    // A header that is refused leaves no copy to resume from.
+    parsed_request bad;
+    auto refused = buffer_of("GET / HTTP/1.1\r\nHost: h\r\nBad Name: x\r\n\r\n");
+    ASSERT_NE(take_header(refused, *bad.parser, 16 * 1024, &copy), error_code{});
+    EXPECT_TRUE(copy.empty());
+}
+
 // --- absolute-form ---------------------------------------------------------------------------
 
 TEST(SplitAbsoluteForm, TakesTheAuthorityAndKeepsPathAndQuery) {

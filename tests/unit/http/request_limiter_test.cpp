@@ -33,22 +33,34 @@ protected:
         worker_.held = &held_;
     }
 
+    /// A GET of `path` from 203.0.113.7, as the limiter sees it.
+    struct get_request {
+        explicit get_request(const std::string& p)
+            : path(p) {
+            parser.get().method(bhttp::verb::get);
+            parser.get().target(path);
+            peer.v4 = true;
+            peer.bytes[0] = 203;
+            peer.bytes[1] = 0;
+            peer.bytes[2] = 113;
+            peer.bytes[3] = 7;
+        }
+
+        limited_request limited() const { return {parser.get(), path, peer}; }
+
+        std::string path;
+        header_arena arena;
+        request_parser parser{
+            std::piecewise_construct, std::make_tuple(), std::make_tuple(arena.allocator())};
+        key::ip_address peer;
+    };
+
     /// One GET of `path` from 203.0.113.7, decided; the limiter holds the outcome.
     std::unique_ptr<request_limiter> request(const config::config& cfg, const std::string& path) {
-        header_arena arena;
-        request_parser parser(
-            std::piecewise_construct, std::make_tuple(), std::make_tuple(arena.allocator()));
-        parser.get().method(bhttp::verb::get);
-        parser.get().target(path);
+        const get_request req(path);
         auto limiter = std::make_unique<request_limiter>();
-        key::ip_address peer;
-        peer.v4 = true;
-        peer.bytes[0] = 203;
-        peer.bytes[1] = 0;
-        peer.bytes[2] = 113;
-        peer.bytes[3] = 7;
         // The memory store always decides at once.
-        EXPECT_TRUE(limiter->try_now(worker_, cfg, {parser.get(), path, peer}));
+        EXPECT_TRUE(limiter->try_now(worker_, cfg, req.limited()));
         return limiter;
     }
 
@@ -93,6 +105,78 @@ TEST_F(RequestLimiter, ShapingDelaysAndKeepsItsHeldPlaceUntilTheHoldEnds) {
     EXPECT_EQ(held_.load(), 1);
     second->end_hold();
     EXPECT_EQ(held_.load(), 0);
+}
+
+// A request held without its memory (request_wait.cpp `suspend_hold`): its limiter goes, and
+// one made again from the same request and snapshot says what it said, decides nothing again and
+// keeps the request's place among the held until the hold ends.
+TEST_F(RequestLimiter, ASuspendedHoldResumesWithItsDecisionAndItsHeldPlace) {
+    config::config cfg;
+    cfg.logging.access_log = true;
+    cfg.rate_limit.fallback = leaky(5, 10, config::shaping_mode::shape);
+    (void)request(cfg, "/x");
+    auto held = request(cfg, "/x");
+    ASSERT_EQ(held->result().what, verdict::kind::delayed);
+    held->begin_hold(worker_);
+    const auto remaining = held->response_fields().decision->remaining;
+    const std::string key(held->first_key());
+    auto suspended = held->suspend();
+    held.reset(); // with the request's memory
+    EXPECT_EQ(held_.load(), 1) << "the held place stays with the suspended request";
+
+    const get_request again("/x");
+    request_limiter resumed;
+    resumed.resume(worker_, cfg, again.limited(), std::move(suspended));
+    EXPECT_EQ(resumed.result().what, verdict::kind::delayed);
+    EXPECT_EQ(resumed.result().delay, 100ms);
+    EXPECT_EQ(resumed.decision_word(), "delayed");
+    EXPECT_EQ(resumed.counted_as(), metrics::decision_kind::delayed);
+    EXPECT_EQ(resumed.first_key(), key);
+    EXPECT_EQ(resumed.client(), "203.0.113.7");
+    EXPECT_EQ(resumed.rule_name(), "fallback");
+    ASSERT_NE(resumed.response_fields().decision, nullptr);
+    EXPECT_EQ(resumed.response_fields().decision->remaining, remaining);
+    EXPECT_EQ(held_.load(), 1);
+    resumed.end_hold();
+    EXPECT_EQ(held_.load(), 0);
+    // Nothing was charged again: the third request waits behind two, not three.
+    EXPECT_EQ(request(cfg, "/x")->result().delay, 200ms);
+}
+
+// The CONCURRENCY slot of a held request goes with its suspended decision, and is given back
+// once, by the limiter made again, when the request is over.
+TEST_F(RequestLimiter, ASuspendedHoldKeepsItsSlotUntilTheResumedRequestEnds) {
+    metrics::registry registry;
+    worker_.metrics = &registry;
+    config::config cfg;
+    config::rule rule;
+    rule.name = "slots";
+    rule.path = "/s";
+    config::limit one;
+    one.algo = config::algorithm::concurrency;
+    one.limit_count = 1;
+    one.mode = config::shaping_mode::police;
+    rule.limits = {one, leaky(5, 10, config::shaping_mode::shape)};
+    cfg.rate_limit.rules = {rule};
+    auto& in_flight = registry.rule("slots").in_flight;
+    (void)request(cfg, "/s"); // takes the slot and gives it back: the bucket has one in it
+    auto held = request(cfg, "/s");
+    ASSERT_EQ(held->result().what, verdict::kind::delayed);
+    EXPECT_EQ(in_flight.load(), 1);
+    auto suspended = held->suspend();
+    held.reset();
+    EXPECT_EQ(in_flight.load(), 1) << "the suspended request keeps its slot";
+    EXPECT_EQ(request(cfg, "/s")->result().what, verdict::kind::rejected);
+
+    const get_request again("/s");
+    auto resumed = std::make_unique<request_limiter>();
+    resumed->resume(worker_, cfg, again.limited(), std::move(suspended));
+    EXPECT_EQ(resumed->rule_name(), "slots");
+    resumed->end_hold();
+    resumed.reset(); // the request is over
+    EXPECT_EQ(in_flight.load(), 0);
+    EXPECT_EQ(request(cfg, "/s")->result().what, verdict::kind::delayed);
+    worker_.metrics = nullptr;
 }
 
 // At rate-limit.max-held, a request that would have to wait is refused with 503, uncharged.

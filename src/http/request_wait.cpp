@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+// A request waiting in sluice before it is forwarded: shaping's hold, watching its client (in
+// its coroutine, or given up with its memory: `suspend_hold`), and the wait for a CONCURRENCY
+// slot.
+#include "http/request_wait.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/core/error.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+namespace sluice::http::detail {
+namespace {
+
+using std::chrono::steady_clock;
+
+/// A held request reads ahead at most this much (body or pipelined requests) while it waits.
+constexpr std::size_t hold_read_ahead = 64 * 1024;
+
+awaitable<void> wait_timer(steady_timer& timer) {
+    auto [ec] = co_await timer.async_wait();
+    (void)ec;
+}
+
+// Reads ahead from a held client to notice it leaving. Waits for bytes without a buffer, so
+// that a client that sends nothing (a GET waiting for its slot) makes sluice keep none: the
+// buffer grows only when bytes come (a body, or pipelined requests). Returns what ended the
+// watch: the client closed or failed, the stream's deadline passed (beast::error::timeout), or
+// the watch was cancelled (which `wait_for_slot` does only once the wait is over, and then
+// ignores the answer: any other cancellation must not pass for "still there"); no error: it is
+// still there but sent `hold_read_ahead` bytes, so watching would mean buffering a body.
+awaitable<error_code> watch_client(connection_state& c) {
+    for (;;) {
+        if (c.buffer.size() >= hold_read_ahead) {
+            co_return error_code{};
+        }
+        if (!c.stream.readable_now()) {
+            auto [ec] = co_await c.stream.async_wait_readable();
+            if (ec) {
+                co_return ec;
+            }
+        }
+        const auto room = std::min<std::size_t>(hold_read_ahead - c.buffer.size(), 16 * 1024);
+        auto [ec, n] = co_await c.stream.async_read_some(c.buffer.prepare(room));
+        c.buffer.commit(n);
+        if (ec) {
+            co_return ec;
+        }
+    }
+}
+
+awaitable<void> sleep_until(executor ex, steady_clock::time_point until) {
+    steady_timer timer(ex, until);
+    co_await wait_timer(timer);
+}
+
+// What a request waiting in sluice need not keep: an empty read buffer's storage and the header
+// scratch, both allocated again when next needed.
+void release_buffers(connection_state& c, header_scratch& scratch) {
+    if (c.buffer.size() == 0) {
+        c.buffer.shrink_to_fit();
+    }
+    // Not `= {}`: a string's move from an empty one keeps its own storage.
+    std::string().swap(scratch.header);
+    std::string().swap(scratch.lines);
+}
+
+/// How often a request waiting for a slot asks the store again without being woken: the slot
+/// of an instance that died frees only when its lease lapses, and nothing announces that. A
+/// third of the lease, as the renewals, within [100 ms, 1 s].
+milliseconds recheck_interval(const config::limit& limit) {
+    return std::clamp(limit.lease / 3, milliseconds{100}, milliseconds{1'000});
+}
+
+} // namespace
+
+awaitable<bool> hold(connection_state& c, header_scratch& scratch, steady_clock::time_point until) {
+    // The stream's deadline ends the hold: when it passes, the stream's watchdog cancels the
+    // watch, which then ends with beast::error::timeout. A held request thus has no timer of
+    // its own, nor a parallel wait of two coroutines (bench/memory: without them, their read
+    // buffer and one more frame, a held request went from 14.1 to 7.6 KiB, its connection
+    // included).
+    c.stream.expires_after(until - steady_clock::now());
+    release_buffers(c, scratch);
+    const auto ec = co_await watch_client(c);
+    // Every later read and write sets its own deadline.
+    c.stream.expires_never();
+    if (ec == beast::error::timeout) {
+        co_return true;
+    }
+    if (ec) {
+        co_return false;
+    }
+    co_await sleep_until(c.stream.get_executor(), until); // it sent a body's worth
+    co_return true;
+}
+
+bool suspend_hold(connection_state& c, request_memory& m, steady_clock::time_point until) {
+    auto& r = *m.state;
+    // Bytes waiting to be read (a body still coming in) would end the wait at once, and the
+    // hold would go on in a coroutine anyway: one look, a system call per held request.
+    if (r.body_read_ahead || m.header.empty() || c.buffer.size() >= hold_read_ahead ||
+        c.stream.readable_now()) {
+        return false;
+    }
+    auto held = std::make_unique<held_request>(held_request{r.cfg, r.limiter.suspend(), until, {}});
+    beast::flat_buffer kept;
+    const auto rest = c.buffer.size();
+    auto room = kept.prepare(m.header.size() + rest); // an empty buffer allocates just this
+    std::memcpy(room.data(), m.header.data(), m.header.size());
+    if (rest != 0) {
+        std::memcpy(
+            static_cast<char*>(room.data()) + m.header.size(), c.buffer.data().data(), rest);
+    }
+    kept.commit(room.size());
+    swap(c.buffer, kept);
+    if (m.buffer.capacity() == 0) {
+        swap(m.buffer, kept); // the pool's storage goes back with the request's memory
+    }
+    c.held = std::move(held);
+    c.stream.expires_after(until - steady_clock::now());
+    return true;
+}
+
+awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
+    using namespace net::experimental::awaitable_operators;
+    const auto* limit = r.limiter.wait_limit();
+    const auto started = steady_clock::now();
+    const auto deadline = limit != nullptr && limit->max_delay
+                              ? std::optional(started + *limit->max_delay)
+                              : std::nullopt;
+    const auto recheck = recheck_interval(limit != nullptr ? *limit : config::limit{});
+    c.stream.expires_never(); // as in `hold`: the header's deadline must not cut the wait
+    steady_timer timer(c.stream.get_executor());
+    bool woken = false; // a wake-up may come while the store decides: it must not be lost
+    auto wake = [&woken, &timer] {
+        woken = true;
+        timer.cancel();
+    };
+    std::string ticket_key(r.limiter.wait_key());
+    auto ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
+    bool watching = true;
+    while (r.limiter.result().what == verdict::kind::queued) {
+        if (!woken) {
+            auto wake_at = steady_clock::now() + recheck;
+            if (deadline && *deadline < wake_at) {
+                wake_at = *deadline;
+            }
+            timer.expires_at(wake_at);
+            if (watching) {
+                auto first = co_await (wait_timer(timer) || watch_client(c));
+                if (first.index() == 1) {
+                    if (std::get<1>(first)) { // it left
+                        ticket.give_up();
+                        co_return slot_wait::left;
+                    }
+                    watching = false; // it sent a body's worth: wait without watching
+                    co_await wait_timer(timer);
+                }
+            } else {
+                co_await wait_timer(timer);
+            }
+        }
+        woken = false;
+        if (deadline && steady_clock::now() >= *deadline) {
+            ticket.give_up();
+            co_return slot_wait::timed_out;
+        }
+        // Woken or not (the recheck), no wake-up may go to it while it decides: this decision
+        // may admit it, and the slot freed meanwhile would then be lost to the line.
+        ticket.begin_decision();
+        if (!r.limiter.try_again(c.w, r.limited(c.peer))) {
+            r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
+        }
+        if (r.limiter.result().what != verdict::kind::queued) {
+            break;
+        }
+        if (r.limiter.wait_key() != ticket_key) {
+            ticket_key = r.limiter.wait_key();
+            ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
+        } else if (ticket.rearm()) { // keeps its place in the line
+            woken = true;            // a slot freed while every waiter decided: try again
+        }
+    }
+    c.w.metrics->slot_wait.observe(steady_clock::now() - started);
+    co_return slot_wait::decided;
+}
+
+} // namespace sluice::http::detail
