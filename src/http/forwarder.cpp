@@ -25,6 +25,7 @@
 #include <boost/beast/http/error.hpp>
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 namespace sluice::http::detail {
@@ -218,8 +219,7 @@ awaitable<failure> exchange(forward_args& a,
 }
 
 // Answers a failure that happened before any response byte went to the client.
-awaitable<forward_result> answer_failure(forward_args& a, failure f) {
-    forward_result result;
+awaitable<void> answer_failure(forward_args& a, failure f, forward_result& result) {
     local_reply reply;
     switch (f) {
     case failure::upstream_timeout:
@@ -245,7 +245,7 @@ awaitable<forward_result> answer_failure(forward_args& a, failure f) {
         break;
     case failure::client_gone:
         result.upstream = upstream_outcome::client_failed;
-        co_return result;
+        co_return;
     case failure::upstream_connect:
         reply.status = bhttp::status::bad_gateway;
         result.upstream = upstream_outcome::connect_failed;
@@ -260,7 +260,6 @@ awaitable<forward_result> answer_failure(forward_args& a, failure f) {
     auto ec = co_await write_local_reply(a.client, reply, a.reply, keep_alive);
     result.status = static_cast<unsigned>(reply.status);
     result.keep_alive = keep_alive && !ec;
-    co_return result;
 }
 
 // The word for the access log's `end` of a tunnel that did not end by both sides closing.
@@ -282,12 +281,12 @@ std::string_view end_word(tunnel_end end) {
 // a tunnel until it ends. The upstream connection speaks WebSocket from now on, so the caller
 // never pools it again; the client's closes after the tunnel too. `upstream_time` is the time
 // to the 101: a tunnel's whole life would say nothing of the upstream's latency.
-awaitable<forward_result> tunnel_through(forward_args& a,
-                                         upstream::connection& conn,
-                                         response_parser& rp,
-                                         const relay_buffer& buf,
-                                         clock_type::time_point start) {
-    forward_result result;
+awaitable<void> tunnel_through(forward_args& a,
+                               upstream::connection& conn,
+                               response_parser& rp,
+                               const relay_buffer& buf,
+                               clock_type::time_point start,
+                               forward_result& result) {
     result.status = 101;
     result.upstream = upstream_outcome::response;
     prepare_switch(a, rp);
@@ -300,7 +299,7 @@ awaitable<forward_result> tunnel_through(forward_args& a,
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
     if (ec) {
         result.cut_short = "client_left";
-        co_return result;
+        co_return;
     }
     // The tunnel keeps its own idle watch over both directions; the streams' deadlines, one per
     // stream for reads and writes alike, would cut a direction that is merely quiet.
@@ -314,14 +313,13 @@ awaitable<forward_result> tunnel_through(forward_args& a,
         tunnel_side{conn.stream.socket(), conn.buffer, {lease.data(), relay_buffer_size}},
         a.config.server.idle_timeout);
     result.cut_short = end_word(end);
-    co_return result;
 }
 
 // After the body, the figures the caller asked for: a field's value (a chunked response's
 // trailer fields are among the fields by now), or what the scan found in the body.
 void collect_figures(const forward_args& a,
                      const bhttp::response_header<header_fields>& res,
-                     std::optional<response_figures>& scan,
+                     response_figures* scan,
                      boost::container::small_vector<std::optional<std::string>, 1>& out) {
     for (std::size_t i = 0; i < a.settle_sources.size(); ++i) {
         const auto& source = *a.settle_sources[i];
@@ -425,7 +423,7 @@ awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::ui
     co_return done_ahead(src.parser);
 }
 
-awaitable<forward_result> forward(forward_args& a) {
+awaitable<void> forward(forward_args& a, forward_result& result) {
     const auto start = clock_type::now();
     auto& req = a.parser.get();
     // A request without a body can be sent again after the upstream read failed; one with a
@@ -479,50 +477,50 @@ awaitable<forward_result> forward(forward_args& a) {
     }
     if (f != failure::none) {
         close_connection(conn);
-        auto result = co_await answer_failure(a, f);
+        co_await answer_failure(a, f, result);
         result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
-        co_return result;
+        co_return;
     }
 
     if (rp->get().result_int() == 101) {
         // judge_response_header let a 101 through only for a WebSocket upgrade.
-        auto result = co_await tunnel_through(a, *conn, *rp, buf, start);
+        co_await tunnel_through(a, *conn, *rp, buf, start, result);
         close_connection(conn);
-        co_return result;
+        co_return;
     }
     const bool upstream_keep_alive = rp->keep_alive() && !rp->need_eof();
-    forward_result result;
     result.status = rp->get().result_int();
     result.upstream = upstream_outcome::response;
     result.keep_alive = prepare_response(a, *rp);
-    std::optional<response_figures> scan;
+    // On the heap: only cost-weighted limits with `json:` figures need it, and in the frame its
+    // 288 bytes would make every request's frame too large for Asio's frame cache.
+    std::unique_ptr<response_figures> scan;
     if (a.response_json_bytes > 0) {
-        scan.emplace(a.settle_sources,
-                     rp->get()[bhttp::field::content_type],
-                     rp->get()[bhttp::field::content_encoding],
-                     a.response_json_bytes);
+        scan = std::make_unique<response_figures>(a.settle_sources,
+                                                  rp->get()[bhttp::field::content_type],
+                                                  rp->get()[bhttp::field::content_encoding],
+                                                  a.response_json_bytes);
     }
-    response_relay relay(a, *conn, *rp, buf, scan && scan->active() ? &*scan : nullptr);
+    response_relay relay(a, *conn, *rp, buf, scan && scan->active() ? scan.get() : nullptr);
     if (const auto done = relay.start()) {
         f = *done;
     } else {
         f = co_await relay.run();
     }
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
-    collect_figures(a, rp->get(), scan, result.figures);
+    collect_figures(a, rp->get(), scan.get(), result.figures);
     if (f != failure::none) {
         // The response has started (or the client left): the only honest end is to close.
         close_connection(conn);
         result.keep_alive = false;
         result.cut_short = f == failure::client_gone ? "client_left" : "upstream_broke";
-        co_return result;
+        co_return;
     }
     if (upstream_keep_alive && rp->is_done() && !*a.draining) {
         a.pool.release(std::move(conn), a.config.upstream);
     } else {
         close_connection(conn);
     }
-    co_return result;
 }
 
 } // namespace sluice::http::detail

@@ -68,6 +68,13 @@ forward_args forward_args_for(connection_state& c, request_state& r, header_scra
             r.body_ahead};
 }
 
+// The store's decision, when `try_now` could not give it at once (Redis). A frame of its own,
+// made only then: the store's outcome (280 bytes) in handle_request's frame would take that frame
+// past what Asio's frame cache keeps (1020 bytes).
+awaitable<void> decide_on_store(connection_state& c, request_state& r) {
+    r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
+}
+
 // Records what forwarding came to; returns what the connection does next.
 ending forwarded(request_state& r, const forward_result& result) {
     // A response cut short, or a 5xx, says nothing honest about what the request cost.
@@ -291,32 +298,31 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
         ec = co_await read_header(c.stream, c.buffer, r.parser, limit, &m.header);
     }
     c.entry.idle = false;
-    if (auto early = check_header(c, r, ec)) {
+    // One `early` and one answer for every end before the limiter, the refusal's included: each
+    // of them in this frame would take it past what Asio's frame cache keeps (1020 bytes).
+    auto early = check_header(c, r, ec);
+    if (!early) {
+        if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer));
+            wanted > 0 && !r.parser.is_done()) {
+            r.body_read_ahead = true;
+            const body_source src{
+                c.stream, c.buffer, r.parser, *r.cfg, r.expect_continue, r.body_started};
+            auto read = take_body_ahead(src, r.body_ahead, wanted);
+            if (!read) {
+                read = co_await read_body_ahead(src, r.body_ahead, wanted);
+            }
+            early = ending_of(*read);
+        }
+    }
+    if (early) {
         if (!early->reply) {
             co_return ending::close;
         }
         auto e = co_await answer(c, r, *early->reply, early->must_close);
         co_return e;
     }
-    if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer));
-        wanted > 0 && !r.parser.is_done()) {
-        r.body_read_ahead = true;
-        const body_source src{
-            c.stream, c.buffer, r.parser, *r.cfg, r.expect_continue, r.body_started};
-        auto read = take_body_ahead(src, r.body_ahead, wanted);
-        if (!read) {
-            read = co_await read_body_ahead(src, r.body_ahead, wanted);
-        }
-        if (auto early = ending_of(*read)) {
-            if (!early->reply) {
-                co_return ending::close;
-            }
-            auto e = co_await answer(c, r, *early->reply, early->must_close);
-            co_return e;
-        }
-    }
     if (!r.limiter.try_now(c.w, *r.cfg, r.limited(c.peer))) {
-        r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
+        co_await decide_on_store(c, r);
     }
     note_decision(r);
     const auto& verdict = r.limiter.result();
@@ -341,8 +347,8 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
         note_decision(r);
     }
     if (verdict.what == verdict::kind::rejected || verdict.what == verdict::kind::failed_closed) {
-        const auto reply = r.limiter.refusal();
-        auto e = co_await answer(c, r, reply, false);
+        early = early_end{r.limiter.refusal(), false};
+        auto e = co_await answer(c, r, *early->reply, false);
         co_return e;
     }
     if (verdict.what == verdict::kind::delayed) {
@@ -362,7 +368,8 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
         }
     }
     auto args = forward_args_for(c, r, m.scratch);
-    const auto result = co_await forward(args);
+    forward_result result;
+    co_await forward(args, result);
     co_return forwarded(r, result);
 }
 
@@ -380,7 +387,8 @@ awaitable<ending> resume_request(connection_state& c, request_memory& m) {
         co_return ending::close;
     }
     auto args = forward_args_for(c, r, m.scratch);
-    const auto result = co_await forward(args);
+    forward_result result;
+    co_await forward(args, result);
     co_return forwarded(r, result);
 }
 
