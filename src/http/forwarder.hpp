@@ -126,8 +126,8 @@ std::optional<body_read> take_body_ahead(body_source src, std::string& body, std
  * return value: the value would be held three times, in this frame and the caller's. With
  * that, the JSON scan on the heap, and request_handler.cpp's one `early` and `decide_on_store`,
  * this frame went from 1488 to 784 bytes and handle_request's from 1456 to 912, under the 1020
- * that Asio's frame cache takes (and the 1032 of glibc's thread cache, which serves them when
- * many requests are in flight): 21.9k to 21.2k instructions per request, callgrind.)
+ * that Asio's frame cache takes: about 5% fewer instructions per request with 8 connections,
+ * 1% with 64, whose frames outrun the cache anyway (callgrind; README, Benchmarks).)
  */
 awaitable<void> forward(forward_args& args, forward_result& result);
 
