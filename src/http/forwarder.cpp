@@ -493,7 +493,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     result.upstream = upstream_outcome::response;
     result.keep_alive = prepare_response(a, *rp);
     // On the heap: only cost-weighted limits with `json:` figures need it, and in the frame its
-    // 288 bytes would make every request's frame too large for Asio's frame cache.
+    // 288 bytes would be in every request's frame.
     std::unique_ptr<response_figures> scan;
     if (a.response_json_bytes > 0) {
         scan = std::make_unique<response_figures>(a.settle_sources,

@@ -69,8 +69,7 @@ forward_args forward_args_for(connection_state& c, request_state& r, header_scra
 }
 
 // The store's decision, when `try_now` could not give it at once (Redis). A frame of its own,
-// made only then: the store's outcome (280 bytes) in handle_request's frame would take that frame
-// past what Asio's frame cache keeps (1020 bytes).
+// made only then: the store's outcome (280 bytes) would otherwise be in every request's frame.
 awaitable<void> decide_on_store(connection_state& c, request_state& r) {
     r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
 }
@@ -299,7 +298,7 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     }
     c.entry.idle = false;
     // One `early` and one answer for every end before the limiter, the refusal's included: each
-    // of them in this frame would take it past what Asio's frame cache keeps (1020 bytes).
+    // would be a slot of its own in this frame, which every request in flight holds.
     auto early = check_header(c, r, ec);
     if (!early) {
         if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer));
