@@ -212,6 +212,7 @@ private:
                 const config::redis_settings& settings,
                 memory_store* local_fallback);
 
+    struct batch_waiter;
     struct batch;
     using batch_ptr = std::shared_ptr<batch>;
 
@@ -235,14 +236,20 @@ private:
     void flush();
     void flush_batch(batch_ptr b);
     void send(batch_ptr b);
+    /// Answers the batch's requests (`answer`), then keeps its vector for the next batch.
     void complete(batch& b, error_code ec, const redis::reply& r);
+    /// Resumes each of the batch's requests with its outcome, or `ec`'s.
+    void answer(batch& b, error_code ec, const redis::reply& r);
     /// A script call (RESP) to the primary of `slot` on Cluster, to the one Redis otherwise.
     void call(std::uint16_t slot, std::string_view command, redis::client::handler_type handler);
     /// The slot of `key` on Cluster (redis::key_slot); 0 otherwise, without hashing.
     std::uint16_t slot_of(std::string_view key) const noexcept;
     outcome fail(checks& request_checks, error_code ec);
-    /// Records the slots an admitted request took, leased as `id`.
-    void take_slots(const checks& request_checks, outcome& out, const std::string& id);
+    /// Records the slots an admitted request took, leased as `<lease_prefix><request_number>`.
+    void take_slots(const checks& request_checks,
+                    outcome& out,
+                    std::string_view lease_prefix,
+                    std::size_t request_number);
     static std::string live_name(std::string_view key, std::string_view lease_id);
     /// Runs `script` (EVALSHA in `args`; once more with EVAL after NOSCRIPT), logging a failure
     /// as "could not <what> (<error>): <otherwise>", rate-limited.
@@ -273,6 +280,10 @@ private:
     /// Cluster); empty when none is open.
     boost::container::small_vector<batch_ptr, 1> open_;
     bool flush_posted_ = false;
+    /// The number of requests in the last batch flushed: the next batch's first guess.
+    std::size_t last_batch_size_ = 1;
+    /// An answered batch's vector of requests, empty, for the next batch to fill.
+    std::vector<batch_waiter> spare_waiters_;
     std::atomic<std::uint64_t> give_backs_sent_{0};
     /// Lets posted flushes and reply callbacks notice that the store is gone.
     std::shared_ptr<redis_store*> self_;
