@@ -230,7 +230,9 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
         const auto idle_timeout = worker.config->server.idle_timeout;
         std::unique_ptr<request_memory> memory;
         bool look_early = false;
-        if (buffer.size() == 0 && answered && pool.in_flight() > 0) {
+        // With drained reads the wait below makes no system call to start (drained_read.hpp),
+        // and a look would leave the reactor thinking the socket had bytes: no look.
+        if (!drained_reads && buffer.size() == 0 && answered && pool.in_flight() > 0) {
             look_early = conn->early_read_skips == 0;
             conn->early_read_skips -= look_early ? 0 : 1;
         }
@@ -256,12 +258,12 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
             // for `idle_grace` with the coroutine, then parked without it (nginx frees an idle
             // keep-alive connection's buffers likewise); either way without a buffer, which
             // comes with the bytes. The wait also completes for bytes already there (see
-            // async_wait_readable), so no look first: a MSG_PEEK before it cost a system call
+            // async_wait_event), so no look first: a MSG_PEEK before it cost a system call
             // per request, 7.0 where the read before the wait made 6.0 (bench/run). (Here
             // rather than in a function of its own: a coroutine frame per request.)
             const auto idle_until = steady_clock::now() + idle_timeout;
             stream.expires_after(std::min<steady_clock::duration>(idle_timeout, idle_grace));
-            auto [wait_ec] = co_await stream.async_wait_readable();
+            auto [wait_ec] = co_await stream.async_wait_event();
             if (wait_ec == beast::error::timeout && !worker.draining &&
                 steady_clock::now() < idle_until) {
                 stream.expires_after(idle_until - steady_clock::now());
