@@ -282,10 +282,10 @@ TEST(Proxy, AKeptConnectionTheUpstreamClosedIsRetriedOnANewOne) {
     EXPECT_EQ(upstream.requests().size(), 2u);
 }
 
-// With a request in flight (here one the upstream answers late), a worker looks for a
-// keep-alive connection's next request as soon as its turn comes again, before any wait
-// (session.cpp `serve`): requests one after another, pipelined ones, and a client that closes
-// after its response are served as without it.
+// With a request in flight (here one the upstream answers late), a keep-alive connection's wait
+// for its next request starts with no system call after a read that emptied the socket
+// (drained_read.hpp): requests one after another, pipelined ones, and a client that closes after
+// its response are served as on an idle worker.
 TEST(Proxy, ABusyWorkerServesKeepAliveAndPipelinedRequestsAndHearsACloseAsEver) {
     recording_upstream upstream([](const recorded_request& r) {
         response_plan plan;

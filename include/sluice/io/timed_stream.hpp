@@ -178,22 +178,6 @@ public:
     }
 
     /**
-     * Reads what the socket holds now, without waiting or queueing an operation.
-     * net::error::would_block: nothing is there yet.
-     */
-    template <typename MutableBufferSequence>
-    std::size_t read_now(const MutableBufferSequence& buffers, error_code& ec) {
-        auto& socket = state_->socket;
-        if (!socket.non_blocking()) {
-            socket.non_blocking(true, ec); // once per connection, as in write_now
-            if (ec) {
-                return 0;
-            }
-        }
-        return socket.read_some(buffers, ec);
-    }
-
-    /**
      * Whether the socket has something to read now (bytes, the end of the stream or an error),
      * reading nothing: one non-blocking recv of a byte with MSG_PEEK. Where bytes are likely
      * there already, it spares `async_wait_readable` its turn of the event loop.

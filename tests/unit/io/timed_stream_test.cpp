@@ -368,34 +368,6 @@ TEST_F(TimedStreamTest, AReplyReadOnAConnectionThePeerClosedEndsAtOnce) {
     EXPECT_LT(took, 5s);
 }
 
-TEST_F(TimedStreamTest, ReadNowTakesWhatIsThereAndSaysWhenNothingIs) {
-    error_code ec;
-    EXPECT_EQ(stream_.read_now(net::buffer(in_), ec), 0u);
-    EXPECT_EQ(ec, net::error::would_block);
-
-    net::write(peer_, net::buffer(std::string_view("there")));
-    std::size_t n = 0;
-    ASSERT_TRUE(test::run_until(
-        ioc_,
-        [&] {
-            n = stream_.read_now(net::buffer(in_), ec);
-            return ec != net::error::would_block;
-        },
-        5s));
-    EXPECT_FALSE(ec) << ec.message();
-    EXPECT_EQ(std::string_view(in_.data(), n), "there");
-
-    peer_.close();
-    ASSERT_TRUE(test::run_until(
-        ioc_,
-        [&] {
-            stream_.read_now(net::buffer(in_), ec);
-            return ec != net::error::would_block;
-        },
-        5s));
-    EXPECT_EQ(ec, net::error::eof);
-}
-
 TEST_F(TimedStreamTest, WriteNowWritesWithoutRunningTheIoContext) {
     error_code ec;
     const auto n = stream_.write_now(net::buffer(std::string_view("ping")), ec);
