@@ -128,6 +128,7 @@ public:
     static constexpr std::size_t max_kept_buffer = 16 * 1024;
 
     std::unique_ptr<request_memory> take() {
+        ++in_flight_;
         if (free_.empty()) {
             return std::make_unique<request_memory>();
         }
@@ -138,6 +139,7 @@ public:
 
     /// `memory`'s request is over (its state reset).
     void give_back(std::unique_ptr<request_memory> memory) {
+        --in_flight_;
         if (free_.size() >= max_kept) {
             return;
         }
@@ -150,8 +152,12 @@ public:
         free_.push_back(std::move(memory));
     }
 
+    /// The worker's requests in flight: memory taken, not yet given back.
+    std::size_t in_flight() const noexcept { return in_flight_; }
+
 private:
     std::vector<std::unique_ptr<request_memory>> free_;
+    std::size_t in_flight_ = 0;
 };
 
 /// Before reading a request: an empty connection buffer without storage borrows `memory`'s.

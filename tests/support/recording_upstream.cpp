@@ -280,7 +280,7 @@ bool recording_upstream::serve_one(fd_stream& stream,
         count(&upstream_stats::broken);
         return false;
     }
-    const bool keep_alive = parser.keep_alive() && !plan.close;
+    const bool keep_alive = parser.keep_alive() && !plan.close && !plan.close_delimited;
     {
         std::lock_guard lock(mutex_);
         requests_.push_back(record);
@@ -319,8 +319,11 @@ bool recording_upstream::write_response(fd_stream& stream,
     for (const auto& [name, value] : plan.headers) {
         head += name + ": " + value + "\r\n";
     }
-    head += plan.chunked ? std::string("Transfer-Encoding: chunked\r\n")
-                         : "Content-Length: " + std::to_string(size) + "\r\n";
+    if (plan.chunked) {
+        head += "Transfer-Encoding: chunked\r\n";
+    } else if (!plan.close_delimited) {
+        head += "Content-Length: " + std::to_string(size) + "\r\n";
+    }
     if (!keep_alive) {
         head += "Connection: close\r\n";
     }
@@ -333,6 +336,9 @@ bool recording_upstream::write_response(fd_stream& stream,
         stream.write_all(head, ec);
     }
     const bool no_body = request.method == "HEAD" || plan.status == 204 || plan.status == 304;
+    if (!ec && plan.body_delay.count() > 0 && !pause(plan.body_delay)) {
+        return false;
+    }
     std::vector<char> piece;
     for (std::uint64_t offset = 0; !ec && !no_body && offset < size;) {
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece_size, size - offset));

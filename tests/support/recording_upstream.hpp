@@ -69,6 +69,11 @@ struct response_plan {
     /// A chunked body ends without its last chunk: the connection closes after the body's bytes,
     /// as an upstream that dies mid-stream.
     bool cut_short = false;
+    /// Neither Content-Length nor chunked: the body ends when the connection closes (after this
+    /// response, whatever the request asked).
+    bool close_delimited = false;
+    /// Wait this long between the response's head and its body.
+    std::chrono::milliseconds body_delay{0};
 };
 
 /// Counters over the upstream's lifetime.

@@ -10,7 +10,6 @@
 #include <array>
 #include <chrono>
 #include <optional>
-#include <string>
 #include <string_view>
 
 namespace sluice {
@@ -145,142 +144,6 @@ TEST_F(TimedStreamTest, AReadableWaitSeesBytesThatCameBeforeIt) {
     EXPECT_TRUE(stream_.readable_now());
 }
 
-// async_wait_event, the wait for a keep-alive connection's next request: after a read that
-// emptied the socket it starts without a look (drained_read.hpp) and must still see what comes.
-
-/// Starts an async_wait_event (or, verified, an async_wait_readable); `waited` is set when it
-/// completes.
-void start_wait(timed_stream& stream, std::optional<error_code>& waited, bool verified = false) {
-    auto done = [&waited](error_code ec) {
-        waited = ec;
-    };
-    if (verified) {
-        stream.async_wait_readable(done);
-    } else {
-        stream.async_wait_event(done);
-    }
-}
-
-TEST_F(TimedStreamTest, AnEventWaitAfterAnEmptyingReadCompletesWhenBytesCome) {
-    stream_.expires_after(10s);
-    start_read();
-    peer_sends_after(0ms, "first");
-    wait_for_read(steady::now());
-    ASSERT_FALSE(*result_) << result_->message();
-    ASSERT_EQ(read_, 5u); // short: the socket is empty
-
-    std::optional<error_code> waited;
-    start_wait(stream_, waited);
-    ioc_.run_for(100ms);
-    EXPECT_FALSE(waited.has_value()) << "completed with nothing to read";
-    peer_sends_after(0ms, "second");
-    ASSERT_TRUE(test::run_until(
-        ioc_, [&waited] { return waited.has_value(); }, 5s));
-    EXPECT_FALSE(*waited) << waited->message();
-    EXPECT_TRUE(stream_.readable_now());
-}
-
-TEST_F(TimedStreamTest, AnEventWaitSeesBytesThatCameBeforeIt) {
-    stream_.expires_after(10s);
-    start_read();
-    peer_sends_after(0ms, "first");
-    wait_for_read(steady::now());
-    ASSERT_FALSE(*result_) << result_->message();
-
-    // As for async_wait_readable below: the reactor takes the next bytes' edge with nothing to
-    // complete.
-    net::write(peer_, net::buffer(std::string_view("second")));
-    peer_timer_.expires_after(100ms);
-    peer_timer_.async_wait([](error_code) {});
-    ioc_.run_for(50ms);
-
-    std::optional<error_code> waited;
-    start_wait(stream_, waited);
-    ASSERT_TRUE(test::run_until(
-        ioc_, [&waited] { return waited.has_value(); }, 5s));
-    EXPECT_FALSE(*waited) << waited->message();
-    EXPECT_TRUE(stream_.readable_now());
-}
-
-// A read that filled its buffer may have left bytes: the wait after it must find them.
-TEST_F(TimedStreamTest, AnEventWaitAfterAReadThatFilledItsBufferSeesWhatIsLeft) {
-    stream_.expires_after(10s);
-    const std::string sent(in_.size() + 3, 'x');
-    net::write(peer_, net::buffer(sent));
-    start_read();
-    wait_for_read(steady::now());
-    ASSERT_FALSE(*result_) << result_->message();
-    ASSERT_EQ(read_, in_.size());
-
-    std::optional<error_code> waited;
-    start_wait(stream_, waited);
-    ASSERT_TRUE(test::run_until(
-        ioc_, [&waited] { return waited.has_value(); }, 5s));
-    EXPECT_FALSE(*waited) << waited->message();
-    result_.reset();
-    start_read();
-    wait_for_read(steady::now());
-    EXPECT_FALSE(*result_) << result_->message();
-    EXPECT_EQ(read_, 3u);
-}
-
-TEST_F(TimedStreamTest, AnEventWaitSeesThePeerLeave) {
-    stream_.expires_after(10s);
-    start_read();
-    peer_sends_after(0ms, "last");
-    wait_for_read(steady::now());
-    ASSERT_FALSE(*result_) << result_->message();
-
-    std::optional<error_code> waited;
-    start_wait(stream_, waited);
-    ioc_.run_for(50ms);
-    ASSERT_FALSE(waited.has_value());
-    peer_.close();
-    ASSERT_TRUE(test::run_until(
-        ioc_, [&waited] { return waited.has_value(); }, 5s));
-    EXPECT_FALSE(*waited) << waited->message(); // readable: the read says what it is
-    result_.reset();
-    start_read();
-    wait_for_read(steady::now());
-    EXPECT_EQ(*result_, net::error::eof);
-}
-
-TEST_F(TimedStreamTest, AWaitEndsWithTimeoutAfterTheDeadline) {
-    for (const bool verified : {false, true}) {
-        stream_.expires_after(100ms);
-        const auto start = steady::now();
-        std::optional<error_code> waited;
-        start_wait(stream_, waited, verified);
-        ASSERT_TRUE(test::run_until(
-            ioc_, [&waited] { return waited.has_value(); }, 5s));
-        EXPECT_EQ(*waited, beast::error::timeout) << "verified " << verified;
-        EXPECT_GE(steady::now() - start, 100ms);
-    }
-}
-
-// The wait of a parked connection or a held request, where waking with nothing to read costs a
-// coroutine: an event whose bytes a read already took does not complete it.
-TEST_F(TimedStreamTest, AReadableWaitDoesNotCompleteForBytesAReadAlreadyTook) {
-    stream_.expires_after(10s);
-    // The read's first try takes the bytes before the reactor has taken their edge.
-    net::write(peer_, net::buffer(std::string_view("taken")));
-    start_read();
-    wait_for_read(steady::now());
-    ASSERT_FALSE(*result_) << result_->message();
-    ASSERT_EQ(std::string_view(in_.data(), read_), "taken");
-
-    std::optional<error_code> waited;
-    start_wait(stream_, waited, true);
-    peer_timer_.expires_after(200ms);
-    peer_timer_.async_wait([](error_code) {});
-    ioc_.run_for(150ms); // the reactor takes the edge, if it had not
-    EXPECT_FALSE(waited.has_value()) << "completed with nothing to read";
-    peer_sends_after(0ms, "next");
-    ASSERT_TRUE(test::run_until(
-        ioc_, [&waited] { return waited.has_value(); }, 5s));
-    EXPECT_FALSE(*waited) << waited->message();
-}
-
 // async_read_reply: the read of a reply to a request just written.
 
 TEST_F(TimedStreamTest, AReplyReadGetsTheReplyToARequestJustWritten) {
@@ -366,6 +229,34 @@ TEST_F(TimedStreamTest, AReplyReadOnAConnectionThePeerClosedEndsAtOnce) {
     const auto took = wait_for_read(steady::now());
     EXPECT_TRUE(*result_) << "read " << got.value_or(0) << " bytes from a closed peer";
     EXPECT_LT(took, 5s);
+}
+
+TEST_F(TimedStreamTest, ReadNowTakesWhatIsThereAndSaysWhenNothingIs) {
+    error_code ec;
+    EXPECT_EQ(stream_.read_now(net::buffer(in_), ec), 0u);
+    EXPECT_EQ(ec, net::error::would_block);
+
+    net::write(peer_, net::buffer(std::string_view("there")));
+    std::size_t n = 0;
+    ASSERT_TRUE(test::run_until(
+        ioc_,
+        [&] {
+            n = stream_.read_now(net::buffer(in_), ec);
+            return ec != net::error::would_block;
+        },
+        5s));
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(std::string_view(in_.data(), n), "there");
+
+    peer_.close();
+    ASSERT_TRUE(test::run_until(
+        ioc_,
+        [&] {
+            stream_.read_now(net::buffer(in_), ec);
+            return ec != net::error::would_block;
+        },
+        5s));
+    EXPECT_EQ(ec, net::error::eof);
 }
 
 TEST_F(TimedStreamTest, WriteNowWritesWithoutRunningTheIoContext) {
