@@ -2,7 +2,6 @@
 #include "redis/asio_adapter_detail.hpp"
 
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/post.hpp>
 #include <hiredis/async.h>
 
 #include <memory>
@@ -68,20 +67,10 @@ private:
 
     static void del_read(void* data) { from(data).want_read_ = false; }
 
-    // The wait for writability starts after the handler that asked for it: a command that
-    // client::submit writes on the spot (nearly all) has cleared `want_write_` by then and never
-    // waits. Each wait is an EPOLL_CTL_MOD (Asio re-arms the fd for it) and one more pass through
-    // the reactor (what this saves was not measured apart from other changes: see README).
     static void add_write(void* data) {
         auto& self = from(data);
         self.want_write_ = true;
-        if (self.ac_ != nullptr && !self.write_in_flight_ && !self.write_posted_) {
-            self.write_posted_ = true;
-            net::post(self.fd_.get_executor(), [adapter = self.shared_from_this()] {
-                adapter->write_posted_ = false;
-                adapter->start_write();
-            });
-        }
+        self.start_write();
     }
 
     static void del_write(void* data) { from(data).want_write_ = false; }
@@ -161,7 +150,6 @@ private:
     bool want_write_ = false;
     bool read_in_flight_ = false;
     bool write_in_flight_ = false;
-    bool write_posted_ = false;
 };
 
 } // namespace
