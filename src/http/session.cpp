@@ -9,12 +9,10 @@
 #include "sluice/core/log_throttle.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/beast/core/error.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <exception>
 #include <memory>
 
@@ -32,11 +30,6 @@ using std::chrono::steady_clock;
 /// RSS each, the coroutines of the last second's leaving holes between live blocks; with 100 ms,
 /// 0.8 KiB (see README, Memory).
 constexpr std::chrono::milliseconds idle_grace{100};
-
-/// After an early look that found nothing (see `serve`), the requests that wait as usual before
-/// the next look: a client whose next request comes later than the worker's turn (over a real
-/// network's round trip) costs one system call in vain per this many plus one requests.
-constexpr std::uint8_t early_read_backoff = 7;
 
 key::ip_address to_ip(const net::ip::address& address) {
     key::ip_address ip;
@@ -111,8 +104,6 @@ struct connection {
     beast::flat_buffer buffer;
     session_entry entry;
     connection_state c;
-    /// Requests to go before `serve` looks for the next one's bytes early again.
-    std::uint8_t early_read_skips = 0;
 };
 
 awaitable<void> serve(std::unique_ptr<connection> conn);
@@ -167,26 +158,6 @@ void park(std::unique_ptr<connection> conn) {
     stream.async_wait_readable(resume_parked{std::move(conn)});
 }
 
-// The bytes the connection's client has sent already, read into request memory from `pool`
-// (then returned); none: the memory went back to the pool. `e` becomes close if the client has
-// gone (the end of the stream, an error).
-std::unique_ptr<request_memory>
-take_arrived_bytes(connection& conn, request_pool& pool, ending& e) {
-    auto memory = pool.take();
-    lend_buffer(conn.buffer, *memory);
-    error_code ec;
-    conn.buffer.commit(conn.stream.read_now(conn.buffer.prepare(1024), ec));
-    if (conn.buffer.size() != 0) {
-        return memory;
-    }
-    return_buffer(conn.buffer, *memory);
-    pool.give_back(std::move(memory));
-    if (ec != net::error::would_block) {
-        e = ending::close;
-    }
-    return nullptr;
-}
-
 /// Resumes a request held without its coroutine (`wait_held`) when its wait ends: a new
 /// coroutine serves the connection on from the hold (`resume_request`).
 struct resume_held {
@@ -224,44 +195,22 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
     }
     auto& pool = *worker.requests;
     auto e = ending::keep;
-    bool answered = false;
     while (e == ending::keep && (!worker.draining || c.held)) {
         c.entry.idle = true;
         const auto idle_timeout = worker.config->server.idle_timeout;
-        std::unique_ptr<request_memory> memory;
-        bool look_early = false;
-        if (buffer.size() == 0 && answered && pool.in_flight() > 0) {
-            look_early = conn->early_read_skips == 0;
-            conn->early_read_skips -= look_early ? 0 : 1;
-        }
-        answered = true;
-        if (look_early) {
-            // A busy worker: while it serves the requests in flight before this connection's
-            // turn comes again, the client has time to read the response and send its next
-            // request, which one read then takes, with no wait (an EPOLL_CTL_MOD) first.
-            // bench/run, 64 connections: 4.2 system calls per request where 5.05 were made
-            // without it. An idle worker has nothing to serve first: it waits as before.
-            co_await net::post(stream.get_executor());
-            if (worker.draining) {
-                break; // as an idle connection is closed by the drain
-            }
-            memory = take_arrived_bytes(*conn, pool, e);
-            if (e != ending::keep) {
-                break;
-            }
-            conn->early_read_skips = memory ? 0 : early_read_backoff;
-        }
         if (buffer.size() == 0) {
             // Wait for the first bytes of the next request, for at most server.idle_timeout:
             // for `idle_grace` with the coroutine, then parked without it (nginx frees an idle
             // keep-alive connection's buffers likewise); either way without a buffer, which
             // comes with the bytes. The wait also completes for bytes already there (see
-            // async_wait_readable), so no look first: a MSG_PEEK before it cost a system call
-            // per request, 7.0 where the read before the wait made 6.0 (bench/run). (Here
-            // rather than in a function of its own: a coroutine frame per request.)
+            // async_wait_event), so no look first: a MSG_PEEK before it cost a system call
+            // per request, 7.0 where the read before the wait made 6.0 (bench/run); after a
+            // read that emptied the socket it starts with no system call at all (4.15 to 4.36
+            // per request where the build before it made 4.68 to 5.42, bench/run). (Here rather
+            // than in a function of its own: a coroutine frame per request.)
             const auto idle_until = steady_clock::now() + idle_timeout;
             stream.expires_after(std::min<steady_clock::duration>(idle_timeout, idle_grace));
-            auto [wait_ec] = co_await stream.async_wait_readable();
+            auto [wait_ec] = co_await stream.async_wait_event();
             if (wait_ec == beast::error::timeout && !worker.draining &&
                 steady_clock::now() < idle_until) {
                 stream.expires_after(idle_until - steady_clock::now());
@@ -274,10 +223,8 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
                 break;
             }
         }
-        if (!memory) {
-            memory = pool.take();
-            lend_buffer(buffer, *memory);
-        }
+        auto memory = pool.take();
+        lend_buffer(buffer, *memory);
         if (buffer.size() == 0) {
             // Readable: bytes, or the end of the stream.
             stream.expires_after(idle_timeout);
@@ -318,6 +265,7 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
 void start_session(tcp_socket socket, worker_context& worker) {
     error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
+    enable_drained_reads(socket, ec);
     const auto remote = socket.remote_endpoint(ec);
     if (ec) {
         return;

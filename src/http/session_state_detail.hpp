@@ -128,7 +128,6 @@ public:
     static constexpr std::size_t max_kept_buffer = 16 * 1024;
 
     std::unique_ptr<request_memory> take() {
-        ++in_flight_;
         if (free_.empty()) {
             return std::make_unique<request_memory>();
         }
@@ -139,7 +138,6 @@ public:
 
     /// `memory`'s request is over (its state reset).
     void give_back(std::unique_ptr<request_memory> memory) {
-        --in_flight_;
         if (free_.size() >= max_kept) {
             return;
         }
@@ -152,12 +150,8 @@ public:
         free_.push_back(std::move(memory));
     }
 
-    /// The worker's requests in flight: memory taken, not yet given back.
-    std::size_t in_flight() const noexcept { return in_flight_; }
-
 private:
     std::vector<std::unique_ptr<request_memory>> free_;
-    std::size_t in_flight_ = 0;
 };
 
 /// Before reading a request: an empty connection buffer without storage borrows `memory`'s.

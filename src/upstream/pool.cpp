@@ -183,6 +183,7 @@ pool::connect(const config::upstream_settings& settings) {
     }
     conn->stream.expires_never();
     conn->stream.socket().set_option(tcp::no_delay(true), ec);
+    enable_drained_reads(conn->stream.socket(), ec);
     co_return std::tuple{error_code{}, std::move(conn)};
 }
 

@@ -126,6 +126,30 @@ TEST(Proxy, ACloseDelimitedResponseEndsWhenTheUpstreamCloses) {
     }
 }
 
+// A client that closes its side right after a request (its bytes and its end together, as
+// `nc -N` does) is answered, and its connection ends then, not at idle-timeout: the read that
+// takes the request must not leave the end unseen behind it (drained_read.hpp). First on a new
+// connection, then on a kept one, where the wait for the request takes the edge of both.
+TEST(Proxy, AClientThatClosesItsSideAfterARequestIsAnsweredAndLetGo) {
+    recording_upstream upstream;
+    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
+    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  idle-timeout: 60s\n"));
+    for (const bool kept : {false, true}) {
+        SCOPED_TRACE(kept ? "kept connection" : "new connection");
+        http_connection client(sluice.port());
+        if (kept) {
+            client.send("GET", "/first");
+            EXPECT_EQ(client.read_response().status, 200u);
+        }
+        client.send("GET", "/last");
+        client.stream().shutdown_send();
+        const http_response response = client.read_response();
+        EXPECT_EQ(response.status, 200u);
+        EXPECT_EQ(response.header("X-Upstream-Target"), "/last");
+        EXPECT_TRUE(client.wait_closed(5s)) << "the connection waited for idle-timeout";
+    }
+}
+
 TEST(Proxy, MethodTargetAndHeadersPassUnchanged) {
     recording_upstream upstream;
     sluice_process sluice(config_for(upstream));
@@ -309,10 +333,10 @@ TEST(Proxy, AKeptConnectionTheUpstreamClosedIsRetriedOnANewOne) {
     EXPECT_EQ(upstream.requests().size(), 2u);
 }
 
-// With a request in flight (here one the upstream answers late), a worker looks for a
-// keep-alive connection's next request as soon as its turn comes again, before any wait
-// (session.cpp `serve`): requests one after another, pipelined ones, and a client that closes
-// after its response are served as without it.
+// With a request in flight (here one the upstream answers late), a keep-alive connection's wait
+// for its next request starts with no system call after a read that emptied the socket
+// (drained_read.hpp): requests one after another, pipelined ones, and a client that closes after
+// its response are served as on an idle worker.
 TEST(Proxy, ABusyWorkerServesKeepAliveAndPipelinedRequestsAndHearsACloseAsEver) {
     recording_upstream upstream([](const recorded_request& r) {
         response_plan plan;

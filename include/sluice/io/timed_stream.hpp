@@ -14,6 +14,7 @@
 //
 // One deadline covers both directions: sluice never reads and writes one stream at once.
 
+#include "sluice/io/drained_read.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/io/untried_read.hpp"
 
@@ -25,6 +26,7 @@
 
 #include <chrono>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 namespace sluice {
@@ -47,6 +49,10 @@ struct stream_state {
     bool timed_out = false;
     /// An `async_read_reply` is being started (untried_read.hpp).
     bool starting_untried_read = false;
+    /// An `async_wait_readable` is being started, and the byte its looks peek into
+    /// (drained_read.hpp).
+    bool starting_probe = false;
+    char probe_byte = 0;
 };
 
 /// The watchdog's wait handler.
@@ -79,8 +85,9 @@ struct watchdog {
 };
 
 /// Completes an operation of a timed_stream, turning the cancellation by its watchdog into
-/// beast::error::timeout.
-template <typename Handler>
+/// beast::error::timeout. DropCount: the operation is a read standing for a wait
+/// (drained_read.hpp), whose handler takes the error alone.
+template <typename Handler, bool DropCount = false>
 class timeout_handler {
 public:
     timeout_handler(Handler handler, const stream_state* state)
@@ -92,7 +99,11 @@ public:
         if (ec == net::error::operation_aborted && state_->timed_out) {
             ec = beast::error::timeout;
         }
-        std::move(handler_)(ec, std::forward<Args>(args)...);
+        if constexpr (DropCount) {
+            std::move(handler_)(ec);
+        } else {
+            std::move(handler_)(ec, std::forward<Args>(args)...);
+        }
     }
 
     Handler handler_;
@@ -101,8 +112,8 @@ private:
     const stream_state* state_;
 };
 
-template <typename Handler>
-bool asio_handler_is_continuation(timeout_handler<Handler>* h) {
+template <typename Handler, bool DropCount>
+bool asio_handler_is_continuation(timeout_handler<Handler, DropCount>* h) {
     return boost_asio_handler_cont_helpers::is_continuation(h->handler_);
 }
 
@@ -167,22 +178,6 @@ public:
     }
 
     /**
-     * Reads what the socket holds now, without waiting or queueing an operation.
-     * net::error::would_block: nothing is there yet.
-     */
-    template <typename MutableBufferSequence>
-    std::size_t read_now(const MutableBufferSequence& buffers, error_code& ec) {
-        auto& socket = state_->socket;
-        if (!socket.non_blocking()) {
-            socket.non_blocking(true, ec); // once per connection, as in write_now
-            if (ec) {
-                return 0;
-            }
-        }
-        return socket.read_some(buffers, ec);
-    }
-
-    /**
      * Whether the socket has something to read now (bytes, the end of the stream or an error),
      * reading nothing: one non-blocking recv of a byte with MSG_PEEK. Where bytes are likely
      * there already, it spares `async_wait_readable` its turn of the event loop.
@@ -204,18 +199,26 @@ public:
     /**
      * Completes when the socket has something to read (bytes, the end of the stream or an
      * error), reading nothing, so that no buffer waits with it. It sees what is there already
-     * as well as what comes later: Asio's epoll reactor starts a wait that tries nothing first
-     * with an EPOLL_CTL_MOD of the descriptor, which re-arms its edge-triggered registration
-     * and has the kernel report it at once if readable (io_uring's poll does the same). One
-     * system call, like the failed read that a read started early makes.
+     * as well as what comes later. With drained reads (drained_read.hpp) it is a probe in the
+     * reactor's read queue that starts without a system call unless an event came since a read
+     * last emptied the socket (then one look) and looks again on each event. Without them,
+     * Asio's wait, which re-arms the descriptor with an EPOLL_CTL_MOD (io_uring's poll is one
+     * call too) and has the kernel report it at once if readable.
      */
     template <typename Token = net::default_completion_token_t<executor_type>>
     auto async_wait_readable(Token&& token = Token{}) {
-        return net::async_initiate<Token, void(error_code)>(
-            [this](auto handler) {
-                state_->socket.async_wait(tcp_socket::wait_read, wrap(std::move(handler)));
-            },
-            token);
+        return wait_readable(true, std::forward<Token>(token));
+    }
+
+    /**
+     * As async_wait_readable, but on an event it completes without a look: it may complete with
+     * nothing to read (the event's bytes were taken by a read started before the reactor took
+     * it), and the read that follows then waits. For a keep-alive connection's next request,
+     * where a look would cost a system call per request.
+     */
+    template <typename Token = net::default_completion_token_t<executor_type>>
+    auto async_wait_event(Token&& token = Token{}) {
+        return wait_readable(false, std::forward<Token>(token));
     }
 
     /// No deadline (a pending wait finds none and stops).
@@ -224,12 +227,21 @@ public:
         state_->deadline = std::chrono::steady_clock::time_point::max();
     }
 
+    /// A read of one buffer that left nothing behind it tells the reactor the socket is empty, so
+    /// that the next wait or read starts without a system call (drained_read.hpp: on a socket
+    /// given `enable_drained_reads`).
     template <typename MutableBufferSequence,
               typename Token = net::default_completion_token_t<executor_type>>
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token = Token{}) {
         return net::async_initiate<Token, void(error_code, std::size_t)>(
             [this](auto handler, const MutableBufferSequence& b) {
-                state_->socket.async_read_some(b, wrap(std::move(handler)));
+                if constexpr (drained_reads &&
+                              std::is_convertible_v<MutableBufferSequence, net::mutable_buffer>) {
+                    state_->socket.async_read_some(detail::drained_buffer{b},
+                                                   wrap(std::move(handler)));
+                } else {
+                    state_->socket.async_read_some(b, wrap(std::move(handler)));
+                }
             },
             token,
             buffers);
@@ -295,6 +307,25 @@ public:
     }
 
 private:
+    template <typename Token>
+    auto wait_readable(bool verified, Token&& token) {
+        return net::async_initiate<Token, void(error_code)>(
+            [this, verified](auto handler) {
+                auto& s = *state_;
+                if constexpr (drained_reads) {
+                    s.starting_probe = true;
+                    s.socket.async_read_some(
+                        detail::readiness_probe{
+                            net::buffer(&s.probe_byte, 1), &s.starting_probe, verified},
+                        detail::timeout_handler<decltype(handler), true>{std::move(handler), &s});
+                    s.starting_probe = false;
+                } else {
+                    s.socket.async_wait(tcp_socket::wait_read, wrap(std::move(handler)));
+                }
+            },
+            token);
+    }
+
     /// net::async_connect's condition: try every endpoint.
     struct any_endpoint {
         bool operator()(const error_code&, const tcp::endpoint&) const noexcept { return true; }
@@ -315,15 +346,16 @@ namespace boost::asio {
 /// A timeout_handler has its inner handler's executor, allocator and cancellation slot.
 template <template <typename, typename> class Associator,
           typename Handler,
+          bool DropCount,
           typename DefaultCandidate>
-struct associator<Associator, sluice::detail::timeout_handler<Handler>, DefaultCandidate>
+struct associator<Associator, sluice::detail::timeout_handler<Handler, DropCount>, DefaultCandidate>
     : Associator<Handler, DefaultCandidate> {
     static typename Associator<Handler, DefaultCandidate>::type
-    get(const sluice::detail::timeout_handler<Handler>& h) noexcept {
+    get(const sluice::detail::timeout_handler<Handler, DropCount>& h) noexcept {
         return Associator<Handler, DefaultCandidate>::get(h.handler_);
     }
 
-    static auto get(const sluice::detail::timeout_handler<Handler>& h,
+    static auto get(const sluice::detail::timeout_handler<Handler, DropCount>& h,
                     const DefaultCandidate& c) noexcept {
         return Associator<Handler, DefaultCandidate>::get(h.handler_, c);
     }

@@ -11,9 +11,10 @@
 // 5.0 without it (nginx 5.05).
 //
 // The read's buffer type marks it (`untried_buffer`), and Asio's recv operation for that type
-// (the specialisation below, the only place that knows Asio's internals) reports "not done" when
-// the reactor tries it during the read's start, which queues it without a system call. Every later
-// try, made when epoll reports the socket readable, is the ordinary recv.
+// (the specialisation below; with drained_read.hpp's, the only code that knows Asio's
+// internals) reports "not done" when the reactor tries it during the read's start, which queues
+// it without a system call. Every later try, made when epoll reports the socket readable, is the
+// ordinary recv.
 //
 // Why this cannot miss bytes: the reactor's registration is edge-triggered, so only bytes whose
 // edge the reactor took before the read was queued would go unseen, and a reply's bytes cannot

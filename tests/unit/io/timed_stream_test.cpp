@@ -10,7 +10,11 @@
 #include <array>
 #include <chrono>
 #include <optional>
+#include <poll.h>
+#include <string>
 #include <string_view>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 namespace sluice {
 namespace {
@@ -25,6 +29,9 @@ protected:
         tcp::acceptor acceptor(ioc_, tcp::endpoint(net::ip::address_v4::loopback(), 0));
         stream_.socket().connect(acceptor.local_endpoint());
         acceptor.accept(peer_);
+        error_code ec;
+        enable_drained_reads(stream_.socket(), ec); // as the session and the upstream pool do
+        EXPECT_FALSE(ec) << ec.message();
     }
 
     /// Starts a read on the stream; `result` is set when it completes.
@@ -40,6 +47,21 @@ protected:
         EXPECT_TRUE(test::run_until(
             ioc_, [this] { return result_.has_value(); }, 10s));
         return steady::now() - since;
+    }
+
+    /// The peer sends "last" and closes its side; the reactor takes the edge of both with nothing
+    /// to complete, then a read takes the bytes (the end stays behind them, with no new edge).
+    void read_last_bytes_with_the_end() {
+        stream_.expires_after(10s);
+        net::write(peer_, net::buffer(std::string_view("last")));
+        peer_.shutdown(tcp::socket::shutdown_send);
+        peer_timer_.expires_after(100ms);
+        peer_timer_.async_wait([](error_code) {});
+        ioc_.run_for(50ms);
+        start_read();
+        wait_for_read(steady::now());
+        ASSERT_FALSE(*result_) << result_->message();
+        ASSERT_EQ(std::string_view(in_.data(), read_), "last");
     }
 
     /// Sends `text` from the peer after `delay`.
@@ -144,6 +166,204 @@ TEST_F(TimedStreamTest, AReadableWaitSeesBytesThatCameBeforeIt) {
     EXPECT_TRUE(stream_.readable_now());
 }
 
+// async_wait_event, the wait for a keep-alive connection's next request: after a read that
+// emptied the socket it starts without a look (drained_read.hpp) and must still see what comes.
+
+/// Starts an async_wait_event (or, verified, an async_wait_readable); `waited` is set when it
+/// completes.
+void start_wait(timed_stream& stream, std::optional<error_code>& waited, bool verified = false) {
+    auto done = [&waited](error_code ec) {
+        waited = ec;
+    };
+    if (verified) {
+        stream.async_wait_readable(done);
+    } else {
+        stream.async_wait_event(done);
+    }
+}
+
+TEST_F(TimedStreamTest, AnEventWaitAfterAnEmptyingReadCompletesWhenBytesCome) {
+    stream_.expires_after(10s);
+    start_read();
+    peer_sends_after(0ms, "first");
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+    ASSERT_EQ(read_, 5u); // short: the socket is empty
+
+    std::optional<error_code> waited;
+    start_wait(stream_, waited);
+    ioc_.run_for(100ms);
+    EXPECT_FALSE(waited.has_value()) << "completed with nothing to read";
+    peer_sends_after(0ms, "second");
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&waited] { return waited.has_value(); }, 5s));
+    EXPECT_FALSE(*waited) << waited->message();
+    EXPECT_TRUE(stream_.readable_now());
+}
+
+TEST_F(TimedStreamTest, AnEventWaitSeesBytesThatCameBeforeIt) {
+    stream_.expires_after(10s);
+    start_read();
+    peer_sends_after(0ms, "first");
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+
+    // As for async_wait_readable below: the reactor takes the next bytes' edge with nothing to
+    // complete.
+    net::write(peer_, net::buffer(std::string_view("second")));
+    peer_timer_.expires_after(100ms);
+    peer_timer_.async_wait([](error_code) {});
+    ioc_.run_for(50ms);
+
+    std::optional<error_code> waited;
+    start_wait(stream_, waited);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&waited] { return waited.has_value(); }, 5s));
+    EXPECT_FALSE(*waited) << waited->message();
+    EXPECT_TRUE(stream_.readable_now());
+}
+
+// A read that filled its buffer may have left bytes: the wait after it must find them.
+TEST_F(TimedStreamTest, AnEventWaitAfterAReadThatFilledItsBufferSeesWhatIsLeft) {
+    stream_.expires_after(10s);
+    const std::string sent(in_.size() + 3, 'x');
+    net::write(peer_, net::buffer(sent));
+    start_read();
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+    ASSERT_EQ(read_, in_.size());
+
+    std::optional<error_code> waited;
+    start_wait(stream_, waited);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&waited] { return waited.has_value(); }, 5s));
+    EXPECT_FALSE(*waited) << waited->message();
+    result_.reset();
+    start_read();
+    wait_for_read(steady::now());
+    EXPECT_FALSE(*result_) << result_->message();
+    EXPECT_EQ(read_, 3u);
+}
+
+TEST_F(TimedStreamTest, AnEventWaitSeesThePeerLeave) {
+    stream_.expires_after(10s);
+    start_read();
+    peer_sends_after(0ms, "last");
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+
+    std::optional<error_code> waited;
+    start_wait(stream_, waited);
+    ioc_.run_for(50ms);
+    ASSERT_FALSE(waited.has_value());
+    peer_.close();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&waited] { return waited.has_value(); }, 5s));
+    EXPECT_FALSE(*waited) << waited->message(); // readable: the read says what it is
+    result_.reset();
+    start_read();
+    wait_for_read(steady::now());
+    EXPECT_EQ(*result_, net::error::eof);
+}
+
+// The end of the stream that came with the last bytes, its edge taken by the reactor before the
+// read that took them: a short read must not report the socket empty (the close would go unseen
+// until the deadline), which the kernel's count of what is left (TCP_INQ) tells apart.
+TEST_F(TimedStreamTest, AReadAfterTheLastBytesSeesTheEndThatCameWithThem) {
+    ASSERT_NO_FATAL_FAILURE(read_last_bytes_with_the_end());
+    const auto start = steady::now();
+    result_.reset();
+    start_read();
+    wait_for_read(start);
+    EXPECT_EQ(*result_, net::error::eof) << result_->message();
+    EXPECT_LT(steady::now() - start, 5s) << "the end was seen only at the deadline";
+}
+
+TEST_F(TimedStreamTest, AnEventWaitAfterTheLastBytesSeesTheEndThatCameWithThem) {
+    ASSERT_NO_FATAL_FAILURE(read_last_bytes_with_the_end());
+    const auto start = steady::now();
+    std::optional<error_code> waited;
+    start_wait(stream_, waited);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&waited] { return waited.has_value(); }, 10s));
+    EXPECT_FALSE(*waited) << waited->message();
+    EXPECT_LT(steady::now() - start, 5s) << "the end was seen only at the deadline";
+    result_.reset();
+    start_read();
+    wait_for_read(start);
+    EXPECT_EQ(*result_, net::error::eof) << result_->message();
+}
+
+#ifdef SLUICE_DRAINED_READS
+// What drained reads rely on: with TCP_INQ, a read says how much is left behind it, and a
+// non-zero count when only the end of the stream is.
+TEST_F(TimedStreamTest, TheKernelSaysWhatIsLeftBehindARead) {
+    const auto read_and_count = [this](std::size_t size) {
+        ::iovec iov{in_.data(), size};
+        alignas(::cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+        ::msghdr message{};
+        message.msg_iov = &iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control;
+        message.msg_controllen = sizeof(control);
+        const auto n = ::recvmsg(stream_.socket().native_handle(), &message, 0);
+        EXPECT_GT(n, 0);
+        return detail::left_to_read(message);
+    };
+    stream_.socket().non_blocking(false);
+    net::write(peer_, net::buffer(std::string_view("0123456789")));
+    EXPECT_EQ(read_and_count(4), 6); // "456789" left
+    EXPECT_EQ(read_and_count(in_.size()), 0);
+    net::write(peer_, net::buffer(std::string_view("end")));
+    peer_.shutdown(tcp::socket::shutdown_send);
+    // Wait until the end has arrived behind the bytes, then read the bytes alone.
+    ASSERT_TRUE(test::run_until(
+        ioc_,
+        [this] {
+            ::pollfd p{stream_.socket().native_handle(), POLLRDHUP, 0};
+            return ::poll(&p, 1, 0) == 1 && (p.revents & POLLRDHUP) != 0;
+        },
+        5s));
+    EXPECT_EQ(read_and_count(in_.size()), 1); // nothing but the end
+}
+#endif
+
+TEST_F(TimedStreamTest, AWaitEndsWithTimeoutAfterTheDeadline) {
+    for (const bool verified : {false, true}) {
+        stream_.expires_after(100ms);
+        const auto start = steady::now();
+        std::optional<error_code> waited;
+        start_wait(stream_, waited, verified);
+        ASSERT_TRUE(test::run_until(
+            ioc_, [&waited] { return waited.has_value(); }, 5s));
+        EXPECT_EQ(*waited, beast::error::timeout) << "verified " << verified;
+        EXPECT_GE(steady::now() - start, 100ms);
+    }
+}
+
+// The wait of a parked connection or a held request, where waking with nothing to read costs a
+// coroutine: an event whose bytes a read already took does not complete it.
+TEST_F(TimedStreamTest, AReadableWaitDoesNotCompleteForBytesAReadAlreadyTook) {
+    stream_.expires_after(10s);
+    // The read's first try takes the bytes before the reactor has taken their edge.
+    net::write(peer_, net::buffer(std::string_view("taken")));
+    start_read();
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+    ASSERT_EQ(std::string_view(in_.data(), read_), "taken");
+
+    std::optional<error_code> waited;
+    start_wait(stream_, waited, true);
+    peer_timer_.expires_after(200ms);
+    peer_timer_.async_wait([](error_code) {});
+    ioc_.run_for(150ms); // the reactor takes the edge, if it had not
+    EXPECT_FALSE(waited.has_value()) << "completed with nothing to read";
+    peer_sends_after(0ms, "next");
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&waited] { return waited.has_value(); }, 5s));
+    EXPECT_FALSE(*waited) << waited->message();
+}
+
 // async_read_reply: the read of a reply to a request just written.
 
 TEST_F(TimedStreamTest, AReplyReadGetsTheReplyToARequestJustWritten) {
@@ -229,34 +449,6 @@ TEST_F(TimedStreamTest, AReplyReadOnAConnectionThePeerClosedEndsAtOnce) {
     const auto took = wait_for_read(steady::now());
     EXPECT_TRUE(*result_) << "read " << got.value_or(0) << " bytes from a closed peer";
     EXPECT_LT(took, 5s);
-}
-
-TEST_F(TimedStreamTest, ReadNowTakesWhatIsThereAndSaysWhenNothingIs) {
-    error_code ec;
-    EXPECT_EQ(stream_.read_now(net::buffer(in_), ec), 0u);
-    EXPECT_EQ(ec, net::error::would_block);
-
-    net::write(peer_, net::buffer(std::string_view("there")));
-    std::size_t n = 0;
-    ASSERT_TRUE(test::run_until(
-        ioc_,
-        [&] {
-            n = stream_.read_now(net::buffer(in_), ec);
-            return ec != net::error::would_block;
-        },
-        5s));
-    EXPECT_FALSE(ec) << ec.message();
-    EXPECT_EQ(std::string_view(in_.data(), n), "there");
-
-    peer_.close();
-    ASSERT_TRUE(test::run_until(
-        ioc_,
-        [&] {
-            stream_.read_now(net::buffer(in_), ec);
-            return ec != net::error::would_block;
-        },
-        5s));
-    EXPECT_EQ(ec, net::error::eof);
 }
 
 TEST_F(TimedStreamTest, WriteNowWritesWithoutRunningTheIoContext) {
