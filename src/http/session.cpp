@@ -205,9 +205,10 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
             // comes with the bytes. The wait also completes for bytes already there (see
             // async_wait_event), so no look first: a MSG_PEEK before it cost a system call
             // per request, 7.0 where the read before the wait made 6.0 (bench/run); after a
-            // read that emptied the socket it starts with no system call at all (4.15 to 4.36
-            // per request where the build before it made 4.68 to 5.42, bench/run). (Here rather
-            // than in a function of its own: a coroutine frame per request.)
+            // read that emptied the socket it starts with no system call at all (bench/run:
+            // 4.22 and 4.42 per request at one and two workers, where the build before it made
+            // 4.82 and 5.44). (Here rather than in a function of its own: a coroutine frame
+            // per request.)
             const auto idle_until = steady_clock::now() + idle_timeout;
             stream.expires_after(std::min<steady_clock::duration>(idle_timeout, idle_grace));
             auto [wait_ec] = co_await stream.async_wait_event();

@@ -129,9 +129,16 @@ TEST(Proxy, ACloseDelimitedResponseEndsWhenTheUpstreamCloses) {
 // A client that closes its side right after a request (its bytes and its end together, as
 // `nc -N` does) is answered, and its connection ends then, not at idle-timeout: the read that
 // takes the request must not leave the end unseen behind it (drained_read.hpp). First on a new
-// connection, then on a kept one, where the wait for the request takes the edge of both.
+// connection, then on a kept one, where the wait for the request takes the edge of both. The
+// response is a head alone, relayed in one write: a longer one would be relayed with the client
+// watched (response_relay.cpp), which takes a close seen meanwhile for the client leaving and
+// may cut the response, as nginx does.
 TEST(Proxy, AClientThatClosesItsSideAfterARequestIsAnsweredAndLetGo) {
-    recording_upstream upstream;
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.body.clear();
+        return plan;
+    });
     const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
     sluice_process sluice(compose_yaml(upstream.url(), roomy, "  idle-timeout: 60s\n"));
     for (const bool kept : {false, true}) {
