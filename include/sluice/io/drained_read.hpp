@@ -82,18 +82,30 @@ struct readiness_probe {
 
 namespace sluice::detail {
 
-/// What a recvmsg's TCP_INQ message says is left to read behind the bytes it returned (1 when
-/// only the end of the stream is), or -1 when it carries none (no TCP_INQ on the socket).
-inline int left_to_read(::msghdr& message) noexcept {
-    for (auto* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+/// One recv of `size` bytes into `data` that also says what is left to read behind them, from
+/// the kernel's TCP_INQ message: `left` becomes that count (1 when only the end of the stream
+/// is), or -1 when the socket sends none (no TCP_INQ). Returns recvmsg's result (errno set on
+/// -1); retries on EINTR.
+inline ::ssize_t recv_counting_left(int fd, void* data, std::size_t size, int flags, int& left) {
+    ::iovec iov{data, size};
+    alignas(::cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    ::msghdr message{};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    ::ssize_t n = 0;
+    do {
+        n = ::recvmsg(fd, &message, flags);
+    } while (n < 0 && errno == EINTR);
+    left = -1;
+    for (auto* c = CMSG_FIRSTHDR(&message); n > 0 && c != nullptr; c = CMSG_NXTHDR(&message, c)) {
         if (c->cmsg_level == SOL_TCP && c->cmsg_type == TCP_CM_INQ &&
             c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-            int left = 0;
             std::memcpy(&left, CMSG_DATA(c), sizeof(left));
-            return left;
         }
     }
-    return -1;
+    return n;
 }
 
 } // namespace sluice::detail
@@ -119,17 +131,9 @@ public:
     static status do_perform(reactor_op* base) {
         auto* o = static_cast<reactive_socket_recv_op_base*>(base);
         const auto& buffer = o->buffers_.buffer;
-        ::iovec iov{buffer.data(), buffer.size()};
-        alignas(::cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        ::msghdr message{};
-        message.msg_iov = &iov;
-        message.msg_iovlen = 1;
-        message.msg_control = control;
-        message.msg_controllen = sizeof(control);
-        ::ssize_t n = 0;
-        do {
-            n = ::recvmsg(o->socket_, &message, o->flags_);
-        } while (n < 0 && errno == EINTR);
+        int left = -1;
+        const auto n = sluice::detail::recv_counting_left(
+            o->socket_, buffer.data(), buffer.size(), o->flags_, left);
         o->bytes_transferred_ = 0;
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -145,7 +149,7 @@ public:
             o->ec_ = boost::asio::error::eof;
             return done_and_exhausted;
         }
-        return sluice::detail::left_to_read(message) == 0 ? done_and_exhausted : done;
+        return left == 0 ? done_and_exhausted : done;
     }
 
 private:

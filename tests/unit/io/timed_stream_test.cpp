@@ -13,8 +13,6 @@
 #include <poll.h>
 #include <string>
 #include <string_view>
-#include <sys/socket.h>
-#include <sys/uio.h>
 
 namespace sluice {
 namespace {
@@ -299,16 +297,11 @@ TEST_F(TimedStreamTest, AnEventWaitAfterTheLastBytesSeesTheEndThatCameWithThem) 
 // non-zero count when only the end of the stream is.
 TEST_F(TimedStreamTest, TheKernelSaysWhatIsLeftBehindARead) {
     const auto read_and_count = [this](std::size_t size) {
-        ::iovec iov{in_.data(), size};
-        alignas(::cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-        ::msghdr message{};
-        message.msg_iov = &iov;
-        message.msg_iovlen = 1;
-        message.msg_control = control;
-        message.msg_controllen = sizeof(control);
-        const auto n = ::recvmsg(stream_.socket().native_handle(), &message, 0);
-        EXPECT_GT(n, 0);
-        return detail::left_to_read(message);
+        int left = -1;
+        EXPECT_GT(
+            detail::recv_counting_left(stream_.socket().native_handle(), in_.data(), size, 0, left),
+            0);
+        return left;
     };
     stream_.socket().non_blocking(false);
     net::write(peer_, net::buffer(std::string_view("0123456789")));
