@@ -125,6 +125,48 @@ TEST_F(RedisClient, PingSetGetAndErrorReplies) {
     EXPECT_EQ(c->connection_count(), 1u);
 }
 
+// Replies many times larger than one read of the socket (the adapter reads 16 KiB at a time and
+// feeds hiredis's reader), pipelined so that one read ends inside a reply and the next read starts
+// the following one: each arrives whole and in order, on TCP and on a Unix socket.
+void expect_large_replies_whole(net::io_context& ioc, client& c) {
+    std::string big(1 << 20, '\0');
+    for (std::size_t i = 0; i < big.size(); ++i) {
+        big[i] = static_cast<char>('a' + (i * 7919) % 26);
+    }
+    auto [set_ec, ok] = test::run_coro(ioc, c.async_command({"SET", "big", big}));
+    ASSERT_FALSE(set_ec) << set_ec.message();
+    EXPECT_EQ(ok.str, "OK");
+    std::vector<std::string> seen;
+    int failures = 0;
+    for (int i = 0; i < 8; ++i) {
+        c.async_command({"GETRANGE", "big", std::to_string(i), "-1"}, [&](error_code ec, reply r) {
+            failures += ec ? 1 : 0;
+            seen.push_back(std::move(r.str));
+        });
+    }
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return seen.size() == 8; }, 20s));
+    EXPECT_EQ(failures, 0);
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+        ASSERT_EQ(seen[i].size(), big.size() - i) << "reply " << i;
+        EXPECT_TRUE(seen[i] == std::string_view(big).substr(i)) << "reply " << i;
+    }
+}
+
+TEST_F(RedisClient, RepliesLargerThanOneReadArriveWholeOverTcp) {
+    start_server();
+    auto c = make_client(options());
+    expect_large_replies_whole(ioc_, *c);
+}
+
+TEST_F(RedisClient, RepliesLargerThanOneReadArriveWholeOverAUnixSocket) {
+    start_server({.requirepass = {}, .unix_socket = true});
+    auto o = options();
+    o.host = server_->unix_socket();
+    auto c = make_client(o);
+    expect_large_replies_whole(ioc_, *c);
+}
+
 TEST(CommandWriter, WritesRespBulkStrings) {
     std::string out;
     command_writer w(out, 4);
