@@ -324,6 +324,8 @@ protected:
 
     bool holds_slots() const { return std::string(GetParam().limiter) == "concurrency"; }
 
+    void client_leaves_mid_stream(bool half_close);
+
     std::unique_ptr<redis_server> redis_;
 };
 
@@ -419,7 +421,27 @@ TEST_P(StreamingTest, UpstreamTimeoutBoundsTheGapNotTheStream) {
 // A client that leaves mid-stream makes sluice close the upstream connection within 100 ms,
 // while the upstream is silent (an event every 2 s): the backend can stop generating. (sluice
 // used to notice only at its next write to the client, here 2 s later.)
+// How the client goes: it closes its socket, or only its sending side (a half-close, which
+// counts as leaving, as with nginx's default: docs/configuration.md, `upstream`).
+void leave(fd_stream& client, bool half_close) {
+    if (half_close) {
+        client.shutdown_send();
+    } else {
+        client.close();
+    }
+}
+
 TEST_P(StreamingTest, AClientLeavingMidStreamClosesTheUpstreamAtOnce) {
+    for (const bool half_close : {false, true}) {
+        SCOPED_TRACE(half_close ? "half-close" : "close");
+        client_leaves_mid_stream(half_close);
+        if (HasFatalFailure() || IsSkipped()) {
+            return;
+        }
+    }
+}
+
+void StreamingTest::client_leaves_mid_stream(bool half_close) {
     event_stream_upstream upstream(5, 2s);
     const auto rate_limit = rate_limit_yaml();
     if (rate_limit.empty()) {
@@ -437,7 +459,7 @@ TEST_P(StreamingTest, AClientLeavingMidStreamClosesTheUpstreamAtOnce) {
         ASSERT_FALSE(ec) << ec.message() << "\n" << text;
         text.append(buffer, n);
     }
-    client.close();
+    leave(client, half_close);
     const auto left = clock_type::now();
     ASSERT_TRUE(eventually([&] { return upstream.closed_at().has_value(); }, 1500ms))
         << "the upstream connection stayed open";
