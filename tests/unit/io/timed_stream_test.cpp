@@ -323,8 +323,9 @@ TEST_F(TimedStreamTest, TheKernelSaysWhatIsLeftBehindARead) {
 
 TEST_F(TimedStreamTest, AWaitEndsWithTimeoutAfterTheDeadline) {
     for (const bool verified : {false, true}) {
-        stream_.expires_after(100ms);
+        // Before the deadline is set: it counts from a moment no earlier than this.
         const auto start = steady::now();
+        stream_.expires_after(100ms);
         std::optional<error_code> waited;
         start_wait(stream_, waited, verified);
         ASSERT_TRUE(test::run_until(
