@@ -5,6 +5,8 @@
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 
 namespace sluice::http {
@@ -104,13 +106,33 @@ bool is_websocket_upgrade(const bhttp::header<true, bhttp::basic_fields<Allocato
            any_lists(request, bhttp::field::upgrade, "websocket");
 }
 
-template <typename Allocator>
-bool accepts_websocket(const bhttp::header<false, bhttp::basic_fields<Allocator>>& response) {
-    return any_lists(response, bhttp::field::upgrade, "websocket");
+bool accepts_websocket(const response_head& response) {
+    for (const auto& f : response) {
+        if (f.name() == bhttp::field::upgrade && lists(f.value(), "websocket")) {
+            return true;
+        }
+    }
+    return false;
 }
 
-template <typename Allocator>
-void strip_hop_by_hop(bhttp::basic_fields<Allocator>& fields) {
+namespace {
+
+// strip_hop_by_hop's one algorithm reads Beast's fields and a response_head alike; they differ
+// in how a field is taken out.
+template <typename Allocator, typename Predicate>
+void remove_fields(bhttp::basic_fields<Allocator>& fields, Predicate remove) {
+    for (auto it = fields.begin(); it != fields.end();) {
+        it = remove(*it) ? fields.erase(it) : std::next(it);
+    }
+}
+
+template <typename Predicate>
+void remove_fields(response_head& head, Predicate remove) {
+    head.remove_if(remove);
+}
+
+template <typename Fields>
+void strip_hop_by_hop_from(Fields& fields) {
     // Most messages carry none of these fields, or a Connection naming nothing else: one pass
     // tells, where erasing each name would search the field set once per name.
     bool connection = false;
@@ -129,32 +151,36 @@ void strip_hop_by_hop(bhttp::basic_fields<Allocator>& fields) {
         if (f.name() != bhttp::field::connection) {
             continue;
         }
-        if (boost::beast::iequals(f.value(), "keep-alive")) {
+        const std::string_view value = f.value();
+        if (boost::beast::iequals(value, "keep-alive")) {
             continue; // the usual one: it names Keep-Alive, which goes anyway
         }
-        for (auto token : bhttp::token_list{f.value()}) {
+        for (auto token : bhttp::token_list{value}) {
             const std::string_view name{token.data(), token.size()};
             if (!is_framing(name)) {
                 named.emplace_back(name);
             }
         }
     }
-    auto listed = [&named](std::string_view name) {
-        for (const auto& n : named) {
-            if (boost::beast::iequals(n, name)) {
-                return true;
-            }
+    remove_fields(fields, [&named](const auto& f) {
+        if (f.name() == bhttp::field::connection || is_fixed_hop_by_hop(f.name())) {
+            return true;
         }
-        return false;
-    };
-    for (auto it = fields.begin(); it != fields.end();) {
-        if (it->name() == bhttp::field::connection || is_fixed_hop_by_hop(it->name()) ||
-            listed(it->name_string())) {
-            it = fields.erase(it);
-        } else {
-            ++it;
-        }
-    }
+        return std::any_of(named.begin(), named.end(), [&f](const std::string& n) {
+            return boost::beast::iequals(n, f.name_string());
+        });
+    });
+}
+
+} // namespace
+
+template <typename Allocator>
+void strip_hop_by_hop(bhttp::basic_fields<Allocator>& fields) {
+    strip_hop_by_hop_from(fields);
+}
+
+void strip_hop_by_hop(response_head& head) {
+    strip_hop_by_hop_from(head);
 }
 
 void add_forwarding_headers(bhttp::fields& fields, std::string_view peer) {
@@ -183,7 +209,5 @@ template void append_forwarding_lines(bhttp::fields&, std::string_view, std::str
 template void append_forwarding_lines(arena_fields&, std::string_view, std::string&);
 template bool is_websocket_upgrade(const bhttp::request_header<>&);
 template bool is_websocket_upgrade(const bhttp::request_header<arena_fields>&);
-template bool accepts_websocket(const bhttp::response_header<>&);
-template bool accepts_websocket(const bhttp::response_header<arena_fields>&);
 
 } // namespace sluice::http

@@ -211,7 +211,7 @@ awaitable<failure> exchange(forward_args& a,
         if (f != failure::interim) {
             co_return f;
         }
-        const bool passed = co_await relay_interim(a, rp->get().base());
+        const bool passed = co_await relay_interim(a, rp->head());
         if (!passed) {
             co_return failure::client_gone;
         }
@@ -290,7 +290,7 @@ awaitable<void> tunnel_through(forward_args& a,
     result.status = 101;
     result.upstream = upstream_outcome::response;
     prepare_switch(a, rp);
-    message_writer writer(rp.get(), body_framing::none, a.scratch.header, a.scratch.lines);
+    message_writer writer(rp.head(), body_framing::none, a.scratch.header, a.scratch.lines);
     a.client.expires_after(a.config.server.idle_timeout);
     error_code ec;
     if (!writer.write_now(a.client, {}, true, ec)) {
@@ -318,7 +318,7 @@ awaitable<void> tunnel_through(forward_args& a,
 // After the body, the figures the caller asked for: a field's value (a chunked response's
 // trailer fields are among the fields by now), or what the scan found in the body.
 void collect_figures(const forward_args& a,
-                     const bhttp::response_header<header_fields>& res,
+                     const response_head& res,
                      response_figures* scan,
                      boost::container::small_vector<std::optional<std::string>, 1>& out) {
     for (std::size_t i = 0; i < a.settle_sources.size(); ++i) {
@@ -327,9 +327,9 @@ void collect_figures(const forward_args& a,
             out.push_back(scan ? scan->figure(i) : std::nullopt);
             continue;
         }
-        const auto it = res.find(source.header);
-        out.push_back(it == res.end() ? std::nullopt
-                                      : std::optional<std::string>(std::string(it->value())));
+        const auto* field = res.find(source.header);
+        out.push_back(field == nullptr ? std::nullopt
+                                       : std::optional<std::string>(std::string(field->value())));
     }
 }
 
@@ -482,24 +482,25 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
         co_return;
     }
 
-    if (rp->get().result_int() == 101) {
+    if (rp->head().status == 101) {
         // judge_response_header let a 101 through only for a WebSocket upgrade.
         co_await tunnel_through(a, *conn, *rp, buf, start, result);
         close_connection(conn);
         co_return;
     }
     const bool upstream_keep_alive = rp->keep_alive() && !rp->need_eof();
-    result.status = rp->get().result_int();
+    result.status = rp->head().status;
     result.upstream = upstream_outcome::response;
     result.keep_alive = prepare_response(a, *rp);
     // On the heap: only cost-weighted limits with `json:` figures need it, and in the frame its
     // 288 bytes would be in every request's frame.
     std::unique_ptr<response_figures> scan;
     if (a.response_json_bytes > 0) {
-        scan = std::make_unique<response_figures>(a.settle_sources,
-                                                  rp->get()[bhttp::field::content_type],
-                                                  rp->get()[bhttp::field::content_encoding],
-                                                  a.response_json_bytes);
+        scan =
+            std::make_unique<response_figures>(a.settle_sources,
+                                               rp->head().value_of(bhttp::field::content_type),
+                                               rp->head().value_of(bhttp::field::content_encoding),
+                                               a.response_json_bytes);
     }
     response_relay relay(a, *conn, *rp, buf, scan && scan->active() ? scan.get() : nullptr);
     if (const auto done = relay.start()) {
@@ -508,7 +509,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
         f = co_await relay.run();
     }
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
-    collect_figures(a, rp->get(), scan.get(), result.figures);
+    collect_figures(a, rp->head(), scan.get(), result.figures);
     if (f != failure::none) {
         // The response has started (or the client left): the only honest end is to close.
         close_connection(conn);

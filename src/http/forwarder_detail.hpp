@@ -51,7 +51,7 @@ failure judge_response_header(const error_code& ec,
 
 /// Passes a 1xx interim response (other than 100, which we answer ourselves) to the client.
 /// Returns false if the client is gone.
-awaitable<bool> relay_interim(forward_args& a, const bhttp::header<false, header_fields>& interim);
+awaitable<bool> relay_interim(forward_args& a, const response_head& interim);
 
 /**
  * Rewrites the upstream's response header for the client: hop-by-hop fields out, rate-limit

@@ -3,6 +3,7 @@
 
 // The types of the messages sluice parses and writes, with their per-request header arena.
 
+#include "sluice/http/response_head.hpp"
 #include "sluice/io/net.hpp"
 
 #include <boost/beast/http/basic_parser.hpp>
@@ -27,7 +28,8 @@ using std::chrono::milliseconds;
 using header_allocator = std::pmr::polymorphic_allocator<char>;
 using header_fields = bhttp::basic_fields<header_allocator>;
 using request_parser = bhttp::request_parser<bhttp::buffer_body, header_allocator>;
-using response_parser = bhttp::response_parser<bhttp::buffer_body, header_allocator>;
+
+// response_parser (http/response_head.hpp) keeps a response's fields flat, in the same arena.
 
 /**
  * The memory one request's headers (its own and its response's) are allocated from: a fixed
@@ -50,7 +52,7 @@ private:
     std::pmr::monotonic_buffer_resource resource_;
 };
 
-/// A parser whose fields come from `allocator`.
+/// A request parser whose fields come from `allocator`.
 template <typename Parser>
 void make_parser(std::optional<Parser>& parser, header_allocator allocator) {
     parser.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(allocator));

@@ -43,25 +43,48 @@ public:
 
     void put_fields(const header_fields& fields, std::string_view extra_lines) noexcept {
         for (const auto& f : fields) {
-            put(f.name_string());
-            put(": ");
-            put(f.value());
-            put(crlf);
+            put_field(f.name_string(), f.value());
+        }
+        put(extra_lines);
+        put(crlf);
+    }
+
+    void put_fields(const response_head& head, std::string_view extra_lines) noexcept {
+        for (const auto& f : head) {
+            put_field(f.name_string(), f.value());
         }
         put(extra_lines);
         put(crlf);
     }
 
 private:
+    void put_field(std::string_view name, std::string_view value) noexcept {
+        put(name);
+        put(": ");
+        put(value);
+        put(crlf);
+    }
+
     char* cursor_;
 };
 
 constexpr std::size_t version_size = 8; // "HTTP/1.1"
 
+// ": " and CRLF
+constexpr std::size_t field_overhead = 4;
+
 std::size_t fields_size(const header_fields& fields, std::string_view extra_lines) {
     std::size_t size = extra_lines.size() + crlf.size();
     for (const auto& f : fields) {
-        size += f.name_string().size() + f.value().size() + 4; // ": " and CRLF
+        size += f.name_string().size() + f.value().size() + field_overhead;
+    }
+    return size;
+}
+
+std::size_t fields_size(const response_head& head, std::string_view extra_lines) {
+    std::size_t size = extra_lines.size() + crlf.size();
+    for (const auto& f : head) {
+        size += f.name_string().size() + f.value().size() + field_overhead;
     }
     return size;
 }
@@ -88,17 +111,17 @@ message_writer::message_writer(const bhttp::header<true, header_fields>& header,
     out.put_fields(header, extra_lines);
 }
 
-message_writer::message_writer(const bhttp::header<false, header_fields>& header,
+message_writer::message_writer(const response_head& header,
                                body_framing framing,
                                std::string& scratch,
                                std::string_view extra_lines)
     : header_(scratch)
     , framing_(framing) {
-    const auto code = header.result_int();
+    const auto code = header.status;
     const std::string_view reason = header.reason();
     header_builder out(header_,
                        version_size + 5 + reason.size() + 2 + fields_size(header, extra_lines));
-    out.put_version(header.version());
+    out.put_version(header.version);
     out.put(' ');
     out.put(static_cast<char>('0' + code / 100 % 10));
     out.put(static_cast<char>('0' + code / 10 % 10));

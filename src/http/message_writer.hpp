@@ -36,7 +36,7 @@ public:
                    body_framing framing,
                    std::string& scratch,
                    std::string_view extra_lines);
-    message_writer(const bhttp::header<false, header_fields>& header,
+    message_writer(const response_head& header,
                    body_framing framing,
                    std::string& scratch,
                    std::string_view extra_lines);

@@ -222,20 +222,15 @@ void set_rate_limit_headers(bhttp::fields& fields,
         });
 }
 
-template <typename Allocator>
-void append_rate_limit_lines(bhttp::basic_fields<Allocator>& fields,
+void append_rate_limit_lines(response_head& head,
                              std::string& lines,
                              std::string_view name,
                              const limiter::decision& decision,
                              bool x_ratelimit) {
     // Our fields are not among Beast's known ones: only unknown fields need a name compare.
-    for (auto it = fields.begin(); it != fields.end();) {
-        if (it->name() == bhttp::field::unknown && is_ours(it->name_string(), x_ratelimit)) {
-            it = fields.erase(it);
-        } else {
-            ++it;
-        }
-    }
+    head.remove_if([x_ratelimit](const head_field& f) {
+        return f.name() == bhttp::field::unknown && is_ours(f.name_string(), x_ratelimit);
+    });
     // Formatted on the stack and appended once: every append to the string would check its
     // capacity, and there are a dozen small pieces.
     line_buffer buffer;
@@ -322,13 +317,5 @@ std::string cost_rejection_body(std::string_view name,
                                 std::int64_t remaining) {
     return with_cost(name, limit_index, retry_after, cost, "remaining", remaining);
 }
-
-template void append_rate_limit_lines(
-    bhttp::fields&, std::string&, std::string_view, const limiter::decision&, bool);
-template void append_rate_limit_lines(bhttp::basic_fields<std::pmr::polymorphic_allocator<char>>&,
-                                      std::string&,
-                                      std::string_view,
-                                      const limiter::decision&,
-                                      bool);
 
 } // namespace sluice::http

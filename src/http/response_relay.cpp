@@ -84,7 +84,7 @@ private:
 constexpr std::uint32_t response_header_limit = 64 * 1024;
 
 bool carries_body(const forward_args& a, const response_parser& rp) {
-    const auto status = rp.get().result_int();
+    const auto status = rp.head().status;
     return !a.reply.head && status != 204 && status != 304;
 }
 
@@ -92,7 +92,7 @@ body_framing response_framing(const forward_args& a, const response_parser& rp) 
     if (!carries_body(a, rp)) {
         return body_framing::none;
     }
-    return rp.get().chunked() ? body_framing::chunked : body_framing::raw;
+    return rp.head().chunked() ? body_framing::chunked : body_framing::raw;
 }
 
 // Parses into `buf` the part of the body that came in with the header, without reading, so
@@ -101,7 +101,7 @@ error_code parse_buffered_body(const forward_args& a,
                                upstream::connection& conn,
                                response_parser& rp,
                                const relay_buffer& buf) {
-    auto& body = rp.get().body();
+    auto& body = rp.body();
     body.data = buf.data();
     body.size = buf.size();
     error_code ec;
@@ -127,8 +127,7 @@ error_code parse_buffered_body(const forward_args& a,
 } // namespace
 
 void start_response(forward_args& a, std::optional<response_parser>& rp, bool first) {
-    make_parser(rp,
-                first ? a.arena.allocator() : header_allocator(std::pmr::new_delete_resource()));
+    rp.emplace(first ? a.arena.allocator().resource() : std::pmr::new_delete_resource());
     rp->body_limit(boost::none);
     rp->header_limit(response_header_limit);
     rp->skip(a.reply.head);
@@ -146,24 +145,24 @@ failure judge_response_header(const error_code& ec,
         const bool nothing_came = !rp.got_some() && conn.buffer.size() == 0;
         return retryable && conn.reused && nothing_came ? failure::stale : failure::upstream;
     }
-    const auto status = rp.get().result_int();
+    const auto status = rp.head().status;
     if (status == 101) {
         // Only to the protocol asked for, and only when asked: a client that did not ask would
         // get bytes of a protocol it does not speak.
-        return upgrade && accepts_websocket(rp.get()) ? failure::none : failure::upstream;
+        return upgrade && accepts_websocket(rp.head()) ? failure::none : failure::upstream;
     }
     return status >= 200 ? failure::none : failure::interim;
 }
 
-awaitable<bool> relay_interim(forward_args& a, const bhttp::header<false, header_fields>& interim) {
-    if (a.reply.version < 11 || interim.result_int() == 100) {
+awaitable<bool> relay_interim(forward_args& a, const response_head& interim) {
+    if (a.reply.version < 11 || interim.status == 100) {
         co_return true; // HTTP/1.0 knows no 1xx
     }
     // By number and reason: Beast names no status it does not know (103 Early Hints, say), and
     // result() would make it 000 <unknown-status>.
     bhttp::response<bhttp::empty_body> res;
     res.version(11);
-    res.result(interim.result_int());
+    res.result(interim.status);
     res.reason(interim.reason());
     for (const auto& f : interim) {
         res.insert(f.name_string(), f.value());
@@ -178,7 +177,7 @@ namespace {
 
 // The first rewriting of every response header: hop-by-hop fields out, the rate-limit lines
 // into scratch.lines.
-void strip_and_add_limits(forward_args& a, bhttp::header<false, header_fields>& res) {
+void strip_and_add_limits(forward_args& a, response_head& res) {
     strip_hop_by_hop(res);
     a.scratch.lines.clear();
     if (a.reply.limits.decision != nullptr) {
@@ -193,25 +192,25 @@ void strip_and_add_limits(forward_args& a, bhttp::header<false, header_fields>& 
 } // namespace
 
 void prepare_switch(forward_args& a, response_parser& rp) {
-    auto& res = rp.get();
+    auto& res = rp.head();
     strip_and_add_limits(a, res);
-    res.version(11); // an upgrade is asked only over HTTP/1.1
+    res.version = 11; // an upgrade is asked only over HTTP/1.1
     a.scratch.lines += "Connection: Upgrade\r\nUpgrade: websocket\r\n";
 }
 
 bool prepare_response(forward_args& a, response_parser& rp) {
-    auto& res = rp.get();
+    auto& res = rp.head();
     strip_and_add_limits(a, res);
     bool keep_alive = a.client_keep_alive && !*a.draining;
     const bool http11 = a.reply.version >= 11;
-    res.version(http11 ? 11 : 10);
+    res.version = http11 ? 11 : 10;
     if (carries_body(a, rp) && !rp.content_length()) {
         // Chunked or ended by the upstream's close: chunk it for HTTP/1.1, which keeps the
         // connection; HTTP/1.0 knows no chunking, so the body ends when we close.
         if (http11) {
-            res.chunked(true);
+            res.set_chunked(true);
         } else {
-            res.chunked(false);
+            res.set_chunked(false);
             keep_alive = false;
         }
     }
@@ -234,7 +233,7 @@ response_relay::response_relay(forward_args& a,
     , rp_(rp)
     , buf_(buf)
     , scan_(scan)
-    , writer_(rp.get(), response_framing(a, rp), a.scratch.header, a.scratch.lines)
+    , writer_(rp.head(), response_framing(a, rp), a.scratch.header, a.scratch.lines)
     , has_body_(carries_body(a, rp)) {}
 
 std::optional<failure> response_relay::start() {
@@ -243,13 +242,12 @@ std::optional<failure> response_relay::start() {
         // A body broken in its buffered part still gets the header first, as a later break
         // would.
         broken_ = static_cast<bool>(parse_buffered_body(a_, conn_, rp_, buf_));
-        block = {buf_.data(), broken_ ? 0 : rp_.get().body().size};
+        block = {buf_.data(), broken_ ? 0 : rp_.body().size};
     }
     first_block_ = block;
     a_.client.expires_after(a_.config.server.idle_timeout);
     error_code ec;
-    if (!writer_.write_now(
-            a_.client, block, !has_body_ || (!broken_ && !rp_.get().body().more), ec)) {
+    if (!writer_.write_now(a_.client, block, !has_body_ || (!broken_ && !rp_.body().more), ec)) {
         pending_ = true;
         return std::nullopt;
     }
@@ -263,7 +261,7 @@ std::optional<failure> response_relay::after_first_write() const {
     if (scan_ != nullptr) {
         scan_->feed(first_block_);
     }
-    if (!has_body_ || (!broken_ && !rp_.get().body().more)) {
+    if (!has_body_ || (!broken_ && !rp_.body().more)) {
         return failure::none;
     }
     if (broken_) {
@@ -282,7 +280,7 @@ awaitable<failure> response_relay::run() {
             co_return *done;
         }
     }
-    auto& body = rp_.get().body();
+    auto& body = rp_.body();
     // Only once the request is all in: before that, the client's bytes are its body.
     std::optional<client_watch> watch;
     if (a_.parser.is_done()) {

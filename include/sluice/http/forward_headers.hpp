@@ -5,7 +5,9 @@
 //
 // The templates take the fields of any message sluice handles: Beast's default `fields`, and the
 // arena-allocated ones of sluice's parsers (std::pmr::polymorphic_allocator); both are
-// instantiated in forward_headers.cpp.
+// instantiated in forward_headers.cpp. An upstream response's head is a `response_head`.
+
+#include "sluice/http/response_head.hpp"
 
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
@@ -29,6 +31,7 @@ namespace sluice::http {
  */
 template <typename Allocator>
 void strip_hop_by_hop(boost::beast::http::basic_fields<Allocator>& fields);
+void strip_hop_by_hop(response_head& head);
 
 /**
  * Adds the forwarding fields of a request sent upstream: `peer` (the TCP peer's address) is
@@ -64,9 +67,7 @@ bool is_websocket_upgrade(
  * An upstream that switches to anything else would leave the client speaking a protocol it did
  * not ask for.
  */
-template <typename Allocator>
-bool accepts_websocket(
-    const boost::beast::http::header<false, boost::beast::http::basic_fields<Allocator>>& response);
+bool accepts_websocket(const response_head& response);
 
 extern template void strip_hop_by_hop(boost::beast::http::fields&);
 extern template void
@@ -81,9 +82,5 @@ extern template bool is_websocket_upgrade(const boost::beast::http::request_head
 extern template bool
 is_websocket_upgrade(const boost::beast::http::request_header<
                      boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>>&);
-extern template bool accepts_websocket(const boost::beast::http::response_header<>&);
-extern template bool
-accepts_websocket(const boost::beast::http::response_header<
-                  boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>>&);
 
 } // namespace sluice::http

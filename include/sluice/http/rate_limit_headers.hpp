@@ -10,13 +10,13 @@
 // and, when `rate-limit.x_ratelimit_headers` asks for them, the older X-RateLimit-Limit,
 // X-RateLimit-Remaining and X-RateLimit-Reset.
 
+#include "sluice/http/response_head.hpp"
 #include "sluice/limiter/decision.hpp"
 
 #include <boost/beast/http/fields.hpp>
 
 #include <chrono>
 #include <cstdint>
-#include <memory_resource>
 #include <string>
 #include <string_view>
 
@@ -50,25 +50,14 @@ void set_rate_limit_headers(boost::beast::http::fields& fields,
 
 /**
  * `set_rate_limit_headers` for a caller that writes the header itself: the same fields are
- * appended to `lines` as header lines ("Name: value\r\n"), to be written after `fields`, from
- * which any the upstream sent are removed (one pass over the fields, no allocation).
+ * appended to `lines` as header lines ("Name: value\r\n"), to be written after `head`'s fields,
+ * from which any the upstream sent are removed (one pass over the fields, no allocation).
  */
-template <typename Allocator>
-void append_rate_limit_lines(boost::beast::http::basic_fields<Allocator>& fields,
+void append_rate_limit_lines(response_head& head,
                              std::string& lines,
                              std::string_view name,
                              const limiter::decision& decision,
                              bool x_ratelimit);
-
-// Instantiated for Beast's default fields and sluice's arena-allocated ones.
-extern template void append_rate_limit_lines(
-    boost::beast::http::fields&, std::string&, std::string_view, const limiter::decision&, bool);
-extern template void
-append_rate_limit_lines(boost::beast::http::basic_fields<std::pmr::polymorphic_allocator<char>>&,
-                        std::string&,
-                        std::string_view,
-                        const limiter::decision&,
-                        bool);
 
 /// The 429 body: `{"error":"rate_limited","limit":"<rule>","limit_index":<i>,"retry_after":<s>}`,
 /// naming the rule (or "fallback") and which of its limits refused (0-based, as in the config).

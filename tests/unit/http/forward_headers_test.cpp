@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <memory_resource>
 #include <string>
 #include <vector>
 
@@ -190,13 +192,18 @@ TEST(IsWebSocketUpgrade, OnlyAGetOfHttp11) {
 }
 
 TEST(AcceptsWebSocket, ListsWebSocketInUpgrade) {
-    bhttp::response_header<> res;
-    res.result(101);
-    EXPECT_FALSE(accepts_websocket(res));
-    res.set("Upgrade", "h2c");
-    EXPECT_FALSE(accepts_websocket(res));
-    res.set("Upgrade", "WebSocket");
-    EXPECT_TRUE(accepts_websocket(res));
+    const auto switching = [](std::string_view upgrade) {
+        auto head = std::make_unique<response_head>(std::pmr::new_delete_resource());
+        head->status = 101;
+        if (!upgrade.empty()) {
+            head->add(bhttp::field::upgrade, "Upgrade", upgrade);
+        }
+        return head;
+    };
+    EXPECT_FALSE(accepts_websocket(*switching("")));
+    EXPECT_FALSE(accepts_websocket(*switching("h2c")));
+    EXPECT_TRUE(accepts_websocket(*switching("WebSocket")));
+    EXPECT_TRUE(accepts_websocket(*switching("h2c, websocket/13")));
 }
 
 } // namespace

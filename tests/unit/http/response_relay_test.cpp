@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -27,14 +28,21 @@ protected:
     /// The upstream's response header `text`, parsed only, for a client of HTTP/1.`minor`.
     void parse(const std::string& text, unsigned minor = 1) {
         args_.reply.version = 10 + minor;
-        make_parser(response_, arena_.allocator());
+        response_.emplace(arena_.allocator().resource());
         error_code ec;
         response_->header_limit(64 * 1024);
         response_->put(net::buffer(text), ec);
         EXPECT_TRUE(!ec || ec == bhttp::error::need_buffer) << ec.message();
     }
 
-    const header_fields& fields() const { return response_->get().base(); }
+    /// How many fields of the prepared head are called `name` (ignoring case).
+    std::size_t count(std::string_view name) const {
+        const auto& head = response_->head();
+        return static_cast<std::size_t>(
+            std::count_if(head.begin(), head.end(), [name](const head_field& f) {
+                return beast::iequals(f.name_string(), name);
+            }));
+    }
 
     net::io_context ioc_;
     executor ex_{ioc_.get_executor()};
@@ -72,10 +80,11 @@ TEST_F(ResponseRelayHeader, HopByHopFieldsGoAndRateLimitFieldsAreAdded) {
     args_.reply.limits = {"api", &d, false};
     EXPECT_TRUE(prepare("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: X-Private\r\n"
                         "X-Private: 1\r\nKeep-Alive: timeout=5\r\nRateLimit: \"up\";r=1\r\n\r\n"));
-    EXPECT_EQ(fields().count("X-Private"), 0u);
-    EXPECT_EQ(fields().count("Keep-Alive"), 0u);
-    EXPECT_EQ(fields().count(bhttp::field::connection), 0u);
-    EXPECT_EQ(fields().count("RateLimit"), 0u) << "the upstream's own is replaced";
+    EXPECT_EQ(count("X-Private"), 0u);
+    EXPECT_EQ(count("Keep-Alive"), 0u);
+    EXPECT_EQ(count("Connection"), 0u);
+    EXPECT_EQ(count("RateLimit"), 0u) << "the upstream's own is replaced";
+    EXPECT_EQ(count("Content-Length"), 1u);
     EXPECT_NE(scratch_.lines.find("RateLimit-Policy: \"api\";q=10\r\n"), std::string::npos)
         << scratch_.lines;
     EXPECT_NE(scratch_.lines.find("RateLimit: \"api\";r=4;t=2\r\n"), std::string::npos)
@@ -87,12 +96,12 @@ TEST_F(ResponseRelayHeader, HopByHopFieldsGoAndRateLimitFieldsAreAdded) {
 // its connection; an HTTP/1.0 client knows no chunking, so its body ends when sluice closes.
 TEST_F(ResponseRelayHeader, ABodyWithoutLengthIsChunkedFor11AndEndsWithTheConnectionFor10) {
     EXPECT_TRUE(prepare("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"));
-    EXPECT_TRUE(response_->get().chunked());
+    EXPECT_TRUE(response_->head().chunked());
     EXPECT_FALSE(prepare("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n", 0));
-    EXPECT_FALSE(response_->get().chunked());
+    EXPECT_FALSE(response_->head().chunked());
     // Closing is HTTP/1.0's default: no Connection field says so.
     EXPECT_EQ(scratch_.lines.find("Connection:"), std::string::npos) << scratch_.lines;
-    EXPECT_EQ(response_->get().version(), 10u);
+    EXPECT_EQ(response_->head().version, 10u);
 }
 
 TEST_F(ResponseRelayHeader, ADrainingWorkerClosesTheClientConnection) {
@@ -127,10 +136,11 @@ TEST_F(ResponseRelayHeader, ASwitchKeepsTheWebSocketFieldsAndSaysUpgrade) {
           "Connection: Upgrade, X-Private\r\nX-Private: 1\r\n"
           "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
     prepare_switch(args_, *response_);
-    EXPECT_EQ(fields().count("X-Private"), 0u);
-    EXPECT_EQ(fields().count(bhttp::field::upgrade), 0u) << "replaced by this hop's";
-    EXPECT_EQ(fields().count(bhttp::field::connection), 0u);
-    EXPECT_EQ(fields()["Sec-WebSocket-Accept"], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    EXPECT_EQ(count("X-Private"), 0u);
+    EXPECT_EQ(count("Upgrade"), 0u) << "replaced by this hop's";
+    EXPECT_EQ(count("Connection"), 0u);
+    EXPECT_EQ(response_->head().value_of(bhttp::field::sec_websocket_accept),
+              "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
     EXPECT_NE(scratch_.lines.find("RateLimit: \"ws\";r=4;t=2\r\n"), std::string::npos)
         << scratch_.lines;
     EXPECT_NE(scratch_.lines.find("Connection: Upgrade\r\nUpgrade: websocket\r\n"),

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sluice/http/response_head.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/http/status.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace sluice::http {
+
+namespace bhttp = beast::http;
+
+response_head::~response_head() {
+    while (blocks_ != nullptr) {
+        auto* block = blocks_;
+        blocks_ = block->previous;
+        memory_->deallocate(block, block->size, alignof(text_block));
+    }
+}
+
+response_head::response_head(response_head&& other) noexcept
+    : status(other.status)
+    , version(other.version)
+    , memory_(other.memory_)
+    , blocks_(std::exchange(other.blocks_, nullptr))
+    , next_(std::exchange(other.next_, nullptr))
+    , room_(std::exchange(other.room_, 0))
+    , reason_(other.reason_)
+    , fields_(std::move(other.fields_)) {}
+
+std::string_view response_head::reason() const noexcept {
+    if (!reason_.empty()) {
+        return reason_;
+    }
+    const auto phrase = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+    return {phrase.data(), phrase.size()};
+}
+
+std::string_view response_head::keep(std::string_view text) {
+    if (text.empty()) {
+        return {};
+    }
+    // From a block of the head's own: the memory resource's allocate is a virtual call, and a
+    // head's strings are a dozen small pieces.
+    if (text.size() > room_) {
+        const auto size = sizeof(text_block) + std::max(text.size(), text_block_size);
+        auto* block = static_cast<text_block*>(memory_->allocate(size, alignof(text_block)));
+        block->previous = blocks_;
+        block->size = size;
+        blocks_ = block;
+        next_ = reinterpret_cast<char*>(block + 1);
+        room_ = size - sizeof(text_block);
+    }
+    std::memcpy(next_, text.data(), text.size());
+    const std::string_view copy(next_, text.size());
+    next_ += text.size();
+    room_ -= text.size();
+    return copy;
+}
+
+void response_head::add(bhttp::field name, std::string_view name_string, std::string_view value) {
+    if (fields_.empty()) {
+        fields_.reserve(8); // a usual response's fields, without growing
+    }
+    fields_.emplace_back(name, keep(name_string), keep(value));
+}
+
+const head_field* response_head::find(std::string_view name) const noexcept {
+    for (const auto& f : fields_) {
+        if (beast::iequals(f.name_string(), name)) {
+            return &f;
+        }
+    }
+    return nullptr;
+}
+
+const head_field* response_head::find(bhttp::field name) const noexcept {
+    for (const auto& f : fields_) {
+        if (f.name() == name) {
+            return &f;
+        }
+    }
+    return nullptr;
+}
+
+std::string_view response_head::value_of(bhttp::field name) const noexcept {
+    const auto* f = find(name);
+    return f != nullptr ? f->value() : std::string_view{};
+}
+
+namespace {
+
+// The last element of a Transfer-Encoding list (empty for an empty list).
+std::string_view last_coding(std::string_view list) {
+    std::string_view last;
+    for (const auto token : bhttp::token_list{list}) {
+        last = {token.data(), token.size()};
+    }
+    return last;
+}
+
+} // namespace
+
+bool response_head::chunked() const noexcept {
+    return beast::iequals(last_coding(value_of(bhttp::field::transfer_encoding)), "chunked");
+}
+
+void response_head::set_chunked(bool chunked) {
+    const auto* te = find(bhttp::field::transfer_encoding);
+    // The new Transfer-Encoding list, when it changes (empty: no field).
+    std::optional<std::string> list;
+    if (chunked) {
+        if (te == nullptr) {
+            list = "chunked";
+        } else if (!beast::iequals(last_coding(te->value()), "chunked")) {
+            list = std::string(te->value()) + ", chunked";
+        }
+    } else if (te != nullptr) {
+        // Without its last element when that is "chunked" (Beast's filter_token_list_last),
+        // re-joined with ", ".
+        list.emplace();
+        const bhttp::token_list tokens{te->value()};
+        for (auto it = tokens.begin(); it != tokens.end();) {
+            const std::string_view token{it->data(), it->size()};
+            const bool last = ++it == tokens.end();
+            if (last && beast::iequals(token, "chunked")) {
+                break;
+            }
+            list->append(list->empty() ? "" : ", ").append(token);
+        }
+    }
+    // A chunked body has no length, and one ended by the connection's close says none: Beast's
+    // message::chunked takes Content-Length away in either case.
+    remove_if([replaced = list.has_value()](const head_field& f) {
+        return f.name() == bhttp::field::content_length ||
+               (replaced && f.name() == bhttp::field::transfer_encoding);
+    });
+    if (list && !list->empty()) {
+        add(bhttp::field::transfer_encoding, "Transfer-Encoding", *list);
+    }
+}
+
+void response_parser::on_request_impl(
+    bhttp::verb, beast::string_view, beast::string_view, int, error_code& ec) {
+    ec = {}; // never called: this parser reads responses
+}
+
+void response_parser::on_response_impl(int code,
+                                       beast::string_view reason,
+                                       int version,
+                                       error_code& ec) {
+    head_.status = static_cast<unsigned>(code);
+    head_.version = static_cast<unsigned>(version);
+    head_.set_reason({reason.data(), reason.size()});
+    ec = {};
+}
+
+void response_parser::on_field_impl(bhttp::field name,
+                                    beast::string_view name_string,
+                                    beast::string_view value,
+                                    error_code& ec) {
+    head_.add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
+    ec = {};
+}
+
+void response_parser::on_header_impl(error_code& ec) {
+    ec = {};
+}
+
+void response_parser::on_body_init_impl(const boost::optional<std::uint64_t>&, error_code& ec) {
+    ec = {};
+}
+
+// As Beast's buffer_body: the bytes go where body_ points, and a put that does not fit stops
+// with need_buffer.
+std::size_t response_parser::on_body_impl(beast::string_view body, error_code& ec) {
+    if (body_.data == nullptr) {
+        ec = bhttp::error::need_buffer;
+        return 0;
+    }
+    const auto n = std::min(body.size(), body_.size);
+    if (n > 0) {
+        std::memcpy(body_.data, body.data(), n);
+    }
+    body_.data = static_cast<char*>(body_.data) + n;
+    body_.size -= n;
+    ec = n == body.size() ? error_code{} : error_code(bhttp::error::need_buffer);
+    return n;
+}
+
+void response_parser::on_chunk_header_impl(std::uint64_t, beast::string_view, error_code& ec) {
+    ec = {};
+}
+
+std::size_t
+response_parser::on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code& ec) {
+    return on_body_impl(body, ec);
+}
+
+void response_parser::on_finish_impl(error_code& ec) {
+    ec = {};
+}
+
+} // namespace sluice::http
