@@ -58,15 +58,9 @@ field_list by_name(field_list fields) {
     return fields;
 }
 
-field_list fields_of(const response_head& head) {
-    field_list out;
-    for (const auto& f : head) {
-        out.emplace_back(f.name_string(), f.value());
-    }
-    return out;
-}
-
-field_list fields_of(const bhttp::fields& fields) {
+// A response_head's fields or Beast's, which read alike.
+template <typename Fields>
+field_list fields_of(const Fields& fields) {
     field_list out;
     for (const auto& f : fields) {
         out.emplace_back(f.name_string(), f.value());

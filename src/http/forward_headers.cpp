@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/forward_headers.hpp"
 
+#include "sluice/http/response_head.hpp"
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>

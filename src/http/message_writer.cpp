@@ -41,50 +41,30 @@ public:
         put(static_cast<char>('0' + version % 10));
     }
 
-    void put_fields(const header_fields& fields, std::string_view extra_lines) noexcept {
+    /// A request's header_fields or a response_head: their fields read alike.
+    template <typename Fields>
+    void put_fields(const Fields& fields, std::string_view extra_lines) noexcept {
         for (const auto& f : fields) {
-            put_field(f.name_string(), f.value());
-        }
-        put(extra_lines);
-        put(crlf);
-    }
-
-    void put_fields(const response_head& head, std::string_view extra_lines) noexcept {
-        for (const auto& f : head) {
-            put_field(f.name_string(), f.value());
+            put(f.name_string());
+            put(": ");
+            put(f.value());
+            put(crlf);
         }
         put(extra_lines);
         put(crlf);
     }
 
 private:
-    void put_field(std::string_view name, std::string_view value) noexcept {
-        put(name);
-        put(": ");
-        put(value);
-        put(crlf);
-    }
-
     char* cursor_;
 };
 
 constexpr std::size_t version_size = 8; // "HTTP/1.1"
 
-// ": " and CRLF
-constexpr std::size_t field_overhead = 4;
-
-std::size_t fields_size(const header_fields& fields, std::string_view extra_lines) {
+template <typename Fields>
+std::size_t fields_size(const Fields& fields, std::string_view extra_lines) {
     std::size_t size = extra_lines.size() + crlf.size();
     for (const auto& f : fields) {
-        size += f.name_string().size() + f.value().size() + field_overhead;
-    }
-    return size;
-}
-
-std::size_t fields_size(const response_head& head, std::string_view extra_lines) {
-    std::size_t size = extra_lines.size() + crlf.size();
-    for (const auto& f : head) {
-        size += f.name_string().size() + f.value().size() + field_overhead;
+        size += f.name_string().size() + f.value().size() + 4; // ": " and CRLF
     }
     return size;
 }

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <optional>
 #include <string>
-#include <utility>
 
 namespace sluice::http {
 
@@ -23,16 +22,6 @@ response_head::~response_head() {
         memory_->deallocate(block, block->size, alignof(text_block));
     }
 }
-
-response_head::response_head(response_head&& other) noexcept
-    : status(other.status)
-    , version(other.version)
-    , memory_(other.memory_)
-    , blocks_(std::exchange(other.blocks_, nullptr))
-    , next_(std::exchange(other.next_, nullptr))
-    , room_(std::exchange(other.room_, 0))
-    , reason_(other.reason_)
-    , fields_(std::move(other.fields_)) {}
 
 std::string_view response_head::reason() const noexcept {
     if (!reason_.empty()) {

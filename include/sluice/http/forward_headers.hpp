@@ -7,8 +7,6 @@
 // arena-allocated ones of sluice's parsers (std::pmr::polymorphic_allocator); both are
 // instantiated in forward_headers.cpp. An upstream response's head is a `response_head`.
 
-#include "sluice/http/response_head.hpp"
-
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
 
@@ -17,6 +15,8 @@
 #include <string_view>
 
 namespace sluice::http {
+
+class response_head; // sluice/http/response_head.hpp
 
 /**
  * Removes the connection-specific ("hop-by-hop") fields of RFC 9110 7.6.1: Connection and every

@@ -10,7 +10,6 @@
 // and, when `rate-limit.x_ratelimit_headers` asks for them, the older X-RateLimit-Limit,
 // X-RateLimit-Remaining and X-RateLimit-Reset.
 
-#include "sluice/http/response_head.hpp"
 #include "sluice/limiter/decision.hpp"
 
 #include <boost/beast/http/fields.hpp>
@@ -21,6 +20,8 @@
 #include <string_view>
 
 namespace sluice::http {
+
+class response_head; // sluice/http/response_head.hpp
 
 /// Whole seconds, rounded up; never negative (`t`, `w`, X-RateLimit-Reset).
 std::int64_t ceil_seconds(std::chrono::milliseconds duration) noexcept;

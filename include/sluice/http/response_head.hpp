@@ -59,11 +59,10 @@ public:
     /// lives on the heap).
     ~response_head();
 
-    // A copy would append into the same block of text as its original.
+    // A copy would append into the same block of text as its original, and a moved-from head
+    // would give its blocks back twice.
     response_head(const response_head&) = delete;
     response_head& operator=(const response_head&) = delete;
-    response_head(response_head&& other) noexcept;
-    response_head& operator=(response_head&&) = delete;
 
     unsigned status = 0;
     unsigned version = 11; // 10 or 11

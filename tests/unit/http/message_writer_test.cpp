@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -46,13 +47,13 @@ protected:
     }
 
     /// `header` as the relay holds an upstream's: the same status line and fields, in order.
-    response_head head_of(const bhttp::header<false, header_fields>& header) {
-        response_head head(arena_.allocator().resource());
-        head.status = header.result_int();
-        head.version = header.version();
-        head.set_reason(header.reason());
+    std::unique_ptr<response_head> head_of(const bhttp::header<false, header_fields>& header) {
+        auto head = std::make_unique<response_head>(arena_.allocator().resource());
+        head->status = header.result_int();
+        head->version = header.version();
+        head->set_reason(header.reason());
         for (const auto& f : header) {
-            head.add(f.name(), f.name_string(), f.value());
+            head->add(f.name(), f.name_string(), f.value());
         }
         return head;
     }
@@ -88,7 +89,7 @@ TEST_F(MessageWriterTest, ResponseHeaderAndRawBodyGoOutTogether) {
     res.version(11);
     res.insert("Content-Length", "5");
     res.insert("Content-Type", "text/plain");
-    message_writer writer(head_of(res.base()), body_framing::raw, scratch_, {});
+    message_writer writer(*head_of(res.base()), body_framing::raw, scratch_, {});
     write(writer, "hello", true);
 
     const auto expected = beast_header(res.base()) + "hello";
@@ -101,7 +102,7 @@ TEST_F(MessageWriterTest, KeepsTheUpstreamsReasonPhrase) {
     res.result(299);
     res.reason("Fine Anyway");
     res.version(10);
-    message_writer writer(head_of(res.base()), body_framing::none, scratch_, {});
+    message_writer writer(*head_of(res.base()), body_framing::none, scratch_, {});
     write(writer, {}, true);
 
     const std::string expected = "HTTP/1.0 299 Fine Anyway\r\n\r\n";
@@ -114,7 +115,7 @@ TEST_F(MessageWriterTest, ChunkedBodyIsRechunkedAndEndsWithTheLastChunk) {
     res.result(bhttp::status::ok);
     res.version(11);
     res.chunked(true);
-    message_writer writer(head_of(res.base()), body_framing::chunked, scratch_, {});
+    message_writer writer(*head_of(res.base()), body_framing::chunked, scratch_, {});
     write(writer, "hello", false);
     write(writer, std::string(26, 'x'), false);
     write(writer, {}, true);
@@ -131,7 +132,7 @@ TEST_F(MessageWriterTest, NoBodyFramingWritesTheHeaderOnlyEvenWhenChunked) {
     res.result(bhttp::status::ok);
     res.version(11);
     res.chunked(true);
-    message_writer writer(head_of(res.base()), body_framing::none, scratch_, {});
+    message_writer writer(*head_of(res.base()), body_framing::none, scratch_, {});
     write(writer, {}, true);
 
     const auto expected = beast_header(res.base());

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/rate_limit_headers.hpp"
+#include "sluice/http/response_head.hpp"
 
 #include <gtest/gtest.h>
 
