@@ -3,6 +3,7 @@
 // message sluice reads goes through put_buffered. No coroutine here, so that the request_head
 // fuzzer can build this file with every sanitizer (clang 14 cannot build a coroutine with UBSan).
 #include "http/message_reader.hpp"
+#include "sluice/http/response_parser.hpp"
 
 #include <boost/beast/http/error.hpp>
 
@@ -57,10 +58,8 @@ error_code check_trailer(std::string_view parsed, const chunk_limits& limits) {
 
 } // namespace
 
-template <bool isRequest>
-error_code put_buffered(beast::flat_buffer& buffer,
-                        bhttp::basic_parser<isRequest>& parser,
-                        const chunk_limits& limits) {
+template <typename Parser>
+error_code put_buffered(beast::flat_buffer& buffer, Parser& parser, const chunk_limits& limits) {
     std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
     // In a chunked body, Beast is given no more than one chunk header and trailer may take, so
     // that a trailer of a million tiny fields cannot arrive whole and keep the worker parsing.
@@ -94,9 +93,9 @@ error_code put_buffered(beast::flat_buffer& buffer,
     return ec;
 }
 
-template <bool isRequest>
+template <typename Parser>
 std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
-                                         bhttp::basic_parser<isRequest>& parser,
+                                         Parser& parser,
                                          bool header_only,
                                          const chunk_limits& limits) {
     if (buffer.size() == 0) {
@@ -113,13 +112,11 @@ chunk_limits chunk_limits_of(const config::config& cfg) {
     return {cfg.server.max_chunk_header_bytes, cfg.server.max_trailer_bytes};
 }
 
-template error_code
-put_buffered(beast::flat_buffer&, bhttp::basic_parser<true>&, const chunk_limits&);
-template error_code
-put_buffered(beast::flat_buffer&, bhttp::basic_parser<false>&, const chunk_limits&);
+template error_code put_buffered(beast::flat_buffer&, request_parser&, const chunk_limits&);
+template error_code put_buffered(beast::flat_buffer&, response_parser&, const chunk_limits&);
 template std::optional<error_code>
-parse_buffered(beast::flat_buffer&, bhttp::basic_parser<true>&, bool, const chunk_limits&);
+parse_buffered(beast::flat_buffer&, request_parser&, bool, const chunk_limits&);
 template std::optional<error_code>
-parse_buffered(beast::flat_buffer&, bhttp::basic_parser<false>&, bool, const chunk_limits&);
+parse_buffered(beast::flat_buffer&, response_parser&, bool, const chunk_limits&);
 
 } // namespace sluice::http::detail

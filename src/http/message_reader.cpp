@@ -5,6 +5,7 @@
 #include "http/message_reader.hpp"
 
 #include "http/header_block_detail.hpp"
+#include "sluice/http/response_parser.hpp"
 
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http/error.hpp>
@@ -16,8 +17,8 @@ namespace {
 
 /// What a failed read means for the message: the end of one that lasts until the connection
 /// closes, a truncated one, or (end_of_stream) the stream ended before a message began.
-template <bool isRequest>
-error_code read_failed(const error_code& ec, bhttp::basic_parser<isRequest>& parser) {
+template <typename Parser>
+error_code read_failed(const error_code& ec, Parser& parser) {
     if (ec != net::error::eof) {
         return ec;
     }
@@ -37,10 +38,10 @@ net::mutable_buffer read_room(beast::flat_buffer& buffer) {
 
 } // namespace
 
-template <bool isRequest>
+template <typename Parser>
 awaitable<error_code> read_message(timed_stream& stream,
                                    beast::flat_buffer& buffer,
-                                   bhttp::basic_parser<isRequest>& parser,
+                                   Parser& parser,
                                    bool header_only,
                                    const chunk_limits& limits,
                                    first_read first) {
@@ -87,17 +88,9 @@ awaitable<error_code> read_header(timed_stream& stream,
     co_return parse_ec;
 }
 
-template awaitable<error_code> read_message(timed_stream&,
-                                            beast::flat_buffer&,
-                                            bhttp::basic_parser<true>&,
-                                            bool,
-                                            const chunk_limits&,
-                                            first_read);
-template awaitable<error_code> read_message(timed_stream&,
-                                            beast::flat_buffer&,
-                                            bhttp::basic_parser<false>&,
-                                            bool,
-                                            const chunk_limits&,
-                                            first_read);
+template awaitable<error_code> read_message(
+    timed_stream&, beast::flat_buffer&, request_parser&, bool, const chunk_limits&, first_read);
+template awaitable<error_code> read_message(
+    timed_stream&, beast::flat_buffer&, response_parser&, bool, const chunk_limits&, first_read);
 
 } // namespace sluice::http::detail

@@ -14,7 +14,14 @@
 #include <optional>
 #include <string>
 
+namespace sluice::http {
+class response_parser;
+} // namespace sluice::http
+
 namespace sluice::http::detail {
+
+// The functions below that take a `Parser` are built for the two sluice reads with:
+// request_parser (message_types.hpp) and response_parser (sluice/http/response_parser.hpp).
 
 /**
  * Bounds on what a chunked body makes sluice hold before Beast can parse it: Beast 1.81 waits
@@ -38,10 +45,8 @@ chunk_limits chunk_limits_of(const config::config& cfg);
  * value over 65,535 bytes becomes header_limit), and in a chunked body it holds to `limits`:
  * bad_chunk_extension for a longer chunk-size line, header_limit for a larger trailer section.
  */
-template <bool isRequest>
-error_code put_buffered(beast::flat_buffer& buffer,
-                        bhttp::basic_parser<isRequest>& parser,
-                        const chunk_limits& limits);
+template <typename Parser>
+error_code put_buffered(beast::flat_buffer& buffer, Parser& parser, const chunk_limits& limits);
 
 /**
  * Reads until `buffer` holds a complete request header (its blank line), within `limit` bytes
@@ -83,19 +88,19 @@ enum class first_read {
  * never holds more than a header, a chunk header or a trailer within its limit, plus one read.
  * The caller sets the deadline.
  */
-template <bool isRequest>
+template <typename Parser>
 awaitable<error_code> read_message(timed_stream& stream,
                                    beast::flat_buffer& buffer,
-                                   bhttp::basic_parser<isRequest>& parser,
+                                   Parser& parser,
                                    bool header_only,
                                    const chunk_limits& limits,
                                    first_read first = first_read::tried);
 
 /// One parse of what `buffer` holds (read_message's step without I/O, message_parse.cpp);
 /// nullopt: the parser needs more bytes.
-template <bool isRequest>
+template <typename Parser>
 std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
-                                         bhttp::basic_parser<isRequest>& parser,
+                                         Parser& parser,
                                          bool header_only,
                                          const chunk_limits& limits);
 

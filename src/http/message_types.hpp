@@ -3,7 +3,7 @@
 
 // The types of the messages sluice parses and writes, with their per-request header arena.
 
-#include "sluice/http/response_head.hpp"
+#include "sluice/http/response_parser.hpp"
 #include "sluice/io/net.hpp"
 
 #include <boost/beast/http/basic_parser.hpp>
@@ -29,7 +29,8 @@ using header_allocator = std::pmr::polymorphic_allocator<char>;
 using header_fields = bhttp::basic_fields<header_allocator>;
 using request_parser = bhttp::request_parser<bhttp::buffer_body, header_allocator>;
 
-// response_parser (http/response_head.hpp) keeps a response's fields flat, in the same arena.
+// response_parser (sluice/http/response_parser.hpp) keeps a response's fields flat, in the same
+// arena.
 
 /**
  * The memory one request's headers (its own and its response's) are allocated from: a fixed

@@ -23,6 +23,13 @@ response_head::~response_head() {
     }
 }
 
+void response_head::clear() noexcept {
+    status = 0;
+    version = 11;
+    reason_ = {};
+    fields_.clear();
+}
+
 std::string_view response_head::reason() const noexcept {
     if (!reason_.empty()) {
         return reason_;
@@ -133,67 +140,6 @@ void response_head::set_chunked(bool chunked) {
     if (list && !list->empty()) {
         add(bhttp::field::transfer_encoding, "Transfer-Encoding", *list);
     }
-}
-
-void response_parser::on_request_impl(
-    bhttp::verb, beast::string_view, beast::string_view, int, error_code& ec) {
-    ec = {}; // never called: this parser reads responses
-}
-
-void response_parser::on_response_impl(int code,
-                                       beast::string_view reason,
-                                       int version,
-                                       error_code& ec) {
-    head_.status = static_cast<unsigned>(code);
-    head_.version = static_cast<unsigned>(version);
-    head_.set_reason({reason.data(), reason.size()});
-    ec = {};
-}
-
-void response_parser::on_field_impl(bhttp::field name,
-                                    beast::string_view name_string,
-                                    beast::string_view value,
-                                    error_code& ec) {
-    head_.add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
-    ec = {};
-}
-
-void response_parser::on_header_impl(error_code& ec) {
-    ec = {};
-}
-
-void response_parser::on_body_init_impl(const boost::optional<std::uint64_t>&, error_code& ec) {
-    ec = {};
-}
-
-// As Beast's buffer_body: the bytes go where body_ points, and a put that does not fit stops
-// with need_buffer.
-std::size_t response_parser::on_body_impl(beast::string_view body, error_code& ec) {
-    if (body_.data == nullptr) {
-        ec = bhttp::error::need_buffer;
-        return 0;
-    }
-    const auto n = std::min(body.size(), body_.size);
-    if (n > 0) {
-        std::memcpy(body_.data, body.data(), n);
-    }
-    body_.data = static_cast<char*>(body_.data) + n;
-    body_.size -= n;
-    ec = n == body.size() ? error_code{} : error_code(bhttp::error::need_buffer);
-    return n;
-}
-
-void response_parser::on_chunk_header_impl(std::uint64_t, beast::string_view, error_code& ec) {
-    ec = {};
-}
-
-std::size_t
-response_parser::on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code& ec) {
-    return on_body_impl(body, ec);
-}
-
-void response_parser::on_finish_impl(error_code& ec) {
-    ec = {};
 }
 
 } // namespace sluice::http

@@ -14,6 +14,7 @@ list(APPEND SLUICE_NET_SOURCES
   src/http/request_checks.cpp
   src/http/response_figures.cpp
   src/http/response_head.cpp
+  src/http/response_parser.cpp
   src/http/response_relay.cpp
   src/http/session.cpp
   src/http/tunnel.cpp

@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// An upstream response's head as the relay keeps it (src/http/response_head.cpp), and the parser
-// that fills it.
+// An upstream response's head as the relay keeps it (src/http/response_head.cpp); the parser
+// that fills it is in response_parser.hpp.
 
 #include "sluice/io/net.hpp"
 
-#include <boost/beast/http/basic_parser.hpp>
-#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/field.hpp>
 
 #include <cstddef>
@@ -90,6 +88,10 @@ public:
     /// The value of the first `name` field, empty when there is none.
     std::string_view value_of(beast::http::field name) const noexcept;
 
+    /// Forgets the status line and the fields (their text stays in the head's blocks until it
+    /// goes): what a parser that hands over to another does with what it had read.
+    void clear() noexcept;
+
     /// Removes every field for which `remove(field)` is true, keeping the others' order.
     template <typename Predicate>
     void remove_if(Predicate remove) {
@@ -128,47 +130,6 @@ private:
     std::size_t room_ = 0;
     std::string_view reason_;
     std::pmr::vector<head_field> fields_;
-};
-
-/**
- * Beast's HTTP/1 parser for an upstream response, filling a `response_head` rather than a
- * basic_fields, and reading the body as Beast's buffer_body does: `body()` says where the next
- * bytes go (data, size), and a put stops with need_buffer when that is full.
- */
-class response_parser final : public beast::http::basic_parser<false> {
-public:
-    /// The head's strings and records come from `memory`.
-    explicit response_parser(std::pmr::memory_resource* memory) noexcept
-        : head_(memory) {}
-
-    response_head& head() noexcept { return head_; }
-
-    const response_head& head() const noexcept { return head_; }
-
-    beast::http::buffer_body::value_type& body() noexcept { return body_; }
-
-private:
-    void on_request_impl(
-        beast::http::verb, beast::string_view, beast::string_view, int, error_code& ec) override;
-    void
-    on_response_impl(int code, beast::string_view reason, int version, error_code& ec) override;
-    void on_field_impl(beast::http::field name,
-                       beast::string_view name_string,
-                       beast::string_view value,
-                       error_code& ec) override;
-    void on_header_impl(error_code& ec) override;
-    void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
-                           error_code& ec) override;
-    std::size_t on_body_impl(beast::string_view body, error_code& ec) override;
-    void on_chunk_header_impl(std::uint64_t size,
-                              beast::string_view extensions,
-                              error_code& ec) override;
-    std::size_t
-    on_chunk_body_impl(std::uint64_t remain, beast::string_view body, error_code& ec) override;
-    void on_finish_impl(error_code& ec) override;
-
-    response_head head_;
-    beast::http::buffer_body::value_type body_;
 };
 
 } // namespace sluice::http

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The relay's flat response head and its parser: the same head, fields and body as Beast's own
 // parser and fields give, and the Transfer-Encoding edits exactly as Beast's fields make them.
-#include "sluice/http/response_head.hpp"
+#include "sluice/http/response_parser.hpp"
 
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/optional/optional_io.hpp>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -99,6 +100,107 @@ TEST(ResponseParser, ReadsTheBodyIntoTheCallersBufferAndTrailersIntoTheHead) {
     EXPECT_TRUE(parser.head().chunked());
     ASSERT_NE(parser.head().find("x-usage"), nullptr);
     EXPECT_EQ(parser.head().find("x-usage")->value(), "7");
+}
+
+// Heads that come whole, as nearly all do: those the parser's own scan reads and those it leaves
+// to Beast's (folding, a Transfer-Encoding, a list, a second length, bytes Beast refuses) end
+// with the same error, the same bytes consumed, the same head, and say the same of the body and
+// the connection as Beast's parser on the same bytes; a body that came with the head follows.
+TEST(ResponseParser, AWholeHeadEndsAsInBeastsParser) {
+    const std::vector<std::string> heads = {
+        "HTTP/1.1 200 OK\r\nServer: up\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nProxy-Connection: Keep-Alive\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX-Tabs:\t a\tb \t\r\nX-Empty:\r\nX-Text: caf\xc3\xa9\r\n\r\n",
+        "HTTP/1.1 299 \r\nContent-Length: 0\r\n\r\n",
+        "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.1 304 Not Modified\r\n\r\n",
+        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX-Bad: a\x01b\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX Bad: a\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n: empty name\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX-Bare: lf\nX-Next: 1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n\rX\r\n\r\n",
+        "HTTP/1.2 200 OK\r\n\r\n",
+        "HTTP/1.1 20x OK\r\n\r\n",
+        "HTTP/1.1 200\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n", // not all there
+    };
+    for (const auto& head_text : heads) {
+        for (const bool eager : {false, true}) {
+            const std::string text = head_text + "hello";
+            response_parser ours(std::pmr::new_delete_resource());
+            bhttp::response_parser<bhttp::buffer_body> beasts;
+            ours.eager(eager);
+            beasts.eager(eager);
+            std::array<char, 8> our_body{};
+            std::array<char, 8> beasts_body{};
+            ours.body().data = our_body.data();
+            ours.body().size = our_body.size();
+            beasts.get().body().data = beasts_body.data();
+            beasts.get().body().size = beasts_body.size();
+            error_code our_ec;
+            error_code beasts_ec;
+            const auto our_used = ours.put(net::buffer(text), our_ec);
+            const auto beasts_used = beasts.put(net::buffer(text), beasts_ec);
+            const auto where = head_text + (eager ? " (eager)" : "");
+            EXPECT_EQ(our_ec, beasts_ec) << where;
+            EXPECT_EQ(our_used, beasts_used) << where;
+            ASSERT_EQ(ours.is_header_done(), beasts.is_header_done()) << where;
+            EXPECT_EQ(ours.is_done(), beasts.is_done()) << where;
+            EXPECT_EQ(ours.got_some(), beasts.got_some()) << where;
+            EXPECT_EQ(
+                std::string(our_body.data(), our_body.size() - ours.body().size),
+                std::string(beasts_body.data(), beasts_body.size() - beasts.get().body().size))
+                << where;
+            if (!ours.is_header_done()) {
+                continue;
+            }
+            const auto& message = beasts.get();
+            EXPECT_EQ(ours.head().status, message.result_int()) << where;
+            EXPECT_EQ(ours.head().version, message.version()) << where;
+            EXPECT_EQ(ours.head().reason(), message.reason()) << where;
+            EXPECT_EQ(fields_of(ours.head()), fields_of(message.base())) << where;
+            EXPECT_EQ(ours.keep_alive(), beasts.keep_alive()) << where;
+            EXPECT_EQ(ours.need_eof(), beasts.need_eof()) << where;
+            EXPECT_EQ(ours.chunked(), beasts.chunked()) << where;
+            EXPECT_EQ(ours.content_length(), beasts.content_length()) << where;
+            // The end of the stream ends both the same way.
+            if (!ours.is_done()) {
+                ours.put_eof(our_ec);
+                beasts.put_eof(beasts_ec);
+                EXPECT_EQ(our_ec, beasts_ec) << where;
+                EXPECT_EQ(ours.is_done(), beasts.is_done()) << where;
+            }
+        }
+    }
+}
+
+// A head that the limit cuts: Beast's verdict, though the bytes are all there.
+TEST(ResponseParser, AHeadBeyondTheLimitIsBeastsToJudge) {
+    const std::string text =
+        "HTTP/1.1 200 OK\r\nX-Long: " + std::string(200, 'v') + "\r\nContent-Length: 0\r\n\r\n";
+    for (const std::uint32_t limit : {64u, 200u, 232u, 1024u}) {
+        response_parser ours(std::pmr::new_delete_resource());
+        bhttp::response_parser<bhttp::empty_body> beasts;
+        ours.header_limit(limit);
+        beasts.header_limit(limit);
+        error_code our_ec;
+        error_code beasts_ec;
+        EXPECT_EQ(ours.put(net::buffer(text), our_ec), beasts.put(net::buffer(text), beasts_ec))
+            << limit;
+        EXPECT_EQ(our_ec, beasts_ec) << limit;
+        EXPECT_EQ(ours.is_done(), beasts.is_done()) << limit;
+    }
 }
 
 // set_chunked against Beast's message::chunked on the same fields: the same fields, in the same

@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: Apache-2.0
+// The upstream response's parser: sluice's scan of a plain head that came whole, Beast's parser
+// for every other. The scan takes only what it knows Beast takes the same way; at the first
+// thing it does not, it forgets what it read and Beast parses from the first byte, so the two
+// can differ in nothing but speed (fuzz/response_head_fuzz.cpp holds them to it).
+#include "sluice/http/response_parser.hpp"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/field.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace sluice::http {
+namespace {
+
+namespace bhttp = beast::http;
+
+// RFC 9110's tchar, the bytes of a field name: Beast's parse_field table.
+constexpr auto token_chars = [] {
+    std::array<bool, 256> table{};
+    for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) {
+        table[c] = true;
+    }
+    for (int c = '0'; c <= '9'; ++c) {
+        table[static_cast<std::size_t>(c)] = true;
+    }
+    for (int c = 'a'; c <= 'z'; ++c) {
+        table[static_cast<std::size_t>(c)] = true;
+        table[static_cast<std::size_t>(c - 'a' + 'A')] = true;
+    }
+    return table;
+}();
+
+bool is_token_char(char c) noexcept {
+    return token_chars[static_cast<unsigned char>(c)];
+}
+
+bool is_digit(char c) noexcept {
+    return c >= '0' && c <= '9';
+}
+
+// What ends a reason phrase or a field value in Beast's parse_token_to_eol: a control byte other
+// than HTAB, or DEL. Obsolete text (0x80 and up) is part of the value.
+bool ends_text(char ch) noexcept {
+    const auto c = static_cast<unsigned char>(ch);
+    return (c < 0x20 && c != '\t') || c == 0x7f;
+}
+
+// The first byte in [p, last) that ends a line's text, or `last`. Eight bytes at a time while
+// none of them is below 0x20 or DEL (a value's text, nearly always): a byte loop's work over a
+// head's values was an eighth of the scan's.
+const char* find_text_end(const char* p, const char* last) noexcept {
+    constexpr std::uint64_t ones = 0x0101010101010101;
+    constexpr std::uint64_t highs = 0x8080808080808080;
+    while (last - p >= 8) {
+        std::uint64_t word;
+        std::memcpy(&word, p, sizeof word);
+        // A high bit where a byte is below 0x20, or is 0x7f (zero once xored with 0x7f); bytes
+        // of 0x80 and up never count (the & ~x). A tab is below 0x20: the byte loop sorts it.
+        const std::uint64_t del = word ^ (ones * 0x7f);
+        if ((((word - ones * 0x20) & ~word) | ((del - ones) & ~del)) & highs) {
+            break;
+        }
+        p += 8;
+    }
+    while (p != last && !ends_text(*p)) {
+        ++p;
+    }
+    return p;
+}
+
+// `value` without the spaces and tabs at its end (Beast's trim_back).
+std::string_view trim_back(const char* first, const char* last) noexcept {
+    while (last != first && (last[-1] == ' ' || last[-1] == '\t')) {
+        --last;
+    }
+    return {first, static_cast<std::size_t>(last - first)};
+}
+
+// Where `body` goes, as Beast's buffer_body reads it: into the caller's buffer, as much as fits;
+// need_buffer when not all of it did, or no buffer was given.
+std::size_t
+read_into(bhttp::buffer_body::value_type& buffer, std::string_view body, error_code& ec) noexcept {
+    if (buffer.data == nullptr) {
+        ec = bhttp::error::need_buffer;
+        return 0;
+    }
+    const auto n = std::min(body.size(), buffer.size);
+    if (n > 0) {
+        std::memcpy(buffer.data, body.data(), n);
+    }
+    buffer.data = static_cast<char*>(buffer.data) + n;
+    buffer.size -= n;
+    ec = n == body.size() ? error_code{} : error_code(bhttp::error::need_buffer);
+    return n;
+}
+
+} // namespace
+
+// --- sluice's scan -------------------------------------------------------------------------
+
+std::size_t response_parser::put(net::const_buffer buffer, error_code& ec) {
+    if (beast_) {
+        return beast_->put(buffer, ec);
+    }
+    const auto* data = static_cast<const char*>(buffer.data());
+    const auto size = buffer.size();
+    ec = {};
+    switch (state_) {
+    case state::start: {
+        if (size == 0) {
+            ec = bhttp::error::need_more;
+            return 0;
+        }
+        const auto used = scan_head(data, size, ec);
+        if (used == 0) {
+            return put_to_beast(buffer, ec);
+        }
+        // As Beast: without the eager option a put that ends the head parses no body.
+        if (ec || !eager_ || state_ == state::complete || used == size) {
+            return used;
+        }
+        return used + put_body(data + used, size - used, ec);
+    }
+    case state::body:
+    case state::body_to_eof:
+        return put_body(data, size, ec);
+    case state::complete:
+        break;
+    }
+    ec = bhttp::error::stale_parser;
+    return 0;
+}
+
+std::size_t response_parser::scan_head(const char* const first, std::size_t size, error_code& ec) {
+    // Only a head that ends within the limit: a longer one is Beast's to judge.
+    const char* const last = first + std::min<std::size_t>(size, header_limit_);
+    const char* p = first;
+    // The status line: "HTTP/1.x" with x 0 or 1, SP, three digits, SP, a reason phrase, CRLF.
+    if (last - p < 13 || std::memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
+        p[8] != ' ' || !is_digit(p[9]) || !is_digit(p[10]) || !is_digit(p[11]) || p[12] != ' ') {
+        return 0;
+    }
+    const unsigned version = p[7] == '1' ? 11 : 10;
+    const auto status =
+        static_cast<unsigned>((p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0'));
+    p += 13;
+    const char* eol = find_text_end(p, last);
+    if (last - eol < 2 || eol[0] != '\r' || eol[1] != '\n') {
+        return 0;
+    }
+    head_.status = status;
+    head_.version = version;
+    head_.set_reason({p, static_cast<std::size_t>(eol - p)});
+    p = eol + 2;
+    // The fields, up to the blank line.
+    for (;;) {
+        if (last - p < 2) {
+            return 0;
+        }
+        if (p[0] == '\r') {
+            if (p[1] != '\n') {
+                return 0;
+            }
+            p += 2;
+            break;
+        }
+        const char* const name_first = p;
+        while (p != last && is_token_char(*p)) {
+            ++p;
+        }
+        if (p == name_first || p == last || *p != ':') {
+            return 0;
+        }
+        const std::string_view name(name_first, static_cast<std::size_t>(p - name_first));
+        ++p;
+        while (p != last && (*p == ' ' || *p == '\t')) {
+            ++p;
+        }
+        const char* const value_first = p;
+        eol = find_text_end(p, last);
+        // CRLF, and the next line's first byte there, and not a space or tab: obsolete line
+        // folding is Beast's to join.
+        if (last - eol < 3 || eol[0] != '\r' || eol[1] != '\n' || eol[2] == ' ' || eol[2] == '\t') {
+            return 0;
+        }
+        const auto value = trim_back(value_first, eol);
+        const auto known = bhttp::string_to_field({name.data(), name.size()});
+        if (!take_field(known, value)) {
+            return 0;
+        }
+        head_.add(known, name, value);
+        p = eol + 2;
+    }
+    finish_head(ec);
+    return static_cast<std::size_t>(p - first);
+}
+
+bool response_parser::take_field(bhttp::field name, std::string_view value) noexcept {
+    switch (name) {
+    case bhttp::field::connection:
+    case bhttp::field::proxy_connection: {
+        // One token; a list, or an empty value, is Beast's (its list rules).
+        if (value.empty() || !std::all_of(value.begin(), value.end(), is_token_char)) {
+            return false;
+        }
+        const beast::string_view token{value.data(), value.size()};
+        flags_.connection_close |= beast::iequals(token, "close");
+        flags_.connection_keep_alive |= beast::iequals(token, "keep-alive");
+        return true;
+    }
+    case bhttp::field::content_length: {
+        // One, of at most 18 digits (no overflow to think of); a list, a second one, or a
+        // larger number is Beast's.
+        if (flags_.has_length || value.empty() || value.size() > 18 ||
+            !std::all_of(value.begin(), value.end(), is_digit)) {
+            return false;
+        }
+        std::uint64_t length = 0;
+        for (const char c : value) {
+            length = length * 10 + static_cast<std::uint64_t>(c - '0');
+        }
+        flags_.has_length = true;
+        flags_.length = length;
+        return true;
+    }
+    case bhttp::field::transfer_encoding:
+        return false; // its codings, and a chunked body: Beast's
+    default:
+        return true;
+    }
+}
+
+// Beast's finish_header for a response (RFC 9112 6.3).
+void response_parser::finish_head(error_code& ec) noexcept {
+    const auto status = head_.status;
+    if (skip_ || status / 100 == 1 || status == 204 || status == 304) {
+        state_ = state::complete; // no body, whatever Content-Length says
+    } else if (flags_.has_length) {
+        if (flags_.length == 0) {
+            state_ = state::complete;
+        } else {
+            state_ = state::body;
+            remaining_ = flags_.length;
+            if (body_limit_ && flags_.length > *body_limit_) {
+                ec = bhttp::error::body_limit;
+            }
+        }
+    } else {
+        state_ = state::body_to_eof;
+        flags_.need_eof = true;
+    }
+}
+
+std::size_t response_parser::put_body(const char* data, std::size_t size, error_code& ec) noexcept {
+    if (state_ == state::body) {
+        const auto n = read_into(
+            body_, {data, static_cast<std::size_t>(std::min<std::uint64_t>(remaining_, size))}, ec);
+        remaining_ -= n;
+        if (!ec && remaining_ == 0) {
+            state_ = state::complete;
+        }
+        return n;
+    }
+    // To the end of the stream: the body limit counts what was offered, as Beast's does.
+    if (body_limit_) {
+        if (size > *body_limit_) {
+            ec = bhttp::error::body_limit;
+            return 0;
+        }
+        *body_limit_ -= size;
+    }
+    return read_into(body_, {data, size}, ec);
+}
+
+void response_parser::put_eof(error_code& ec) {
+    if (beast_) {
+        beast_->put_eof(ec);
+        return;
+    }
+    ec = {};
+    if (state_ == state::start || (flags_.has_length && state_ != state::complete)) {
+        ec = bhttp::error::partial_message;
+        return;
+    }
+    state_ = state::complete;
+}
+
+bool response_parser::keep_alive() const noexcept {
+    if (beast_) {
+        return beast_->keep_alive();
+    }
+    const bool kept = head_.version >= 11 ? !flags_.connection_close : flags_.connection_keep_alive;
+    return kept && !flags_.need_eof;
+}
+
+boost::optional<std::uint64_t> response_parser::content_length() const noexcept {
+    if (beast_) {
+        return beast_->content_length();
+    }
+    return flags_.has_length ? boost::optional<std::uint64_t>(flags_.length) : boost::none;
+}
+
+std::size_t response_parser::put_to_beast(net::const_buffer buffer, error_code& ec) {
+    head_.clear();
+    flags_ = {};
+    beast_.emplace(head_, body_);
+    beast_->header_limit(header_limit_);
+    beast_->body_limit(body_limit_);
+    beast_->skip(skip_);
+    beast_->eager(eager_);
+    return beast_->put(buffer, ec);
+}
+
+// --- Beast's parser ------------------------------------------------------------------------
+
+namespace detail {
+
+void beast_response_parser::on_request_impl(
+    bhttp::verb, beast::string_view, beast::string_view, int, error_code& ec) {
+    ec = {}; // never called: this parser reads responses
+}
+
+void beast_response_parser::on_response_impl(int code,
+                                             beast::string_view reason,
+                                             int version,
+                                             error_code& ec) {
+    head_.status = static_cast<unsigned>(code);
+    head_.version = static_cast<unsigned>(version);
+    head_.set_reason({reason.data(), reason.size()});
+    ec = {};
+}
+
+void beast_response_parser::on_field_impl(bhttp::field name,
+                                          beast::string_view name_string,
+                                          beast::string_view value,
+                                          error_code& ec) {
+    head_.add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
+    ec = {};
+}
+
+void beast_response_parser::on_header_impl(error_code& ec) {
+    ec = {};
+}
+
+void beast_response_parser::on_body_init_impl(const boost::optional<std::uint64_t>&,
+                                              error_code& ec) {
+    ec = {};
+}
+
+std::size_t beast_response_parser::on_body_impl(beast::string_view body, error_code& ec) {
+    return read_into(body_, {body.data(), body.size()}, ec);
+}
+
+void beast_response_parser::on_chunk_header_impl(std::uint64_t,
+                                                 beast::string_view,
+                                                 error_code& ec) {
+    ec = {};
+}
+
+std::size_t
+beast_response_parser::on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code& ec) {
+    return on_body_impl(body, ec);
+}
+
+void beast_response_parser::on_finish_impl(error_code& ec) {
+    ec = {};
+}
+
+} // namespace detail
+} // namespace sluice::http
