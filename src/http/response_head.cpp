@@ -7,6 +7,7 @@
 #include <boost/beast/http/status.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -61,10 +62,31 @@ std::string_view response_head::keep(std::string_view text) {
 }
 
 void response_head::add(bhttp::field name, std::string_view name_string, std::string_view value) {
+    add_in_place(name, keep(name_string), keep(value));
+}
+
+void response_head::add_in_place(bhttp::field name,
+                                 std::string_view name_string,
+                                 std::string_view value) {
     if (fields_.empty()) {
         fields_.reserve(8); // a usual response's fields, without growing
     }
-    fields_.emplace_back(name, keep(name_string), keep(value));
+    fields_.emplace_back(name, name_string, value);
+}
+
+void response_head::keep_read_bytes(std::string_view bytes) {
+    const auto copy = keep(bytes);
+    // A view into `bytes` (an empty one may sit at their end), moved to the copy; any other,
+    // copied before, stays. By address, as integers: the views may point anywhere.
+    const auto start = reinterpret_cast<std::uintptr_t>(bytes.data());
+    const auto moved = [&](std::string_view view) {
+        const auto offset = reinterpret_cast<std::uintptr_t>(view.data()) - start;
+        return offset <= bytes.size() ? std::string_view(copy.data() + offset, view.size()) : view;
+    };
+    reason_ = moved(reason_);
+    for (auto& f : fields_) {
+        f = head_field(f.name(), moved(f.name_string()), moved(f.value()));
+    }
 }
 
 const head_field* response_head::find(std::string_view name) const noexcept {

@@ -5,12 +5,12 @@
 // can differ in nothing but speed (fuzz/response_head_fuzz.cpp holds them to it).
 #include "sluice/http/response_parser.hpp"
 
-#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 
 namespace sluice::http {
@@ -49,27 +49,51 @@ bool ends_text(char ch) noexcept {
     return (c < 0x20 && c != '\t') || c == 0x7f;
 }
 
-// The first byte in [p, last) that ends a line's text, or `last`. Eight bytes at a time while
-// none of them is below 0x20 or DEL (a value's text, nearly always): a byte loop's work over a
-// head's values was an eighth of the scan's.
+// The first byte in [p, last) that ends a line's text, or `last`. Eight bytes at a time: a byte
+// loop over a head's values was an eighth of the scan's instructions.
 const char* find_text_end(const char* p, const char* last) noexcept {
-    constexpr std::uint64_t ones = 0x0101010101010101;
-    constexpr std::uint64_t highs = 0x8080808080808080;
-    while (last - p >= 8) {
-        std::uint64_t word;
-        std::memcpy(&word, p, sizeof word);
-        // A high bit where a byte is below 0x20, or is 0x7f (zero once xored with 0x7f); bytes
-        // of 0x80 and up never count (the & ~x). A tab is below 0x20: the byte loop sorts it.
-        const std::uint64_t del = word ^ (ones * 0x7f);
-        if ((((word - ones * 0x20) & ~word) | ((del - ones) & ~del)) & highs) {
-            break;
+    if constexpr (std::endian::native == std::endian::little) {
+        constexpr std::uint64_t ones = 0x0101010101010101;
+        constexpr std::uint64_t highs = 0x8080808080808080;
+        while (last - p >= 8) {
+            std::uint64_t word;
+            std::memcpy(&word, p, sizeof word);
+            // The high bit of each byte below 0x20, or equal to 0x7f (zero once xored with it),
+            // exact up to the first such byte (borrows run upwards only); a byte of 0x80 and up
+            // never counts (the & ~x).
+            const std::uint64_t del = word ^ (ones * 0x7f);
+            const std::uint64_t found =
+                (((word - ones * 0x20) & ~word) | ((del - ones) & ~del)) & highs;
+            if (found == 0) {
+                p += 8;
+                continue;
+            }
+            p += std::countr_zero(found) / 8;
+            if (*p != '\t') {
+                return p;
+            }
+            ++p; // a tab is text
         }
-        p += 8;
     }
     while (p != last && !ends_text(*p)) {
         ++p;
     }
     return p;
+}
+
+// Whether `value` is `lower` in any case. `lower` holds lowercase letters and '-' only, and
+// `value` is a line's text (no CR): so a byte, its 0x20 bit set, equals a byte of `lower` only
+// if it is that byte or its uppercase.
+bool equals_lowercase(std::string_view value, std::string_view lower) noexcept {
+    if (value.size() != lower.size()) {
+        return false;
+    }
+    unsigned differ = 0;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+        differ |=
+            static_cast<unsigned char>(value[i] | 0x20) ^ static_cast<unsigned char>(lower[i]);
+    }
+    return differ == 0;
 }
 
 // `value` without the spaces and tabs at its end (Beast's trim_back).
@@ -154,7 +178,7 @@ std::size_t response_parser::scan_head(const char* const first, std::size_t size
     }
     head_.status = status;
     head_.version = version;
-    head_.set_reason({p, static_cast<std::size_t>(eol - p)});
+    head_.set_reason_in_place({p, static_cast<std::size_t>(eol - p)});
     p = eol + 2;
     // The fields, up to the blank line.
     for (;;) {
@@ -168,33 +192,38 @@ std::size_t response_parser::scan_head(const char* const first, std::size_t size
             p += 2;
             break;
         }
+        // The line's end first: CRLF, and the next line's first byte there, and not a space or
+        // tab (obsolete line folding is Beast's to join).
+        eol = find_text_end(p, last);
+        if (last - eol < 3 || eol[0] != '\r' || eol[1] != '\n' || eol[2] == ' ' || eol[2] == '\t') {
+            return 0;
+        }
+        // The name: token bytes up to the colon. The line's end is no token byte, so the loop
+        // needs no other bound.
         const char* const name_first = p;
-        while (p != last && is_token_char(*p)) {
+        while (is_token_char(*p)) {
             ++p;
         }
-        if (p == name_first || p == last || *p != ':') {
+        if (p == name_first || *p != ':') {
             return 0;
         }
         const std::string_view name(name_first, static_cast<std::size_t>(p - name_first));
         ++p;
-        while (p != last && (*p == ' ' || *p == '\t')) {
+        while (*p == ' ' || *p == '\t') {
             ++p;
         }
         const char* const value_first = p;
-        eol = find_text_end(p, last);
-        // CRLF, and the next line's first byte there, and not a space or tab: obsolete line
-        // folding is Beast's to join.
-        if (last - eol < 3 || eol[0] != '\r' || eol[1] != '\n' || eol[2] == ' ' || eol[2] == '\t') {
-            return 0;
-        }
         const auto value = trim_back(value_first, eol);
         const auto known = bhttp::string_to_field({name.data(), name.size()});
         if (!take_field(known, value)) {
             return 0;
         }
-        head_.add(known, name, value);
+        head_.add_in_place(known, name, value);
         p = eol + 2;
     }
+    // One copy of the head, for the reason and the fields to outlive the read buffer's bytes:
+    // a copy of each string apart cost twice the instructions.
+    head_.keep_read_bytes({first, static_cast<std::size_t>(p - first)});
     finish_head(ec);
     return static_cast<std::size_t>(p - first);
 }
@@ -202,25 +231,27 @@ std::size_t response_parser::scan_head(const char* const first, std::size_t size
 bool response_parser::take_field(bhttp::field name, std::string_view value) noexcept {
     switch (name) {
     case bhttp::field::connection:
-    case bhttp::field::proxy_connection: {
+    case bhttp::field::proxy_connection:
         // One token; a list, or an empty value, is Beast's (its list rules).
-        if (value.empty() || !std::all_of(value.begin(), value.end(), is_token_char)) {
+        if (equals_lowercase(value, "keep-alive")) {
+            flags_.connection_keep_alive = true;
+        } else if (equals_lowercase(value, "close")) {
+            flags_.connection_close = true;
+        } else if (value.empty() || !std::all_of(value.begin(), value.end(), is_token_char)) {
             return false;
         }
-        const beast::string_view token{value.data(), value.size()};
-        flags_.connection_close |= beast::iequals(token, "close");
-        flags_.connection_keep_alive |= beast::iequals(token, "keep-alive");
         return true;
-    }
     case bhttp::field::content_length: {
         // One, of at most 18 digits (no overflow to think of); a list, a second one, or a
         // larger number is Beast's.
-        if (flags_.has_length || value.empty() || value.size() > 18 ||
-            !std::all_of(value.begin(), value.end(), is_digit)) {
+        if (flags_.has_length || value.empty() || value.size() > 18) {
             return false;
         }
         std::uint64_t length = 0;
         for (const char c : value) {
+            if (!is_digit(c)) {
+                return false;
+            }
             length = length * 10 + static_cast<std::uint64_t>(c - '0');
         }
         flags_.has_length = true;

@@ -81,6 +81,17 @@ public:
     /// Appends a field, its name and value copied into the head's memory.
     void add(beast::http::field name, std::string_view name_string, std::string_view value);
 
+    // A head read where it lies (response_parser's scan): the reason and the fields point into
+    // the bytes read until `keep_read_bytes` copies those once, rather than each string apart.
+    void set_reason_in_place(std::string_view reason) noexcept { reason_ = reason; }
+
+    void
+    add_in_place(beast::http::field name, std::string_view name_string, std::string_view value);
+
+    /// Copies `bytes` into the head's memory and points the reason and every field that pointed
+    /// into them at the copy.
+    void keep_read_bytes(std::string_view bytes);
+
     /// The first field called `name` (ignoring case), or null.
     const head_field* find(std::string_view name) const noexcept;
     const head_field* find(beast::http::field name) const noexcept;
