@@ -147,6 +147,9 @@ std::size_t response_parser::put(net::const_buffer buffer, error_code& ec) {
         if (ec || !eager_ || state_ == state::complete || used == size) {
             return used;
         }
+        if (beast_) { // chunks
+            return used + beast_->put(net::buffer(data + used, size - used), ec);
+        }
         return used + put_body(data + used, size - used, ec);
     }
     case state::body:
@@ -221,10 +224,19 @@ std::size_t response_parser::scan_head(const char* const first, std::size_t size
         head_.add_in_place(known, name, value);
         p = eol + 2;
     }
+    if (flags_.chunked) {
+        // Beast says chunked() of a message with no body too, and the scan does not: its to say.
+        if (skip_ || status / 100 == 1 || status == 204 || status == 304 ||
+            !prime_beast_for_chunks()) {
+            return 0;
+        }
+    }
     // One copy of the head, for the reason and the fields to outlive the read buffer's bytes:
     // a copy of each string apart cost twice the instructions.
     head_.keep_read_bytes({first, static_cast<std::size_t>(p - first)});
-    finish_head(ec);
+    if (!flags_.chunked) {
+        finish_head(ec);
+    }
     return static_cast<std::size_t>(p - first);
 }
 
@@ -242,9 +254,9 @@ bool response_parser::take_field(bhttp::field name, std::string_view value) noex
         }
         return true;
     case bhttp::field::content_length: {
-        // One, of at most 18 digits (no overflow to think of); a list, a second one, or a
-        // larger number is Beast's.
-        if (flags_.has_length || value.empty() || value.size() > 18) {
+        // One, of at most 18 digits (no overflow to think of), and no Transfer-Encoding; a
+        // list, a second one, or a larger number is Beast's.
+        if (flags_.has_length || flags_.chunked || value.empty() || value.size() > 18) {
             return false;
         }
         std::uint64_t length = 0;
@@ -259,7 +271,12 @@ bool response_parser::take_field(bhttp::field name, std::string_view value) noex
         return true;
     }
     case bhttp::field::transfer_encoding:
-        return false; // its codings, and a chunked body: Beast's
+        // "chunked" alone, once, and no Content-Length; other codings are Beast's.
+        if (flags_.has_length || flags_.chunked || !equals_lowercase(value, "chunked")) {
+            return false;
+        }
+        flags_.chunked = true;
+        return true;
     default:
         return true;
     }
@@ -335,6 +352,37 @@ boost::optional<std::uint64_t> response_parser::content_length() const noexcept 
     return flags_.has_length ? boost::optional<std::uint64_t>(flags_.length) : boost::none;
 }
 
+bool response_parser::prime_beast_for_chunks() {
+    // What Beast's parser keeps of a head, and all a chunked body's parse reads of it: the
+    // version, Connection's close and keep-alive (keep_alive(), with what trailers add), and
+    // Transfer-Encoding. Trailer fields it parses go to the head, as they would have.
+    std::array<char, 128> text;
+    char* out = text.data();
+    const auto append = [&out](std::string_view line) {
+        out = std::copy(line.begin(), line.end(), out);
+    };
+    append(head_.version >= 11 ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.0 200 OK\r\n");
+    append("Transfer-Encoding: chunked\r\n");
+    // keep_alive() reads only close in HTTP/1.1, only keep-alive in HTTP/1.0.
+    if (head_.version >= 11 ? flags_.connection_close : flags_.connection_keep_alive) {
+        append(head_.version >= 11 ? "Connection: close\r\n" : "Connection: keep-alive\r\n");
+    }
+    append("\r\n");
+    const auto size = static_cast<std::size_t>(out - text.data());
+    beast_.emplace(head_, body_);
+    beast_->body_limit(body_limit_);
+    beast_->eager(eager_);
+    beast_->priming(true);
+    error_code ec;
+    const auto used = beast_->put(net::buffer(text.data(), size), ec);
+    beast_->priming(false);
+    if (ec || used != size || !beast_->is_header_done() || !beast_->chunked()) {
+        beast_.reset(); // not expected: Beast parses the real head instead
+        return false;
+    }
+    return true;
+}
+
 std::size_t response_parser::put_to_beast(net::const_buffer buffer, error_code& ec) {
     head_.clear();
     flags_ = {};
@@ -359,6 +407,10 @@ void beast_response_parser::on_response_impl(int code,
                                              beast::string_view reason,
                                              int version,
                                              error_code& ec) {
+    ec = {};
+    if (priming_) {
+        return;
+    }
     head_.status = static_cast<unsigned>(code);
     head_.version = static_cast<unsigned>(version);
     head_.set_reason({reason.data(), reason.size()});
@@ -369,8 +421,10 @@ void beast_response_parser::on_field_impl(bhttp::field name,
                                           beast::string_view name_string,
                                           beast::string_view value,
                                           error_code& ec) {
-    head_.add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
     ec = {};
+    if (!priming_) {
+        head_.add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
+    }
 }
 
 void beast_response_parser::on_header_impl(error_code& ec) {

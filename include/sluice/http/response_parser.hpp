@@ -26,6 +26,10 @@ public:
         : head_(head)
         , body_(body) {}
 
+    /// While set, a head put is parsed for what it says of the body and the connection only:
+    /// the scan, which read the real head, primes the parser for a chunked body with one.
+    void priming(bool priming) noexcept { priming_ = priming; }
+
 private:
     void on_request_impl(
         beast::http::verb, beast::string_view, beast::string_view, int, error_code& ec) override;
@@ -48,6 +52,7 @@ private:
 
     response_head& head_;
     beast::http::buffer_body::value_type& body_;
+    bool priming_ = false;
 };
 
 } // namespace detail
@@ -59,12 +64,13 @@ private:
  * stops with need_buffer when that is full.
  *
  * When the first put holds the whole head within the header limit, and every line of it is
- * plain (no obsolete folding, no Transfer-Encoding, at most one Content-Length, a Connection of
- * one token), sluice's own scan reads it and the body that follows by its length or to the end
- * of the stream: that is nearly every response, and half Beast's instructions for it. Anything
- * else (a head in pieces, a chunked body, a head Beast might refuse) goes to Beast's parser from
- * the first byte, as if the scan had not looked. fuzz/response_head_fuzz.cpp holds the two to
- * the same results.
+ * plain (no obsolete folding, at most one Content-Length or one `Transfer-Encoding: chunked`, a
+ * Connection of one token), sluice's own scan reads it: that is nearly every response, and half
+ * Beast's instructions for it. The scan reads a body by its length or to the end of the stream;
+ * a chunked one goes to Beast's parser, primed with a head of its own that says what the real
+ * one said of the body and the connection. Anything else (a head in pieces, a head Beast might
+ * refuse) goes to Beast's parser from the first byte, as if the scan had not looked.
+ * fuzz/response_head_fuzz.cpp holds the two to the same results.
  */
 class response_parser {
 public:
@@ -125,6 +131,7 @@ private:
         bool connection_keep_alive = false;
         bool has_length = false;
         std::uint64_t length = 0;
+        bool chunked = false;
         bool need_eof = false; // the body ends with the stream
     };
 
@@ -137,6 +144,9 @@ private:
     std::size_t put_body(const char* data, std::size_t size, error_code& ec) noexcept;
     /// Hands the whole message to Beast's parser.
     std::size_t put_to_beast(net::const_buffer buffer, error_code& ec);
+    /// Hands a chunked body to Beast's parser, after a head of its own that says what the
+    /// scanned one said (version, Connection); false if Beast did not take it as expected.
+    bool prime_beast_for_chunks();
 
     response_head head_;
     beast::http::buffer_body::value_type body_;

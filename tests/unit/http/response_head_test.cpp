@@ -8,9 +8,11 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <boost/optional/optional_io.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <memory_resource>
 #include <string>
@@ -120,6 +122,12 @@ TEST(ResponseParser, AWholeHeadEndsAsInBeastsParser) {
         "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n",
         "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 5\r\n\r\n",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: Chunked\r\n\r\n",
+        "HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
@@ -181,6 +189,55 @@ TEST(ResponseParser, AWholeHeadEndsAsInBeastsParser) {
                 EXPECT_EQ(our_ec, beasts_ec) << where;
                 EXPECT_EQ(ours.is_done(), beasts.is_done()) << where;
             }
+        }
+    }
+}
+
+// A chunked body after a scanned head: Beast's parser, primed with a head that says what the
+// real one said, reads the chunks; trailers join the head, and one that closes the connection
+// is heard, as in Beast's parser given the whole message.
+TEST(ResponseParser, AChunkedBodyAfterAScannedHeadEndsAsInBeastsParser) {
+    for (const std::string head_text :
+         {"HTTP/1.1 200 OK\r\nServer: up\r\nTransfer-Encoding: chunked\r\n\r\n",
+          "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n",
+          "HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"}) {
+        for (const std::string trailer : {"", "X-Usage: 7\r\n", "Connection: close\r\n"}) {
+            const std::string text =
+                head_text + "5\r\nhello\r\n6;x=1\r\n world\r\n0\r\n" + trailer + "\r\n";
+            response_parser ours(std::pmr::new_delete_resource());
+            bhttp::response_parser<bhttp::string_body> beasts;
+            error_code ec;
+            std::size_t used = ours.put(net::buffer(text), ec);
+            ASSERT_FALSE(ec) << ec.message();
+            ASSERT_TRUE(ours.is_header_done());
+            EXPECT_TRUE(ours.chunked());
+            std::string body;
+            std::array<char, 4> block{};
+            while (!ours.is_done() && !ec) {
+                ours.body().data = block.data();
+                ours.body().size = block.size();
+                used += ours.put(net::buffer(text.data() + used, text.size() - used), ec);
+                if (ec == bhttp::error::need_buffer) {
+                    ec = {};
+                }
+                body.append(block.data(), block.size() - ours.body().size);
+            }
+            ASSERT_FALSE(ec) << ec.message();
+            beasts.eager(true);
+            EXPECT_EQ(beasts.put(net::buffer(text), ec), text.size());
+            ASSERT_FALSE(ec) << ec.message();
+            const auto where = head_text + trailer;
+            EXPECT_EQ(used, text.size()) << where;
+            EXPECT_EQ(body, beasts.get().body()) << where;
+            // In any order: Beast's fields put a trailer beside an earlier field of its name.
+            auto our_fields = fields_of(ours.head());
+            auto beasts_fields = fields_of(beasts.get().base());
+            std::sort(our_fields.begin(), our_fields.end());
+            std::sort(beasts_fields.begin(), beasts_fields.end());
+            EXPECT_EQ(our_fields, beasts_fields) << where;
+            EXPECT_EQ(ours.head().version, beasts.get().version()) << where;
+            EXPECT_EQ(ours.keep_alive(), beasts.keep_alive()) << where;
+            EXPECT_EQ(ours.need_eof(), beasts.need_eof()) << where;
         }
     }
 }
