@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The upstream response's parser: sluice's scan of a plain head that came whole, Beast's parser
-// for every other. The scan takes only what it knows Beast takes the same way; at the first
-// thing it does not, it forgets what it read and Beast parses from the first byte, so the two
-// can differ in nothing but speed (fuzz/response_head_fuzz.cpp holds them to it).
+// for every other, and for the chunks of a body after a scanned head. The scan takes only what it
+// knows Beast takes the same way; at the first thing it does not, it forgets what it read and
+// Beast parses from the first byte, so the two can differ in nothing but speed
+// (fuzz/response_head_fuzz.cpp holds them to it).
 #include "sluice/http/response_parser.hpp"
 
 #include <boost/beast/http/error.hpp>
@@ -225,7 +226,8 @@ std::size_t response_parser::scan_head(const char* const first, std::size_t size
         p = eol + 2;
     }
     if (flags_.chunked) {
-        // Beast says chunked() of a message with no body too, and the scan does not: its to say.
+        // Beast says chunked() of a message with no body too, and the scan does not: Beast's to
+        // say.
         if (skip_ || status / 100 == 1 || status == 204 || status == 304 ||
             !prime_beast_for_chunks()) {
             return 0;
