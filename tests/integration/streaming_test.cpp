@@ -329,11 +329,18 @@ protected:
     std::unique_ptr<redis_server> redis_;
 };
 
-// Ten events 200 ms apart: each reaches the client within 50 ms of the upstream sending it
+// The gap between the pieces of the streaming tests below, and the most a piece may lag. A relay
+// that held a piece until more came, or until a read filled, would lag a whole gap (or to the
+// stream's end); half a gap tells it apart from a loaded machine's scheduling, which has made a
+// piece lag 61 ms on CI's two shared cores.
+constexpr auto stream_gap = 200ms;
+constexpr auto stream_lag_bound = stream_gap / 2;
+
+// Ten events 200 ms apart: each reaches the client within half that of the upstream sending it
 // (sluice neither buffers a stream nor waits to fill a read), and all of them arrive.
 TEST_P(StreamingTest, EventsArriveAsTheUpstreamSendsThem) {
     constexpr int count = 10;
-    event_stream_upstream upstream(count, 200ms);
+    event_stream_upstream upstream(count, stream_gap);
     const auto rate_limit = rate_limit_yaml();
     if (rate_limit.empty()) {
         GTEST_SKIP() << "redis-server is not on PATH";
@@ -347,13 +354,13 @@ TEST_P(StreamingTest, EventsArriveAsTheUpstreamSendsThem) {
         ASSERT_TRUE(at.has_value()) << "event " << i << " never arrived";
         const auto lag = std::chrono::duration_cast<std::chrono::milliseconds>(
             *at - sent[static_cast<std::size_t>(i)]);
-        EXPECT_LT(lag, 50ms) << "event " << i;
+        EXPECT_LT(lag, stream_lag_bound) << "event " << i;
     }
 }
 
 // The request direction: a chunked upload whose pieces the client sends 200 ms apart reaches the
-// upstream piece by piece, each within 50 ms of the client sending it (sluice forwards the body
-// as it comes, and does not wait to fill a buffer).
+// upstream piece by piece, each within half that of the client sending it (sluice forwards the
+// body as it comes, and does not wait to fill a buffer).
 TEST_P(StreamingTest, AStreamedUploadIsForwardedAsItComes) {
     constexpr int count = 8;
     upload_upstream upstream;
@@ -372,7 +379,7 @@ TEST_P(StreamingTest, AStreamedUploadIsForwardedAsItComes) {
         const auto piece = fmt::format("piece {};", i);
         sent.push_back(clock_type::now());
         client.write_all(fmt::format("{:x}\r\n{}\r\n", piece.size(), piece));
-        next += 200ms;
+        next += stream_gap;
     }
     client.write_all("0\r\n\r\n");
     std::string text;
@@ -391,7 +398,7 @@ TEST_P(StreamingTest, AStreamedUploadIsForwardedAsItComes) {
         ASSERT_TRUE(at.has_value()) << "piece " << i << " never arrived";
         const auto lag = std::chrono::duration_cast<std::chrono::milliseconds>(
             *at - sent[static_cast<std::size_t>(i)]);
-        EXPECT_LT(lag, 50ms) << "piece " << i;
+        EXPECT_LT(lag, stream_lag_bound) << "piece " << i;
     }
 }
 
