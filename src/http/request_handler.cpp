@@ -68,12 +68,6 @@ forward_args forward_args_for(connection_state& c, request_state& r, header_scra
             r.body_ahead};
 }
 
-// The store's decision, when `try_now` could not give it at once (Redis). A frame of its own,
-// made only then: the store's outcome (280 bytes) would otherwise be in every request's frame.
-awaitable<void> decide_on_store(connection_state& c, request_state& r) {
-    r.limiter.settle(co_await c.w.store->acquire(r.limiter.take_pending()));
-}
-
 // Records what forwarding came to; returns what the connection does next.
 ending forwarded(request_state& r, const forward_result& result) {
     // A response cut short, or a 5xx, says nothing honest about what the request cost.
@@ -321,7 +315,7 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
         co_return e;
     }
     if (!r.limiter.try_now(c.w, *r.cfg, r.limited(c.peer))) {
-        co_await decide_on_store(c, r);
+        co_await r.limiter.decide_on_store();
     }
     note_decision(r);
     const auto& verdict = r.limiter.result();

@@ -330,8 +330,15 @@ bool request_limiter::decide_now(worker_context& w) {
         return false;
     }
     pending_.clear();
-    settle(std::move(*now));
+    outcome_ = std::move(*now);
+    settle();
     return true;
+}
+
+awaitable<void> request_limiter::decide_on_store() {
+    co_await store_->acquire_into(pending_, outcome_);
+    pending_.clear();
+    settle();
 }
 
 // Takes the request's place among the held requests before the store decides it, when one of
@@ -428,9 +435,8 @@ void request_limiter::release_slots() noexcept {
     slots_.clear();
 }
 
-void request_limiter::settle(store::outcome outcome) {
+void request_limiter::settle() {
     const auto& cfg = *cfg_;
-    outcome_ = std::move(outcome);
     slots_ = std::move(outcome_.slots);
     if (!slots_.empty() && worker_ != nullptr) {
         in_flight_ = &worker_->rule_counters(rule_name_).in_flight;

@@ -115,8 +115,8 @@ public:
      * Finds the rule (unless `body_wanted` did), derives the store keys, takes a place among the
      * held requests when a limit may hold the request (`rate-limit.max-held`, checked before
      * anything is charged), and has the store decide at once when it can. True: decided, or nothing
-     * to decide. False: co_await the store's `acquire(take_pending())`, then `settle` with its
-     * outcome. `cfg` (the request's snapshot) and `w` outlive the limiter.
+     * to decide. False: co_await `decide_on_store`. `cfg` (the request's snapshot) and `w`
+     * outlive the limiter.
      */
     bool try_now(worker_context& w, const config::config& cfg, const limited_request& req);
 
@@ -157,11 +157,12 @@ public:
      */
     void settle_costs(std::span<const std::optional<std::string>> figures, bool usable) noexcept;
 
-    /// The checks the store could not decide at once.
-    store::checks take_pending() noexcept { return std::move(pending_); }
-
-    /// Turns the store's outcome into the verdict.
-    void settle(store::outcome outcome);
+    /**
+     * Has the store decide what `try_now` or `try_again` could not decide at once, and turns
+     * its outcome into the verdict. The store reads the checks and writes the outcome in place
+     * (`store::acquire_into`); a frame of its own, made only then.
+     */
+    awaitable<void> decide_on_store();
 
     const verdict& result() const noexcept { return v_; }
 
@@ -220,6 +221,8 @@ private:
     /// rather than taking a slot first.
     bool join_line(worker_context& w);
     bool decide_now(worker_context& w);
+    /// Turns the store's outcome, in `outcome_`, into the verdict.
+    void settle();
     void count_reservations();
 
     const config::config* cfg_ = nullptr;

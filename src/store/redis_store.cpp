@@ -9,7 +9,6 @@
 #include "sluice/redis/scripts.hpp"
 #include "sluice/store/slot_waiters.hpp"
 
-#include <boost/asio/append.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/container/small_vector.hpp>
 #include <spdlog/spdlog.h>
@@ -146,12 +145,19 @@ std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
     return static_cast<std::int64_t>(v);
 }
 
-// The decisions of one request, from the reply's fields starting at `field`, `stride` per key.
-outcome decisions_at(std::string_view packed,
-                     std::size_t field,
-                     const checks& request_checks,
-                     std::size_t stride) {
-    outcome out;
+// Writes into `out` the decisions of one request, from the reply's fields starting at `field`,
+// `stride` per key.
+void decisions_at(std::string_view packed,
+                  std::size_t field,
+                  const checks& request_checks,
+                  std::size_t stride,
+                  outcome& out) {
+    // Emptied in place: assigning outcome{} moved two empty small_vectors over it, a costly
+    // no-op (130 instructions a request).
+    out.ec = {};
+    out.decisions.clear();
+    out.slots.clear();
+    out.local = false;
     for (const auto& c : request_checks) {
         limiter::decision d;
         describe_policy(*c.limit, d);
@@ -164,7 +170,6 @@ outcome decisions_at(std::string_view packed,
         out.decisions.push_back(d);
         field += stride;
     }
-    return out;
 }
 
 // Whether the script charged the request: every limit that is not dry-run admitted it.
@@ -217,8 +222,17 @@ void write_definition(redis::command_writer& w, const config::limit& l) {
     w.arg(l.dry_run ? "1" : "0");
 }
 
-// Appends `v` as the script's packed numbers are: 32 bits, little-endian. `Out` is the command
-// being written (redis::command_writer) or an argument built apart (std::string).
+// Fills a request batch's packed argument in the space the command writer made for it
+// (redis::command_writer::space): plain stores, where an append per number into the command cost
+// some 40 instructions each, three per request.
+struct packed_cursor {
+    char* at;
+
+    void append(std::string_view bytes) noexcept { at = std::copy(bytes.begin(), bytes.end(), at); }
+};
+
+// Appends `v` as the script's packed numbers are: 32 bits, little-endian. `Out` is a
+// packed_cursor or an argument built apart (std::string).
 template <typename Out>
 void append_u32(Out& out, std::uint64_t v) {
     const char bytes[4] = {static_cast<char>(v & 0xff),
@@ -305,10 +319,13 @@ std::size_t leading_run(const std::vector<T>& items, SlotOf slot_of, std::size_t
 
 } // namespace
 
-/// A request waiting for its batch's reply.
+/// A request waiting for its batch's reply. Its checks and the place for its outcome are its
+/// coroutine's, alive as long as `handler` (which owns the coroutine's frame) is: the handler
+/// leaves the waiter only to be called, once the outcome is written.
 struct redis_store::batch_waiter {
-    checks request_checks;
-    net::any_completion_handler<void(outcome)> handler;
+    const checks* request_checks = nullptr;
+    outcome* out = nullptr;
+    net::any_completion_handler<void()> handler;
     /// Set for a tentative request: receives its give-back entries before `handler` runs.
     std::shared_ptr<std::vector<give_back_entry>> give_backs;
     /// A part of a request split across slots: a failure completes it with the error.
@@ -351,9 +368,9 @@ struct redis_store::batch {
         std::size_t packed_bytes = 0;
         reply_size = 0;
         for (const auto& w : waiters) {
-            reply_size += w.request_checks.size() * field_bytes *
+            reply_size += w.request_checks->size() * field_bytes *
                           (w.give_backs ? reply_fields + token_fields : reply_fields);
-            for (const auto& c : w.request_checks) {
+            for (const auto& c : *w.request_checks) {
                 auto d = std::find(definitions.begin(), definitions.end(), c.limit);
                 if (d == definitions.end()) {
                     definitions.push_back(c.limit);
@@ -399,13 +416,16 @@ struct redis_store::batch {
         for (const auto* l : definitions) {
             write_definition(w, *l);
         }
-        w.begin_arg(4 * waiters.size() + packed_bytes);
+        const std::size_t packed_size = 4 * waiters.size() + packed_bytes;
+        w.begin_arg(packed_size);
+        packed_cursor packed{w.space(packed_size)};
         std::size_t next = 0;
         for (const auto& wt : waiters) {
-            append_u32(w, (wt.give_backs ? tentative_group : 0) | wt.request_checks.size());
-            for (std::size_t i = 0; i < wt.request_checks.size(); ++i, ++next) {
-                const auto cost = limiter::clamp_cost(wt.request_checks[i].cost);
-                append_entry(w, numbers[next].first, numbers[next].second, cost != 1, cost);
+            const auto& request_checks = *wt.request_checks;
+            append_u32(packed, (wt.give_backs ? tentative_group : 0) | request_checks.size());
+            for (std::size_t i = 0; i < request_checks.size(); ++i, ++next) {
+                const auto cost = limiter::clamp_cost(request_checks[i].cost);
+                append_entry(packed, numbers[next].first, numbers[next].second, cost != 1, cost);
             }
         }
         w.end_arg();
@@ -415,11 +435,12 @@ struct redis_store::batch {
 
 namespace {
 
-// Resumes a waiting request with its outcome. Called directly, not dispatched: the store runs on
-// the thread of the requests it serves (see the header), where dispatch would run it inline
-// anyway, after moving the outcome twice more.
-void resume(net::any_completion_handler<void(outcome)>& handler, outcome&& out) {
-    std::move(handler)(std::move(out));
+// Resumes a waiting request with its outcome, written where the request waits for it. Called
+// directly, not dispatched: the store runs on the thread of the requests it serves (see the
+// header), where dispatch would run it inline anyway.
+void resume(net::any_completion_handler<void()>& handler, outcome& place, outcome&& out) {
+    place = std::move(out);
+    std::move(handler)();
 }
 
 } // namespace
@@ -485,9 +506,9 @@ redis_store::~redis_store() {
     // Requests still waiting for a flush would never be resumed: end them as unavailable.
     for (auto& b : open_) {
         for (auto& w : b->waiters) {
-            outcome out;
-            out.ec = errc::redis_unavailable;
-            net::post(ex_, net::append(std::move(w.handler), std::move(out)));
+            *w.out = outcome{};
+            w.out->ec = errc::redis_unavailable;
+            net::post(ex_, std::move(w.handler));
         }
     }
 }
@@ -530,18 +551,27 @@ void redis_store::call(std::uint16_t slot,
 }
 
 awaitable<outcome> redis_store::acquire(checks request_checks) {
-    // Not a coroutine: the request's own coroutine waits for the batch's reply directly.
+    outcome out;
+    co_await acquire_into(request_checks, out);
+    co_return out;
+}
+
+awaitable<void> redis_store::acquire_into(const checks& request_checks, outcome& out) {
+    // Not a coroutine: the request's own coroutine waits for the batch's reply directly, and
+    // the reply is decoded into `out` where it waits. Moving the checks into the batch and the
+    // outcome back out through Asio's handlers (an any_completion_handler<void(outcome)>, the
+    // awaitable's result, the caller's copy) cost 0.7k instructions a request.
     net::use_awaitable_t<io_executor> token;
-    return net::async_initiate<net::use_awaitable_t<io_executor>, void(outcome)>(
-        [this](auto handler, checks&& c) {
-            if (c.empty()) {
-                net::post(ex_, net::append(std::move(handler), outcome{}));
+    return net::async_initiate<net::use_awaitable_t<io_executor>, void()>(
+        [this, &request_checks, &out](auto handler) {
+            if (request_checks.empty()) {
+                out = outcome{};
+                net::post(ex_, std::move(handler));
                 return;
             }
-            enqueue(std::move(c), std::move(handler));
+            enqueue(request_checks, out, std::move(handler));
         },
-        token,
-        std::move(request_checks));
+        token);
 }
 
 awaitable<redis_store::tentative_outcome>
@@ -550,32 +580,35 @@ redis_store::acquire_tentative_for_test(checks request_checks) {
         co_return tentative_outcome{};
     }
     auto give_backs = std::make_shared<std::vector<give_back_entry>>();
-    auto initiate = [this, give_backs](auto handler, checks&& c) {
-        enqueue(std::move(c), std::move(handler), give_backs);
+    outcome decided;
+    auto initiate = [this, &request_checks, &decided, give_backs](auto handler) {
+        enqueue(request_checks, decided, std::move(handler), give_backs);
     };
     net::use_awaitable_t<io_executor> token;
-    auto decided = co_await net::async_initiate<net::use_awaitable_t<io_executor>, void(outcome)>(
-        std::move(initiate), token, std::move(request_checks));
+    co_await net::async_initiate<net::use_awaitable_t<io_executor>, void()>(std::move(initiate),
+                                                                            token);
     co_return tentative_outcome{std::move(decided), std::move(*give_backs)};
 }
 
-void redis_store::enqueue(checks&& request_checks,
-                          net::any_completion_handler<void(outcome)> handler,
+void redis_store::enqueue(const checks& request_checks,
+                          outcome& out,
+                          net::any_completion_handler<void()> handler,
                           std::shared_ptr<std::vector<give_back_entry>> give_backs) {
     const auto slot = slot_of(request_checks.front().key);
     if (cluster_ != nullptr && !give_backs &&
         std::any_of(request_checks.begin() + 1, request_checks.end(), [&](const check& c) {
             return redis::key_slot(c.key) != slot;
         })) {
-        split(std::move(request_checks), std::move(handler));
+        split(request_checks, out, std::move(handler));
         return;
     }
-    add_to_batch(slot, std::move(request_checks), std::move(handler), std::move(give_backs), false);
+    add_to_batch(slot, request_checks, out, std::move(handler), std::move(give_backs), false);
 }
 
 void redis_store::add_to_batch(std::uint16_t slot,
-                               checks&& request_checks,
-                               net::any_completion_handler<void(outcome)> handler,
+                               const checks& request_checks,
+                               outcome& out,
+                               net::any_completion_handler<void()> handler,
                                std::shared_ptr<std::vector<give_back_entry>> give_backs,
                                bool part) {
     auto open = std::find_if(
@@ -584,7 +617,7 @@ void redis_store::add_to_batch(std::uint16_t slot,
         open_.push_back(std::make_shared<batch>());
         open_.back()->slot = slot;
         // The vector of a batch already answered, with room for as many as the last batch
-        // held: the next is most often as large. Growing it anew moved each request's checks
+        // held: the next is most often as large. Growing it anew moved each request's waiter
         // once more, and its allocations (some KiB) came from malloc's slow path.
         open_.back()->waiters.swap(spare_waiters_);
         open_.back()->waiters.reserve(last_batch_size_);
@@ -600,8 +633,7 @@ void redis_store::add_to_batch(std::uint16_t slot,
         });
     }
     auto& b = **open;
-    b.waiters.emplace_back(
-        std::move(request_checks), std::move(handler), std::move(give_backs), part);
+    b.waiters.emplace_back(&request_checks, &out, std::move(handler), std::move(give_backs), part);
     if (b.waiters.size() >= max_batch) {
         auto full = std::move(*open);
         open_.erase(open);
@@ -609,32 +641,37 @@ void redis_store::add_to_batch(std::uint16_t slot,
     }
 }
 
-/// A request split across Cluster slots, until every part is decided.
+/// A request split across Cluster slots, until every part is decided. Its checks and the place
+/// for its outcome are the waiting coroutine's, alive as long as `handler` is.
 struct redis_store::joint {
     struct part {
         std::uint16_t slot = 0;
         /// The request's checks on this slot, in their order, and where each came from.
         checks part_checks;
         boost::container::small_vector<std::size_t, 2> indices;
-        std::optional<outcome> decided;
+        outcome decided;
         std::shared_ptr<std::vector<give_back_entry>> give_backs =
             std::make_shared<std::vector<give_back_entry>>();
     };
 
     // Move-constructed: Boost 1.81's any_completion_handler assignment wraps the handler in
     // another one instead of moving it.
-    explicit joint(net::any_completion_handler<void(outcome)> h)
-        : handler(std::move(h)) {}
+    joint(const checks& c, outcome& o, net::any_completion_handler<void()> h)
+        : request_checks(c)
+        , out(o)
+        , handler(std::move(h)) {}
 
-    checks request_checks;
-    net::any_completion_handler<void(outcome)> handler;
+    const checks& request_checks;
+    outcome& out;
+    net::any_completion_handler<void()> handler;
     boost::container::small_vector<part, 2> parts;
     std::size_t waiting = 0;
 };
 
-void redis_store::split(checks&& request_checks,
-                        net::any_completion_handler<void(outcome)> handler) {
-    auto j = std::make_shared<joint>(std::move(handler));
+void redis_store::split(const checks& request_checks,
+                        outcome& out,
+                        net::any_completion_handler<void()> handler) {
+    auto j = std::make_shared<joint>(request_checks, out, std::move(handler));
     for (std::size_t i = 0; i < request_checks.size(); ++i) {
         const auto slot = redis::key_slot(request_checks[i].key);
         auto p = std::find_if(j->parts.begin(), j->parts.end(), [slot](const joint::part& x) {
@@ -648,32 +685,30 @@ void redis_store::split(checks&& request_checks,
         p->part_checks.push_back(request_checks[i]);
         p->indices.push_back(i);
     }
-    j->request_checks = std::move(request_checks);
     j->waiting = j->parts.size();
-    for (std::size_t i = 0; i < j->parts.size(); ++i) {
-        auto& p = j->parts[i];
-        net::any_completion_handler<void(outcome)> on_part =
-            [alive = std::weak_ptr(self_), j, i](outcome out) {
-                j->parts[i].decided = std::move(out);
-                if (--j->waiting > 0) {
-                    return;
-                }
-                if (const auto self = alive.lock()) {
-                    (*self)->finish_joint(*j);
-                    return;
-                }
-                outcome gone;
-                gone.ec = errc::redis_unavailable;
-                resume(j->handler, std::move(gone));
-            };
-        add_to_batch(p.slot, checks(p.part_checks), std::move(on_part), p.give_backs, true);
+    // Every part is in place before the first is enqueued: its checks and outcome are pointed
+    // to, and `parts` must not grow after.
+    for (auto& p : j->parts) {
+        net::any_completion_handler<void()> on_part = [alive = std::weak_ptr(self_), j]() {
+            if (--j->waiting > 0) {
+                return;
+            }
+            if (const auto self = alive.lock()) {
+                (*self)->finish_joint(*j);
+                return;
+            }
+            outcome gone;
+            gone.ec = errc::redis_unavailable;
+            resume(j->handler, j->out, std::move(gone));
+        };
+        add_to_batch(p.slot, p.part_checks, p.decided, std::move(on_part), p.give_backs, true);
     }
 }
 
 void redis_store::finish_joint(joint& j) {
     error_code ec;
     for (const auto& p : j.parts) {
-        ec = ec ? ec : p.decided->ec;
+        ec = ec ? ec : p.decided.ec;
     }
     // What the parts that admitted took goes back when the request is not admitted as a whole:
     // their slots always (a request the failure mode decides holds none), their charges unless
@@ -682,13 +717,13 @@ void redis_store::finish_joint(joint& j) {
     const auto give_back_admitted = [&](bool charges) {
         bool any = false;
         for (auto& p : j.parts) {
-            if (p.decided->ec || !admitted(p.part_checks, *p.decided)) {
+            if (p.decided.ec || !admitted(p.part_checks, p.decided)) {
                 continue;
             }
-            release(p.decided->slots);
+            release(p.decided.slots);
             if (charges) {
                 give_back(*p.give_backs);
-                any = any || !p.give_backs->empty() || !p.decided->slots.empty();
+                any = any || !p.give_backs->empty() || !p.decided.slots.empty();
             }
         }
         if (any) {
@@ -700,27 +735,27 @@ void redis_store::finish_joint(joint& j) {
     };
     if (ec) {
         give_back_admitted(on_failure_ != config::failure_mode::open);
-        resume(j.handler, fail(j.request_checks, ec));
+        resume(j.handler, j.out, fail(j.request_checks, ec));
         return;
     }
     outcome out;
     out.decisions.resize(j.request_checks.size());
     for (auto& p : j.parts) {
         for (std::size_t k = 0; k < p.indices.size(); ++k) {
-            out.decisions[p.indices[k]] = p.decided->decisions[k];
+            out.decisions[p.indices[k]] = p.decided.decisions[k];
         }
     }
     if (!admitted(j.request_checks, out)) {
         give_back_admitted(true);
-        resume(j.handler, std::move(out));
+        resume(j.handler, j.out, std::move(out));
         return;
     }
     for (auto& p : j.parts) {
-        for (auto& taken : p.decided->slots) {
+        for (auto& taken : p.decided.slots) {
             out.slots.push_back(std::move(taken));
         }
     }
-    resume(j.handler, std::move(out));
+    resume(j.handler, j.out, std::move(out));
 }
 
 void redis_store::flush() {
@@ -747,9 +782,9 @@ void redis_store::send(batch_ptr b) {
         const auto self = alive.lock();
         if (!self) {
             for (auto& w : b->waiters) {
-                outcome out;
-                out.ec = errc::redis_unavailable;
-                resume(w.handler, std::move(out));
+                outcome gone;
+                gone.ec = errc::redis_unavailable;
+                resume(w.handler, *w.out, std::move(gone));
             }
             return;
         }
@@ -804,26 +839,28 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
         }
         for (auto& w : b.waiters) {
             if (w.part) {
-                outcome out;
-                out.ec = ec;
-                resume(w.handler, std::move(out));
+                outcome failed;
+                failed.ec = ec;
+                resume(w.handler, *w.out, std::move(failed));
                 continue;
             }
-            resume(w.handler, fail(w.request_checks, ec));
+            resume(w.handler, *w.out, fail(*w.request_checks, ec));
         }
         return;
     }
     std::size_t field = 0;
     std::size_t request_number = 0;
     for (auto& w : b.waiters) {
+        const auto& request_checks = *w.request_checks;
+        auto& out = *w.out;
         const std::size_t stride = w.give_backs ? reply_fields + token_fields : reply_fields;
-        auto out = decisions_at(r.str, field, w.request_checks, stride);
+        decisions_at(r.str, field, request_checks, stride, out);
         if (w.give_backs) {
-            *w.give_backs = give_backs_at(r.str, field, w.request_checks, out, stride);
+            *w.give_backs = give_backs_at(r.str, field, request_checks, out, stride);
         }
-        field += w.request_checks.size() * stride;
-        take_slots(w.request_checks, out, b.lease_prefix, ++request_number);
-        resume(w.handler, std::move(out));
+        field += request_checks.size() * stride;
+        take_slots(request_checks, out, b.lease_prefix, ++request_number);
+        std::move(w.handler)();
     }
 }
 
@@ -1208,7 +1245,7 @@ void redis_store::apply_reloadable(const config::redis_settings& settings) noexc
     on_failure_ = settings.on_failure;
 }
 
-outcome redis_store::fail(checks& request_checks, error_code ec) {
+outcome redis_store::fail(const checks& request_checks, error_code ec) {
     if (metrics_ != nullptr) {
         metrics::bump(metrics_->store_errors_total);
     }

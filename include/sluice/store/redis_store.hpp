@@ -109,6 +109,10 @@ public:
 
     awaitable<outcome> acquire(checks request_checks) override;
 
+    /// The request waits in its batch with pointers to `request_checks` and `out`; its reply is
+    /// decoded straight into `out`.
+    awaitable<void> acquire_into(const checks& request_checks, outcome& out) override;
+
     /// Gives back slots: Redis ones by script (which publishes the freed key to every
     /// instance's waiters), the slots of one event-loop turn in one call; the local fallback's
     /// to it.
@@ -216,21 +220,26 @@ private:
     struct batch;
     using batch_ptr = std::shared_ptr<batch>;
 
-    /// Adds a request to the open batch; tentative when `give_backs` is set, which receives its
-    /// give-back entries before `handler` runs.
-    void enqueue(checks&& request_checks,
-                 net::any_completion_handler<void(outcome)> handler,
+    /// Adds a request to the open batch: `handler` runs once its outcome is in `out`.
+    /// `request_checks` and `out` are the waiting coroutine's, alive as long as `handler` is
+    /// (it owns the coroutine's frame). Tentative when `give_backs` is set, which receives the
+    /// request's give-back entries before `handler` runs.
+    void enqueue(const checks& request_checks,
+                 outcome& out,
+                 net::any_completion_handler<void()> handler,
                  std::shared_ptr<std::vector<give_back_entry>> give_backs = nullptr);
-    /// Adds a request to the open batch of `slot` (0 without Cluster). A `part` (of a request
-    /// split across slots) that fails completes with the error, never the failure mode: the
-    /// whole request gets that.
+    /// Adds a request to the open batch of `slot` (0 without Cluster), as `enqueue`. A `part`
+    /// (of a request split across slots) that fails completes with the error, never the failure
+    /// mode: the whole request gets that.
     void add_to_batch(std::uint16_t slot,
-                      checks&& request_checks,
-                      net::any_completion_handler<void(outcome)> handler,
+                      const checks& request_checks,
+                      outcome& out,
+                      net::any_completion_handler<void()> handler,
                       std::shared_ptr<std::vector<give_back_entry>> give_backs,
                       bool part);
     /// Cluster: sends a request whose keys span slots as tentative parts, one per slot.
-    void split(checks&& request_checks, net::any_completion_handler<void(outcome)> handler);
+    void
+    split(const checks& request_checks, outcome& out, net::any_completion_handler<void()> handler);
     struct joint;
     void finish_joint(joint& j);
     void flush();
@@ -244,7 +253,8 @@ private:
     void call(std::uint16_t slot, std::string_view command, redis::client::handler_type handler);
     /// The slot of `key` on Cluster (redis::key_slot); 0 otherwise, without hashing.
     std::uint16_t slot_of(std::string_view key) const noexcept;
-    outcome fail(checks& request_checks, error_code ec);
+    /// The outcome of a request Redis could not decide, by the failure mode.
+    outcome fail(const checks& request_checks, error_code ec);
     /// Records the slots an admitted request took, leased as `<lease_prefix><request_number>`.
     void take_slots(const checks& request_checks,
                     outcome& out,
