@@ -124,8 +124,8 @@ std::optional<body_read> take_body_ahead(body_source src, std::string& body, std
  * upstream fails before a response started; what came of it goes into `result` (as the caller
  * made it: default). See forwarder.cpp for the retry and framing rules. (`result` rather than a
  * return value: the value would be held three times, in this frame and the caller's. With
- * that, the JSON scan on the heap, and request_handler.cpp's one `early` and the limiter's
- * `decide_on_store`, this frame went from 1488 to 784 bytes and handle_request's from 1456 to
+ * that, the JSON scan on the heap, and request_handler.cpp's one `early` and the store's outcome
+ * out of its frame, this frame went from 1488 to 784 bytes and handle_request's from 1456 to
  * 912: 1.2 KiB less for every request in flight. Before io/frame_pool.hpp it also brought both
  * under the 1020 bytes Asio's own frame cache takes; README, Benchmarks.)
  */

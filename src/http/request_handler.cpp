@@ -315,7 +315,8 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
         co_return e;
     }
     if (!r.limiter.try_now(c.w, *r.cfg, r.limited(c.peer))) {
-        co_await r.limiter.decide_on_store();
+        co_await r.limiter.store_decision();
+        r.limiter.settle_store_decision();
     }
     note_decision(r);
     const auto& verdict = r.limiter.result();

@@ -335,8 +335,7 @@ bool request_limiter::decide_now(worker_context& w) {
     return true;
 }
 
-awaitable<void> request_limiter::decide_on_store() {
-    co_await store_->acquire_into(pending_, outcome_);
+void request_limiter::settle_store_decision() {
     pending_.clear();
     settle();
 }

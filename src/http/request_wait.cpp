@@ -175,7 +175,8 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         // may admit it, and the slot freed meanwhile would then be lost to the line.
         ticket.begin_decision();
         if (!r.limiter.try_again(c.w, r.limited(c.peer))) {
-            co_await r.limiter.decide_on_store();
+            co_await r.limiter.store_decision();
+            r.limiter.settle_store_decision();
         }
         if (r.limiter.result().what != verdict::kind::queued) {
             break;
