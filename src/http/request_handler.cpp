@@ -256,7 +256,7 @@ std::optional<resumed_hold> resume_hold(connection_state& c, request_memory& m) 
     if (!ec || *ec || check_header(c, r, *ec)) {
         return std::nullopt;
     }
-    r.limiter.resume(c.w, *r.cfg, r.limited(c.peer), std::move(held->decision));
+    r.limiter.resume(c.w, *r.cfg, r.limited(c.peer, c.peer_text), std::move(held->decision));
     note_decision(r);
     r.record.delay = r.limiter.result().delay;
     const bool goes_on = held->woken_by != beast::error::timeout;
@@ -295,7 +295,7 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     // would be a slot of its own in this frame, which every request in flight holds.
     auto early = check_header(c, r, ec);
     if (!early) {
-        if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer));
+        if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer, c.peer_text));
             wanted > 0 && !r.parser.is_done()) {
             r.body_read_ahead = true;
             const body_source src{
@@ -314,7 +314,7 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
         auto e = co_await answer(c, r, *early->reply, early->must_close);
         co_return e;
     }
-    if (!r.limiter.try_now(c.w, *r.cfg, r.limited(c.peer))) {
+    if (!r.limiter.try_now(c.w, *r.cfg, r.limited(c.peer, c.peer_text))) {
         co_await r.limiter.store_decision();
         r.limiter.settle_store_decision();
     }

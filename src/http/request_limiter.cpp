@@ -218,10 +218,13 @@ void request_limiter::derive_checks(const config::config& cfg, const limited_req
     std::string joined;
     const auto xff = forwarded_for(message, cfg, joined);
     const auto client = key::client_address(req.peer, xff, cfg.server.trusted_proxies);
+    // The peer's text, made once for its connection: formatting the address again cost every
+    // request 240 instructions.
+    const std::string_view client_text = client == req.peer ? req.peer_text : std::string_view();
     if (cfg.logging.access_log) {
-        client_ = client.to_string();
+        client_ = client_text.empty() ? client.to_string() : std::string(client_text);
     }
-    auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix);
+    auto client_part = key::client_key_part(client, cfg.rate_limit.ipv6_prefix, client_text);
     if (const auto& redis = cfg.rate_limit.redis;
         cfg.rate_limit.store == config::store_kind::redis &&
         redis.topology == config::redis_topology::cluster &&

@@ -89,6 +89,8 @@ struct limited_request {
     /// is all of it: a `json:` field is looked for only in a whole body.
     std::string_view body = {};
     bool body_complete = false;
+    /// `peer` as text (`ip_address::to_string`), made once per connection; empty: not made.
+    std::string_view peer_text = {};
 };
 
 class request_limiter {

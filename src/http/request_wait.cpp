@@ -174,7 +174,7 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         // Woken or not (the recheck), no wake-up may go to it while it decides: this decision
         // may admit it, and the slot freed meanwhile would then be lost to the line.
         ticket.begin_decision();
-        if (!r.limiter.try_again(c.w, r.limited(c.peer))) {
+        if (!r.limiter.try_again(c.w, r.limited(c.peer, c.peer_text))) {
             co_await r.limiter.store_decision();
             r.limiter.settle_store_decision();
         }

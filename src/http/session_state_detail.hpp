@@ -92,8 +92,14 @@ struct request_state {
     std::optional<std::chrono::steady_clock::time_point> body_started;
 
     /// The request as the limiter sees it.
-    limited_request limited(const key::ip_address& peer) const noexcept {
-        return {parser.get(), record.path, peer, body_ahead, body_read_ahead && parser.is_done()};
+    limited_request limited(const key::ip_address& peer,
+                            std::string_view peer_text) const noexcept {
+        return {parser.get(),
+                record.path,
+                peer,
+                body_ahead,
+                body_read_ahead && parser.is_done(),
+                peer_text};
     }
 };
 

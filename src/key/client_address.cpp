@@ -107,9 +107,9 @@ ip_address client_address(const ip_address& peer,
     return last_trusted;
 }
 
-std::string client_key_part(const ip_address& address, int ipv6_prefix) {
+std::string client_key_part(const ip_address& address, int ipv6_prefix, std::string_view text) {
     if (address.v4 || ipv6_prefix >= 128) {
-        return address.to_string();
+        return text.empty() ? address.to_string() : std::string(text);
     }
     const int prefix = ipv6_prefix < 0 ? 0 : ipv6_prefix;
     ip_address network = address;

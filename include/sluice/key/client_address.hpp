@@ -45,8 +45,9 @@ std::optional<ip_address> parse_forwarded_entry(std::string_view entry) noexcept
  * The `<ip>` part of a rate-limit key. IPv4: the dotted quad ("203.0.113.7"). IPv6: the
  * canonical network of `ipv6_prefix` bits with its length, so that one host's many addresses
  * share a bucket ("2001:db8:1:2::/64"); with a prefix of 128 (or more) the plain address.
- * `ipv6_prefix` below 0 is taken as 0.
+ * `ipv6_prefix` below 0 is taken as 0. `text`, when not empty, is `address.to_string()` made
+ * already (a connection's peer's, made once per connection).
  */
-std::string client_key_part(const ip_address& address, int ipv6_prefix);
+std::string client_key_part(const ip_address& address, int ipv6_prefix, std::string_view text = {});
 
 } // namespace sluice::key

@@ -93,6 +93,23 @@ TEST_F(RequestLimiter, AdmitsUpToTheLimitThenRefusesWith429NamingIt) {
     EXPECT_EQ(request(cfg, "/y")->result().what, verdict::kind::allowed);
 }
 
+// The peer's text made once for its connection (limited_request::peer_text) keys a request as
+// the address does: with it and without it, requests count in one bucket.
+TEST_F(RequestLimiter, ThePeersTextKeysARequestAsItsAddressDoes) {
+    config::config cfg;
+    cfg.rate_limit.fallback = leaky(2, 1, config::shaping_mode::police);
+    const get_request req("/x");
+    auto with_text = req.limited();
+    with_text.peer_text = "203.0.113.7";
+    request_limiter first;
+    ASSERT_TRUE(first.try_now(worker_, cfg, with_text));
+    ASSERT_NE(first.response_fields().decision, nullptr);
+    EXPECT_EQ(first.response_fields().decision->remaining, 1);
+    const auto second = request(cfg, "/x");
+    ASSERT_NE(second->response_fields().decision, nullptr);
+    EXPECT_EQ(second->response_fields().decision->remaining, 0);
+}
+
 TEST_F(RequestLimiter, ShapingDelaysAndKeepsItsHeldPlaceUntilTheHoldEnds) {
     config::config cfg;
     cfg.rate_limit.fallback = leaky(5, 10, config::shaping_mode::shape);

@@ -124,6 +124,16 @@ TEST(ClientKeyPart, GroupsIpv6ByPrefix) {
     }
 }
 
+// The address's text made already (a connection's peer's) gives the same part as the address:
+// what a plain address's part is, and nothing of a network's.
+TEST(ClientKeyPart, TheAddressTextMadeAlreadyGivesTheSamePart) {
+    for (const key_part_case& c : key_part_cases) {
+        SCOPED_TRACE(std::string(c.address) + " /" + std::to_string(c.prefix));
+        const auto address = ip(c.address);
+        EXPECT_EQ(client_key_part(address, c.prefix, address.to_string()), c.part);
+    }
+}
+
 TEST(ClientKeyPart, OneSlash64SharesABucket) {
     EXPECT_EQ(client_key_part(ip("2001:db8:0:7::1"), 64),
               client_key_part(ip("2001:db8:0:7:8000::42"), 64));
