@@ -224,8 +224,8 @@ void write_definition(redis::command_writer& w, const config::limit& l) {
 }
 
 // Fills a request batch's packed argument in the space the command writer made for it
-// (redis::command_writer::space): plain stores, where an append per number into the command cost
-// some 40 instructions each, three per request.
+// (redis::command_writer::space): plain stores, rather than an append into the command for each
+// of a request's three numbers.
 struct packed_cursor {
     char* at;
 
@@ -436,6 +436,13 @@ struct redis_store::batch {
 
 namespace {
 
+// The outcome of a request that was not decided at all: `ec`, no decisions.
+outcome undecided(error_code ec) {
+    outcome out;
+    out.ec = ec;
+    return out;
+}
+
 // Resumes a waiting request with its outcome, written where the request waits for it. Called
 // directly, not dispatched: the store runs on the thread of the requests it serves (see the
 // header), where dispatch would run it inline anyway.
@@ -507,8 +514,7 @@ redis_store::~redis_store() {
     // Requests still waiting for a flush would never be resumed: end them as unavailable.
     for (auto& b : open_) {
         for (auto& w : b->waiters) {
-            *w.out = outcome{};
-            w.out->ec = errc::redis_unavailable;
+            *w.out = undecided(errc::redis_unavailable);
             net::post(ex_, std::move(w.handler));
         }
     }
@@ -698,9 +704,7 @@ void redis_store::split(const checks& request_checks,
                 (*self)->finish_joint(*j);
                 return;
             }
-            outcome gone;
-            gone.ec = errc::redis_unavailable;
-            resume(j->handler, j->out, std::move(gone));
+            resume(j->handler, j->out, undecided(errc::redis_unavailable));
         };
         add_to_batch(p.slot, p.part_checks, p.decided, std::move(on_part), p.give_backs, true);
     }
@@ -783,9 +787,7 @@ void redis_store::send(batch_ptr b) {
         const auto self = alive.lock();
         if (!self) {
             for (auto& w : b->waiters) {
-                outcome gone;
-                gone.ec = errc::redis_unavailable;
-                resume(w.handler, *w.out, std::move(gone));
+                resume(w.handler, *w.out, undecided(errc::redis_unavailable));
             }
             return;
         }
@@ -840,9 +842,7 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
         }
         for (auto& w : b.waiters) {
             if (w.part) {
-                outcome failed;
-                failed.ec = ec;
-                resume(w.handler, *w.out, std::move(failed));
+                resume(w.handler, *w.out, undecided(ec));
                 continue;
             }
             resume(w.handler, *w.out, fail(*w.request_checks, ec));
@@ -1255,9 +1255,7 @@ outcome redis_store::fail(const checks& request_checks, error_code ec) {
         out.local = true;
         return out;
     }
-    outcome out;
-    out.ec = ec;
-    return out;
+    return undecided(ec);
 }
 
 std::unique_ptr<store> make_redis_store(executor ex,
