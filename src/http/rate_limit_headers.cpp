@@ -33,14 +33,27 @@ public:
         }
     }
 
-    void append(const char* first, const char* last) {
-        const auto n = static_cast<std::size_t>(last - first);
-        if (spilled_.empty() && n <= data_.size() - size_) {
-            std::memcpy(data_.data() + size_, first, n);
-            size_ += n;
+    void append(std::string_view text) {
+        if (spilled_.empty() && text.size() <= data_.size() - size_) {
+            std::memcpy(data_.data() + size_, text.data(), text.size());
+            size_ += text.size();
         } else {
-            spill(first, n);
+            spill(text.data(), text.size());
         }
+    }
+
+    // std::to_chars, not fmt: these run on every response, and a format string costs more than
+    // the digits. The digits go where they belong when there is room, not through a copy.
+    void append_int(std::int64_t value) {
+        constexpr std::size_t widest = 20; // "-9223372036854775808"
+        if (spilled_.empty() && data_.size() - size_ >= widest) {
+            char* const at = data_.data() + size_;
+            size_ += static_cast<std::size_t>(std::to_chars(at, at + widest, value).ptr - at);
+            return;
+        }
+        std::array<char, widest> digits;
+        char* const end = std::to_chars(digits.data(), digits.data() + digits.size(), value).ptr;
+        spill(digits.data(), static_cast<std::size_t>(end - digits.data()));
     }
 
     std::string_view view() const noexcept {
@@ -53,7 +66,9 @@ public:
     }
 
 private:
-    void spill(const char* first, std::size_t n) {
+    // Out of line and cold, so that the appends stay small enough to inline: a short literal's
+    // copy then compiles to a store or two.
+    [[gnu::cold, gnu::noinline]] void spill(const char* first, std::size_t n) {
         if (spilled_.empty()) {
             spilled_.assign(data_.data(), size_);
         }
@@ -68,20 +83,6 @@ private:
 using value_buffer = stack_text<128>;
 using line_buffer = stack_text<384>;
 
-// std::to_chars, not fmt: these run on every response, and a format string costs more than the
-// digits.
-template <typename Out>
-void append_int(Out& out, std::int64_t value) {
-    std::array<char, 24> digits;
-    char* end = std::to_chars(digits.data(), digits.data() + digits.size(), value).ptr;
-    out.append(digits.data(), end);
-}
-
-template <typename Out>
-void append_text(Out& out, std::string_view text) {
-    out.append(text.data(), text.data() + text.size());
-}
-
 template <typename Out>
 void append_sf_string(Out& out, std::string_view text) {
     out.push_back('"');
@@ -90,7 +91,7 @@ void append_sf_string(Out& out, std::string_view text) {
         return byte >= 0x20 && byte <= 0x7e && c != '"' && c != '\\';
     };
     if (std::all_of(text.begin(), text.end(), plain)) {
-        append_text(out, text); // the usual rule name: nothing to escape, one copy
+        out.append(text); // the usual rule name: nothing to escape, one copy
         out.push_back('"');
         return;
     }
@@ -111,23 +112,23 @@ void append_sf_string(Out& out, std::string_view text) {
 template <typename Out>
 void format_policy(Out& out, std::string_view name, const limiter::decision& d) {
     append_sf_string(out, name);
-    append_text(out, ";q=");
-    append_int(out, std::max<std::int64_t>(d.limit, 0));
+    out.append(";q=");
+    out.append_int(std::max<std::int64_t>(d.limit, 0));
     if (d.window.count() > 0) {
-        append_text(out, ";w=");
-        append_int(out, ceil_seconds(d.window));
+        out.append(";w=");
+        out.append_int(ceil_seconds(d.window));
     }
 }
 
 template <typename Out>
 void format_rate_limit(Out& out, std::string_view name, const limiter::decision& d) {
     append_sf_string(out, name);
-    append_text(out, ";r=");
-    append_int(out, std::max<std::int64_t>(d.remaining, 0));
+    out.append(";r=");
+    out.append_int(std::max<std::int64_t>(d.remaining, 0));
     // A concurrency limit frees slots when responses end, not on a clock: no reset to state.
     if (!d.in_flight) {
-        append_text(out, ";t=");
-        append_int(out, ceil_seconds(d.reset_after));
+        out.append(";t=");
+        out.append_int(ceil_seconds(d.reset_after));
     }
 }
 
@@ -137,49 +138,63 @@ constexpr std::array<std::string_view, 2> ietf_fields{"RateLimit-Policy", "RateL
 constexpr std::array<std::string_view, 3> x_ratelimit_fields{
     "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"};
 
-/// Calls `emit(field, value)` for each rate-limit field of `decision`: the one place that says
-/// which fields there are and what they hold, whether they go into a header sluice writes
-/// itself or into an upstream response's.
-template <typename Emit>
-void for_each_field(std::string_view name,
+/// Writes each rate-limit field of `decision` into `out`: `out.begin_field(field)`, the value's
+/// pieces (push_back, append, append_int), then `out.end_field()`. The one place that says which
+/// fields there are and what they hold, whether they go into a header sluice writes itself or
+/// into an upstream response's. The value is formatted straight into `out`: a line's value
+/// formatted apart and copied in cost a copy per field.
+template <typename Out>
+void for_each_field(Out& out,
+                    std::string_view name,
                     const limiter::decision& decision,
-                    bool x_ratelimit,
-                    Emit&& emit) {
-    value_buffer value;
-    const auto field = [&](std::string_view field_name) {
-        emit(field_name, value.view());
-        value.clear();
-    };
-    format_policy(value, name, decision);
-    field(ietf_fields[0]);
-    format_rate_limit(value, name, decision);
-    field(ietf_fields[1]);
+                    bool x_ratelimit) {
+    out.begin_field(ietf_fields[0]);
+    format_policy(out, name, decision);
+    out.end_field();
+    out.begin_field(ietf_fields[1]);
+    format_rate_limit(out, name, decision);
+    out.end_field();
     if (!x_ratelimit) {
         return;
     }
-    append_int(value, std::max<std::int64_t>(decision.limit, 0));
-    field(x_ratelimit_fields[0]);
-    append_int(value, std::max<std::int64_t>(decision.remaining, 0));
-    field(x_ratelimit_fields[1]);
+    out.begin_field(x_ratelimit_fields[0]);
+    out.append_int(std::max<std::int64_t>(decision.limit, 0));
+    out.end_field();
+    out.begin_field(x_ratelimit_fields[1]);
+    out.append_int(std::max<std::int64_t>(decision.remaining, 0));
+    out.end_field();
     if (!decision.in_flight) {
-        append_int(value, ceil_seconds(decision.reset_after));
-        field(x_ratelimit_fields[2]);
+        out.begin_field(x_ratelimit_fields[2]);
+        out.append_int(ceil_seconds(decision.reset_after));
+        out.end_field();
     }
 }
 
-template <typename Out>
-void format_lines(Out& out,
-                  std::string_view name,
-                  const limiter::decision& decision,
-                  bool x_ratelimit) {
-    for_each_field(
-        name, decision, x_ratelimit, [&](std::string_view field, std::string_view value) {
-            append_text(out, field);
-            append_text(out, ": ");
-            append_text(out, value);
-            append_text(out, "\r\n");
-        });
-}
+/// for_each_field's target for header lines: "Name: value\r\n" each.
+struct field_lines : line_buffer {
+    void begin_field(std::string_view field) {
+        append(field);
+        append(": ");
+    }
+
+    void end_field() { append("\r\n"); }
+};
+
+/// for_each_field's target for Beast's fields: each value set as it is finished.
+struct beast_field_values : value_buffer {
+    explicit beast_field_values(bhttp::fields& f) noexcept
+        : fields(f) {}
+
+    void begin_field(std::string_view name) noexcept { field = name; }
+
+    void end_field() {
+        fields.set(field, view());
+        clear();
+    }
+
+    bhttp::fields& fields;
+    std::string_view field;
+};
 
 // Whether `name` is one of the fields we set (the X-RateLimit ones only when we set those).
 bool is_ours(std::string_view name, bool x_ratelimit) {
@@ -218,10 +233,8 @@ void set_rate_limit_headers(bhttp::fields& fields,
                             std::string_view name,
                             const limiter::decision& decision,
                             bool x_ratelimit) {
-    for_each_field(
-        name, decision, x_ratelimit, [&](std::string_view field, std::string_view value) {
-            fields.set(field, value);
-        });
+    beast_field_values out(fields);
+    for_each_field(out, name, decision, x_ratelimit);
 }
 
 void append_rate_limit_lines(response_head& head,
@@ -235,8 +248,8 @@ void append_rate_limit_lines(response_head& head,
     });
     // Formatted on the stack and appended once: every append to the string would check its
     // capacity, and there are a dozen small pieces.
-    line_buffer buffer;
-    format_lines(buffer, name, decision, x_ratelimit);
+    field_lines buffer;
+    for_each_field(buffer, name, decision, x_ratelimit);
     lines += buffer.view();
 }
 

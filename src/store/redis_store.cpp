@@ -21,6 +21,7 @@
 #include <functional>
 #include <random>
 #include <string_view>
+#include <unordered_map>
 
 namespace sluice::store {
 namespace {
@@ -320,6 +321,71 @@ std::size_t leading_run(const std::vector<T>& items, SlotOf slot_of, std::size_t
 
 } // namespace
 
+/**
+ * Each limit's definition in a batch's script call (write_definition's arguments, in RESP),
+ * written once and spliced into every call that names the limit: writing it, its rate printed
+ * as the shortest double, cost some 1.5k instructions per limit and batch. Found by the limit's
+ * address, and used only while the limit still says what it said when written: a reload frees
+ * the old limits, and a new one may take an old one's address.
+ */
+class redis_store::definition_texts {
+public:
+    std::string_view of(const config::limit& l) {
+        auto it = texts_.find(&l);
+        if (it != texts_.end() && it->second.said == limit_fields{l}) {
+            return it->second.text;
+        }
+        if (it == texts_.end() && texts_.size() >= max_texts) {
+            texts_.clear(); // the limits of configs long gone
+        }
+        std::string text;
+        auto w = redis::command_writer::arguments_only(text);
+        write_definition(w, l);
+        const auto [at, added] =
+            texts_.insert_or_assign(&l, entry{limit_fields{l}, std::move(text)});
+        return at->second.text;
+    }
+
+private:
+    // What write_definition reads of a limit.
+    struct limit_fields {
+        explicit limit_fields(const config::limit& l)
+            : algo(l.algo)
+            , capacity(l.capacity)
+            , limit_count(l.limit_count)
+            , flow_rate(l.flow_rate)
+            , refill_rate(l.refill_rate)
+            , window(l.window)
+            , lease(l.lease)
+            , mode(l.mode)
+            , max_delay(l.max_delay)
+            , dry_run(l.dry_run) {}
+
+        bool operator==(const limit_fields&) const = default;
+
+        config::algorithm algo;
+        std::int64_t capacity;
+        std::int64_t limit_count;
+        double flow_rate;
+        double refill_rate;
+        milliseconds window;
+        milliseconds lease;
+        config::shaping_mode mode;
+        std::optional<milliseconds> max_delay;
+        bool dry_run;
+    };
+
+    struct entry {
+        limit_fields said;
+        std::string text;
+    };
+
+    // Far more limits than a config has: only reloads add more.
+    static constexpr std::size_t max_texts = 4096;
+
+    std::unordered_map<const config::limit*, entry> texts_;
+};
+
 /// A request waiting for its batch's reply. Its checks and the place for its outcome are its
 /// coroutine's, alive as long as `handler` (which owns the coroutine's frame) is: the handler
 /// leaves the waiter only to be called, once the outcome is written.
@@ -360,7 +426,8 @@ struct redis_store::batch {
     void format(std::string_view verb,
                 std::string_view script,
                 std::optional<double> now,
-                milliseconds ttl) {
+                milliseconds ttl,
+                definition_texts& texts) {
         // A burst from one client repeats one key: each distinct key and limit goes once.
         boost::container::small_vector<const config::limit*, 8> definitions;
         boost::container::small_vector<std::string_view, 16> keys;
@@ -415,7 +482,7 @@ struct redis_store::batch {
         w.arg(ttl.count());
         w.arg(static_cast<std::int64_t>(definitions.size()));
         for (const auto* l : definitions) {
-            write_definition(w, *l);
+            w.splice(texts.of(*l));
         }
         const std::size_t packed_size = 4 * waiters.size() + packed_bytes;
         w.begin_arg(packed_size);
@@ -470,6 +537,7 @@ redis_store::redis_store(unconnected,
     , ttl_(settings.ttl)
     , on_failure_(settings.on_failure)
     , local_fallback_(local_fallback)
+    , definitions_(std::make_unique<definition_texts>())
     , self_(std::make_shared<redis_store*>(this))
     , channel_(slot_channel(settings))
     , lease_prefix_(make_lease_prefix())
@@ -775,7 +843,7 @@ void redis_store::flush() {
 void redis_store::flush_batch(batch_ptr b) {
     last_batch_size_ = b->waiters.size();
     b->lease_prefix = lease_prefix_ + std::to_string(++batches_) + ':';
-    b->format("EVALSHA", redis::limits_script.sha1, now_override_, ttl_);
+    b->format("EVALSHA", redis::limits_script.sha1, now_override_, ttl_, *definitions_);
     send(std::move(b));
 }
 
@@ -799,7 +867,11 @@ void redis_store::send(batch_ptr b) {
             // The script cache was emptied since this connection loaded it: EVAL loads it
             // again.
             b->retried = true;
-            b->format("EVAL", redis::limits_script.text, owner.now_override_, owner.ttl_);
+            b->format("EVAL",
+                      redis::limits_script.text,
+                      owner.now_override_,
+                      owner.ttl_,
+                      *owner.definitions_);
             owner.send(std::move(b));
             return;
         }

@@ -17,7 +17,7 @@ namespace sluice::redis {
  *
  * The constructor writes the array header, so the number of arguments is fixed up front; write
  * exactly that many with `arg`, or a long one in pieces with `begin_arg` and `append` (or
- * `space`), then `end_arg`.
+ * `space`), then `end_arg`, or a run of them written before with `arguments_only` (`splice`).
  */
 class command_writer {
 public:
@@ -25,6 +25,13 @@ public:
         : out_(out) {
         header('*', argc);
     }
+
+    /// A writer of arguments alone, without the array header: a run of them made once, to be
+    /// spliced into commands.
+    static command_writer arguments_only(std::string& out) { return command_writer(out); }
+
+    /// Arguments `arguments_only` wrote, as many as they are.
+    void splice(std::string_view arguments) { out_.append(arguments); }
 
     void arg(std::string_view a) {
         // One resize, then plain stores: an append for each of the header's three parts, the
@@ -63,6 +70,9 @@ public:
     void end_arg() { out_.append("\r\n"); }
 
 private:
+    explicit command_writer(std::string& out)
+        : out_(out) {}
+
     void header(char kind, std::size_t n) {
         char digits[24];
         const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;

@@ -219,6 +219,7 @@ private:
     struct batch_waiter;
     struct batch;
     using batch_ptr = std::shared_ptr<batch>;
+    class definition_texts;
 
     /// Adds a request to the open batch: `handler` runs once its outcome is in `out`.
     /// `request_checks` and `out` are the waiting coroutine's, alive as long as `handler` is
@@ -294,6 +295,8 @@ private:
     std::size_t last_batch_size_ = 1;
     /// An answered batch's vector of requests, empty, for the next batch to fill.
     std::vector<batch_waiter> spare_waiters_;
+    /// Each limit's arguments in the batches' script calls, written once.
+    std::unique_ptr<definition_texts> definitions_;
     std::atomic<std::uint64_t> give_backs_sent_{0};
     /// Lets posted flushes and reply callbacks notice that the store is gone.
     std::shared_ptr<redis_store*> self_;

@@ -318,6 +318,30 @@ TEST_F(RedisStore, FactoryBuildsAStartedStore) {
     EXPECT_TRUE(out.decisions[0].allowed);
 }
 
+// The store writes each limit's arguments once and finds them again by the limit's address; a
+// reload may put a different limit at an address an old one had. What is sent must be what the
+// limit says now.
+TEST_F(RedisStore, ALimitChangedInPlaceIsSentAsItIsNow) {
+    auto l = leaky(2, 1, config::shaping_mode::police);
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(acquire_one("in-place", l, t0).allowed) << i;
+    }
+    EXPECT_FALSE(acquire_one("in-place", l, t0).allowed);
+    // The same object, a larger bucket: three more fit at the same instant.
+    l.capacity = 5;
+    for (int i = 0; i < 3; ++i) {
+        const auto d = acquire_one("in-place", l, t0);
+        ASSERT_TRUE(d.allowed) << i;
+        EXPECT_EQ(d.limit, 5);
+    }
+    EXPECT_FALSE(acquire_one("in-place", l, t0).allowed);
+    // A slower flow at the same address: one second later, one leaked at 1/s would fit; at
+    // 0.5/s none has.
+    l.flow_rate = 0.5;
+    EXPECT_FALSE(acquire_one("in-place", l, t0 + 1000).allowed);
+    EXPECT_TRUE(acquire_one("in-place", l, t0 + 2000).allowed);
+}
+
 TEST_F(RedisStore, AnUnknownAlgorithmFailsWithBadReply) {
     config::limit l;
     l.algo = static_cast<config::algorithm>(9);
