@@ -5,6 +5,7 @@
 #   free_port             a free TCP port on 127.0.0.1
 #   wait_port PORT        wait (up to 5 s) until something listens on PORT
 #   cpu_ticks PID         utime + stime of PID and its threads, plus its children's, in ticks
+#   cpu_sys_ticks PID     the stime (time in the kernel) alone of the same
 #   $hz                   ticks per second
 #   cpu_ns PID            the same in nanoseconds (the scheduler's run time of its live threads)
 #   start_redis           redis-server on a free port: sets $redis_port, $redis_pid, $redis_ports
@@ -48,6 +49,15 @@ cpu_ticks() {
   local total=0 pid
   for pid in "$1" $(pgrep -P "$1"); do
     total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat") ))
+  done
+  echo "$total"
+}
+# The part of it spent in the kernel (system calls and the network stack's work done in the
+# process's time): on loopback most of either proxy's time.
+cpu_sys_ticks() {
+  local total=0 pid
+  for pid in "$1" $(pgrep -P "$1"); do
+    total=$(( total + $(awk '{print $15}' "/proc/$pid/stat") ))
   done
   echo "$total"
 }
@@ -212,16 +222,16 @@ LUA
 
 # One wrk run against a proxy (after a 1 s warm-up), with $threads, $connections, $duration and
 # the options in the array $wrk_script; appends "name rps p50 p99 cpu_us redis_cpu_us reqs non2xx
-# calls syscalls_per_s" to $work/results. Redis's CPU (its own count, INFO cpu: microseconds where
+# calls syscalls_per_s sys_cpu_us" to $work/results (sys_cpu_us: the kernel's part of cpu_us). Redis's CPU (its own count, INFO cpu: microseconds where
 # /proc has 10 ms ticks) is counted for every proxy: it is part of what the Redis store costs.
 measure() { # name port pid
-  local before after redis_before redis_after out rps reqs p50 p99
+  local before after sys_before sys_after redis_before redis_after out rps reqs p50 p99
   wrk -t"$threads" -c"$connections" -d1s "${wrk_script[@]}" "http://127.0.0.1:$2/" >/dev/null 2>&1 # warm-up
   reset_redis_stats
-  before=$(cpu_ticks "$3") redis_before=$(redis_cpu_us)
+  before=$(cpu_ticks "$3") sys_before=$(cpu_sys_ticks "$3") redis_before=$(redis_cpu_us)
   start_syscall_count "$3" "$duration"
   out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "${wrk_script[@]}" "http://127.0.0.1:$2/")
-  after=$(cpu_ticks "$3") redis_after=$(redis_cpu_us)
+  after=$(cpu_ticks "$3") sys_after=$(cpu_sys_ticks "$3") redis_after=$(redis_cpu_us)
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   reqs=$(awk '/requests in/ {print $1}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
@@ -229,5 +239,5 @@ measure() { # name port pid
   non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
   calls=$(script_calls)
   finish_syscall_count
-  echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls" >> "$work/results"
+  echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls $(( (sys_after - sys_before) * 1000000 / hz ))" >> "$work/results"
 }
