@@ -17,14 +17,20 @@
 // outstanding), so that the hooks are idempotent and at most one operation per direction is ever
 // outstanding.
 //
-// Reads. Once connected, the adapter reads the replies itself, with a drained read
-// (sluice/io/drained_read.hpp), feeds them to hiredis's reader and has hiredis run the reply
-// callbacks. A wait for readability (`async_wait`) followed by hiredis's own read, as before the
-// connection is up and where drained reads are not built, re-arms the fd with an EPOLL_CTL_MOD
-// each time: a system call per batch of replies that a drained read does without (bench/run
-// counted 0.11 epoll_ctl per request on the Redis store, one per batch). The end of the stream
-// and errors are left to hiredis's own read, which finds them too and disconnects as it always
-// did.
+// Reads. Once connected, the adapter reads the replies itself, with Asio's read, feeds them to
+// hiredis's reader and has hiredis run the reply callbacks. A wait for readability
+// (`async_wait`) followed by hiredis's own read, as before the connection is up, re-arms the fd
+// with an EPOLL_CTL_MOD each time: a system call per batch of replies that a read does without
+// (bench/run counted 0.11 epoll_ctl per request on the Redis store, one per batch). The end of
+// the stream and errors are left to hiredis's own read, which finds them too and disconnects as
+// it always did.
+//
+// Not a drained read (sluice/io/drained_read.hpp), which would spare the read's first try (an
+// EAGAIN per batch): with it, a server that answers and closes at once (Redis in protected
+// mode) was seen connected for good in about one run in six of
+// `RedisClient.AConnectionClosedAtOnceIsRetriedOnTheBackoffSchedule` on this machine's kernel
+// (6.18): the read that took the reply reported the socket empty and no event for the close
+// ever woke the next one. With Asio's read, none in 60 runs. Why is not known yet.
 //
 // Writes. hiredis asks for writability on every command it queues. Waiting for it costs an
 // EPOLL_CTL_MOD too, for a socket that is nearly always writable; so once connected the request
@@ -82,10 +88,6 @@ public:
         if (ec) {
             return false;
         }
-        if (family != AF_UNIX) {
-            // Without it (a kernel before 4.18) reads are Asio's: one EAGAIN per batch instead.
-            enable_drained_reads(socket_, ec);
-        }
         return true;
     }
 
@@ -134,7 +136,7 @@ private:
         read_in_flight_ = true;
 #ifdef SLUICE_REDIS_OWN_READS
         if (connected()) {
-            socket_.async_read_some(sluice::detail::drained_buffer{net::buffer(buffer_)},
+            socket_.async_read_some(net::buffer(buffer_),
                                     [self = shared_from_this()](error_code ec, std::size_t n) {
                                         self->on_read(ec, n);
                                     });

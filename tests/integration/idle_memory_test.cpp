@@ -36,10 +36,10 @@ std::string yaml_for(const recording_upstream& upstream,
     return compose_yaml(upstream.url(), rate_limit, server_extra);
 }
 
-/// Whether the gauge `series` reaches `value` within 5 s, as /metrics says (the last scrape when
-/// not).
+/// Whether the series `series` (a gauge, or a counter) reaches `value` within 5 s, as /metrics
+/// says (the last scrape when not).
 ::testing::AssertionResult
-gauge_reaches(std::uint16_t admin, std::string_view series, double value) {
+series_reaches(std::uint16_t admin, std::string_view series, double value) {
     bool met = false;
     const auto text = wait_for_metrics(
         admin,
@@ -55,7 +55,7 @@ gauge_reaches(std::uint16_t admin, std::string_view series, double value) {
 /// Waits until `count` connections are parked: a connection is parked once it has idled past
 /// its grace.
 void wait_parked(const sluice_process& sluice, int count) {
-    ASSERT_TRUE(gauge_reaches(admin_port(sluice), "sluice_connections_parked", count));
+    ASSERT_TRUE(series_reaches(admin_port(sluice), "sluice_connections_parked", count));
 }
 
 // Serves one request on `connection`, then leaves it idle until it is parked.
@@ -123,10 +123,10 @@ TEST(IdleMemory, AParkedConnectionTheClientClosesIsClosedAtOnce) {
     {
         http_connection connection(sluice.port());
         park(connection, sluice);
-        ASSERT_TRUE(gauge_reaches(admin, "sluice_connections_open", 1));
+        ASSERT_TRUE(series_reaches(admin, "sluice_connections_open", 1));
     }
     // Far sooner than server.idle-timeout (60 s): the parked wait hears the close.
-    EXPECT_TRUE(gauge_reaches(admin, "sluice_connections_open", 0));
+    EXPECT_TRUE(series_reaches(admin, "sluice_connections_open", 0));
 }
 
 TEST(IdleMemory, AParkedConnectionIsClosedAtTheIdleTimeout) {
@@ -174,7 +174,7 @@ TEST(IdleMemory, AHeldRequestsBodySentDuringTheHoldArrivesIntact) {
     constexpr std::uint64_t size = 200'000; // more than a held request reads ahead (64 KiB)
     http_connection held(sluice.port());
     held.send_raw(format_request("POST", "/held-body", {{"Content-Length", std::to_string(size)}}));
-    ASSERT_TRUE(gauge_reaches(admin, "sluice_held_requests", 1));
+    ASSERT_TRUE(series_reaches(admin, "sluice_held_requests", 1));
     held.send_pattern_body(seed, size, false);
     const http_response response = held.read_response();
     EXPECT_EQ(response.status, 200u);
@@ -224,7 +224,7 @@ TEST(IdleMemory, AHeldRequestIsForwardedIntactAfterItsHold) {
                                   {"Content-Type", "text/plain"},
                                   {"Content-Length", std::to_string(body.size())}},
                                  body));
-    ASSERT_TRUE(gauge_reaches(admin, "sluice_held_requests", 1));
+    ASSERT_TRUE(series_reaches(admin, "sluice_held_requests", 1));
     const http_response response = held.read_response();
     EXPECT_EQ(response.status, 200u);
     EXPECT_TRUE(response.keep_alive);
@@ -232,7 +232,7 @@ TEST(IdleMemory, AHeldRequestIsForwardedIntactAfterItsHold) {
     EXPECT_EQ(limits.policy, "held");
     EXPECT_EQ(limits.quota, 10);
     EXPECT_TRUE(limits.remaining);
-    EXPECT_TRUE(gauge_reaches(admin, "sluice_held_requests", 0));
+    EXPECT_TRUE(series_reaches(admin, "sluice_held_requests", 0));
 
     ASSERT_TRUE(upstream.wait_for_count(2, 10s));
     const auto requests = upstream.requests();
@@ -254,6 +254,10 @@ TEST(IdleMemory, AHeldRequestIsForwardedIntactAfterItsHold) {
     // At least a slot after the head, which was forwarded at once.
     EXPECT_GE(forwarded.arrival - requests[0].arrival, 400ms);
 
+    // A request is counted when it ends, after its response is written: the response can reach
+    // the client before the count is made.
+    ASSERT_TRUE(
+        series_reaches(admin, "sluice_requests_total{decision=\"delayed\",rule=\"held\"}", 1));
     const auto text = scrape_metrics(admin);
     EXPECT_EQ(metric_or_zero(text, "sluice_held_requests_total"), 1);
     EXPECT_EQ(metric_or_zero(text, "sluice_held_abandoned_total"), 0);
@@ -326,7 +330,7 @@ TEST(IdleMemory, HeldRequestsCutByTheDrainTimeoutEndCleanly) {
         held.push_back(std::make_unique<http_connection>(sluice.port()));
         held.back()->send("GET", "/held/" + std::to_string(i));
     }
-    ASSERT_TRUE(gauge_reaches(admin, "sluice_held_requests", 3));
+    ASSERT_TRUE(series_reaches(admin, "sluice_held_requests", 3));
 
     sluice.send_signal(SIGTERM);
     const auto status = sluice.wait_exit(20s);
