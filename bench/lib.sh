@@ -45,22 +45,18 @@ wait_port() {
 }
 
 # utime + stime of a process and its threads, plus its children's (nginx's work is in its worker).
-cpu_ticks() {
+cpu_ticks() { stat_ticks "$1" '$14 + $15'; }
+# Sums an awk expression of /proc/<pid>/stat's fields over a process, its threads and children.
+stat_ticks() { # pid expression
   local total=0 pid
   for pid in "$1" $(pgrep -P "$1"); do
-    total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat") ))
+    total=$(( total + $(awk "{print $2}" "/proc/$pid/stat") ))
   done
   echo "$total"
 }
 # The part of it spent in the kernel (system calls and the network stack's work done in the
 # process's time): on loopback most of either proxy's time.
-cpu_sys_ticks() {
-  local total=0 pid
-  for pid in "$1" $(pgrep -P "$1"); do
-    total=$(( total + $(awk '{print $15}' "/proc/$pid/stat") ))
-  done
-  echo "$total"
-}
+cpu_sys_ticks() { stat_ticks "$1" '$15'; }
 hz=$(getconf CLK_TCK)
 # The same in nanoseconds, from the scheduler's count of each live thread's run time
 # (/proc/<pid>/task/<tid>/schedstat): precise where a few ticks would be all cpu_ticks sees.

@@ -3,31 +3,15 @@
 import argparse
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from local_ports import free_port, wait_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, deadline=10.0):
-    end = time.time() + deadline
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"demo: nothing listens on 127.0.0.1:{port}")
 
 
 def fire(port, results, index):
@@ -76,8 +60,8 @@ admin: {{ enabled: false }}
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     ]
     try:
-        wait_port(upstream_port)
-        wait_port(proxy_port)
+        wait_port(upstream_port, "demo")
+        wait_port(proxy_port, "demo")
         results = [None] * 80
         start = time.time()
         threads = burst(proxy_port, 30, results, 0)

@@ -20,22 +20,7 @@ import tempfile
 import threading
 import time
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, deadline=10.0):
-    end = time.time() + deadline
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"pgo_train: nothing listens on 127.0.0.1:{port}")
-
+from local_ports import free_port, wait_port
 
 RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: pgo-train\r\nContent-Type: text/plain\r\n"
             b"Content-Length: 3\r\nConnection: keep-alive\r\n\r\nok\n")
@@ -106,7 +91,7 @@ def run_sluice(binary, work, name, upstream_port, store, redis_port, args):
         f.write(config(port, upstream_port, store, redis_port))
     proc = subprocess.Popen([binary, "--config", path])
     try:
-        wait_port(port)
+        wait_port(port, "pgo_train")
         ok = drive(port, args.seconds, args.connections)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -141,7 +126,7 @@ def main():
             children.append(subprocess.Popen(
                 ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
-            wait_port(redis_port)
+            wait_port(redis_port, "pgo_train")
             run_sluice(args.sluice, work, "redis", upstream_port, "redis", redis_port, args)
         else:
             print("pgo_train: no redis-server: the Redis store is not trained", file=sys.stderr)
