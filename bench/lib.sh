@@ -218,8 +218,9 @@ LUA
 
 # One wrk run against a proxy (after a 1 s warm-up), with $threads, $connections, $duration and
 # the options in the array $wrk_script; appends "name rps p50 p99 cpu_us redis_cpu_us reqs non2xx
-# calls syscalls_per_s sys_cpu_us" to $work/results (sys_cpu_us: the kernel's part of cpu_us). Redis's CPU (its own count, INFO cpu: microseconds where
-# /proc has 10 ms ticks) is counted for every proxy: it is part of what the Redis store costs.
+# calls syscalls_per_s sys_cpu_us" to $work/results (sys_cpu_us: the kernel's part of cpu_us).
+# Redis's CPU (its own count, INFO cpu: microseconds where /proc has 10 ms ticks) is counted for
+# every proxy: it is part of what the Redis store costs.
 measure() { # name port pid
   local before after sys_before sys_after redis_before redis_after out rps reqs p50 p99
   wrk -t"$threads" -c"$connections" -d1s "${wrk_script[@]}" "http://127.0.0.1:$2/" >/dev/null 2>&1 # warm-up

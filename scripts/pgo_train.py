@@ -116,8 +116,8 @@ def main():
 
     work = tempfile.mkdtemp(prefix="sluice-pgo.")
     children = []
+    listener = socket.create_server(("127.0.0.1", 0))
     try:
-        listener = socket.create_server(("127.0.0.1", 0))
         upstream_port = listener.getsockname()[1]
         threading.Thread(target=upstream, args=(listener,), daemon=True).start()
         redis_port = free_port()
@@ -131,6 +131,7 @@ def main():
         else:
             print("pgo_train: no redis-server: the Redis store is not trained", file=sys.stderr)
     finally:
+        listener.close()  # the upstream's accept loop ends
         for child in children:
             child.terminate()
         for child in children:

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "redis/asio_adapter_detail.hpp"
-#include "sluice/io/drained_read.hpp"
 
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
@@ -46,7 +45,7 @@
 // hiredis closes the fd right after) and drops `self_`. Handlers check `ac_` before touching
 // hiredis.
 
-#if defined(SLUICE_DRAINED_READS) && HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14
+#if HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14
 #define SLUICE_REDIS_OWN_READS 1
 // Runs the callbacks of the replies in the reader: the second half of redisAsyncHandleRead (the
 // first is its read). Exported by libhiredis but not declared by 0.14.1's headers (1.x declares

@@ -341,8 +341,7 @@ public:
         std::string text;
         auto w = redis::command_writer::arguments_only(text);
         write_definition(w, l);
-        const auto [at, added] =
-            texts_.insert_or_assign(&l, entry{limit_fields{l}, std::move(text)});
+        const auto at = texts_.insert_or_assign(&l, entry{limit_fields{l}, std::move(text)}).first;
         return at->second.text;
     }
 
