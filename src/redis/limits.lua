@@ -3,9 +3,9 @@
 --
 -- One call decides the requests of a batch one after the other, in order, exactly as separate
 -- calls at the same instant would (a request sees what the ones before it wrote). The store
--- batches the requests that arrive in one turn of a worker's event loop (at most a few hundred),
--- so a busy worker pays the script's fixed costs (the call itself, TIME, argument parsing) once
--- per batch instead of once per request: never more than one round trip per request.
+-- batches the requests that arrive in one turn of a worker's event loop, and those that come
+-- while its previous call is in flight (at most 128), so a busy worker pays the script's fixed
+-- costs (the call itself, TIME, argument parsing) once per batch instead of once per request.
 --
 -- KEYS      the batch's distinct keys, e.g. rate-limit:<ip>:<endpoint>
 -- ARGV[1]   now in unix ms, or "" to read Redis TIME (an explicit time exists for tests; it is

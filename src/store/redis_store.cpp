@@ -319,6 +319,23 @@ std::size_t leading_run(const std::vector<T>& items, SlotOf slot_of, std::size_t
     return n;
 }
 
+// The open batches and the calls in flight, per slot: an entry only while a slot has one,
+// one slot in all without Cluster, so a linear search.
+template <typename Batch>
+std::uint16_t entry_slot(const std::shared_ptr<Batch>& b) {
+    return b->slot;
+}
+
+std::uint16_t entry_slot(const std::pair<std::uint16_t, std::size_t>& calls) {
+    return calls.first;
+}
+
+template <typename Entries>
+auto entry_of(Entries& entries, std::uint16_t slot) {
+    return std::find_if(
+        entries.begin(), entries.end(), [slot](const auto& e) { return entry_slot(e) == slot; });
+}
+
 } // namespace
 
 /**
@@ -685,8 +702,7 @@ void redis_store::add_to_batch(std::uint16_t slot,
                                net::any_completion_handler<void()> handler,
                                std::shared_ptr<std::vector<give_back_entry>> give_backs,
                                bool part) {
-    auto open = std::find_if(
-        open_.begin(), open_.end(), [slot](const batch_ptr& b) { return b->slot == slot; });
+    auto open = entry_of(open_, slot);
     if (open == open_.end()) {
         open_.push_back(std::make_shared<batch>());
         open_.back()->slot = slot;
@@ -697,8 +713,9 @@ void redis_store::add_to_batch(std::uint16_t slot,
         open_.back()->waiters.reserve(last_batch_size_);
         open = open_.end() - 1;
     }
-    if (!flush_posted_) {
+    if (!flush_posted_ && calls_in_flight(slot) == 0) {
         // The flush runs after the handlers that are ready now: the requests they read join.
+        // (With a call in flight, its reply sends the batch: see `call_answered`.)
         flush_posted_ = true;
         net::post(ex_, [alive = std::weak_ptr(self_)] {
             if (const auto self = alive.lock()) {
@@ -835,12 +852,51 @@ void redis_store::flush() {
     auto batches = std::move(open_); // leaves open_ empty: the next request opens a new batch
     open_.clear();
     for (auto& b : batches) {
+        if (calls_in_flight(b->slot) > 0) {
+            open_.push_back(std::move(b)); // held until the reply: see `call_answered`
+            continue;
+        }
         flush_batch(std::move(b));
+    }
+}
+
+std::size_t redis_store::calls_in_flight(std::uint16_t slot) const noexcept {
+    const auto it = entry_of(in_flight_, slot);
+    return it == in_flight_.end() ? 0 : it->second;
+}
+
+void redis_store::call_answered(std::uint16_t slot, error_code ec) {
+    const auto it = entry_of(in_flight_, slot);
+    if (it != in_flight_.end() && --it->second == 0) {
+        in_flight_.erase(it);
+    }
+    const auto open = entry_of(open_, slot);
+    if (open == open_.end()) {
+        return;
+    }
+    if (ec == errc::redis_timeout) {
+        // Every request held came after the call that timed out was sent: failing them now
+        // keeps each within its own `timeout`, where sending them would give them one more.
+        auto held = std::move(*open);
+        open_.erase(open);
+        complete(*held, ec, redis::reply{});
+        return;
+    }
+    if (calls_in_flight(slot) == 0) {
+        auto held = std::move(*open);
+        open_.erase(open);
+        flush_batch(std::move(held));
     }
 }
 
 void redis_store::flush_batch(batch_ptr b) {
     last_batch_size_ = b->waiters.size();
+    const auto it = entry_of(in_flight_, b->slot);
+    if (it == in_flight_.end()) {
+        in_flight_.emplace_back(b->slot, 1);
+    } else {
+        ++it->second;
+    }
     b->lease_prefix = lease_prefix_ + std::to_string(++batches_) + ':';
     b->format("EVALSHA", redis::limits_script.sha1, now_override_, ttl_, *definitions_);
     send(std::move(b));
@@ -875,6 +931,7 @@ void redis_store::send(batch_ptr b) {
             return;
         }
         owner.complete(*b, ec, r);
+        owner.call_answered(b->slot, ec);
     });
 }
 

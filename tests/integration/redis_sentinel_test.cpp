@@ -136,15 +136,10 @@ long long slot_subscribers(std::uint16_t port) {
     }
 }
 
-/// How many EVALSHA calls the server on `port` has run (0 when it ran none).
-long long evalsha_calls(std::uint16_t port) {
+/// How many script calls the server on `port` has run (0 when it ran none).
+std::int64_t script_calls(std::uint16_t port) {
     resp_client cli(port);
-    const auto stats = cli.command({"INFO", "commandstats"}).text;
-    const auto at = stats.find("cmdstat_evalsha:calls=");
-    if (at == std::string::npos) {
-        return 0;
-    }
-    return std::stoll(stats.substr(at + std::string("cmdstat_evalsha:calls=").size()));
+    return script_calls_in(cli.command({"INFO", "commandstats"}).text);
 }
 
 class RedisSentinelTest : public testing::Test {
@@ -370,7 +365,7 @@ TEST_F(RedisSentinelTest, ARestartedOldPrimaryIsNotUsed) {
     }
     // Scripts reach a replica only as their effects, so any EVALSHA counted on the old primary
     // came from a sluice.
-    EXPECT_EQ(evalsha_calls(data_port(0)), 0);
+    EXPECT_EQ(script_calls(data_port(0)), 0);
     EXPECT_TRUE(sluice.wait_for_log(
         fmt::format("the primary of 'sluice' is 127.0.0.1:{}", data_port(0)), 0ms));
     EXPECT_TRUE(late.wait_for_log(

@@ -61,6 +61,17 @@ char process_state(pid_t pid) {
 
 } // namespace
 
+std::int64_t script_calls_in(std::string_view commandstats) {
+    std::int64_t calls = 0;
+    for (const std::string_view name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+        const auto at = commandstats.find(name);
+        if (at != std::string_view::npos) {
+            calls += std::stoll(std::string(commandstats.substr(at + name.size(), 20)));
+        }
+    }
+    return calls;
+}
+
 std::string find_on_path(const std::string& name) {
     const char* path = std::getenv("PATH");
     const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <vector>
 
@@ -18,6 +19,9 @@ namespace sluice::test {
 
 /// The path of executable `name` in a directory of PATH; empty when there is none.
 std::string find_on_path(const std::string& name);
+
+/// The script calls (EVALSHA and EVAL) a server has run, from its `INFO commandstats` text.
+std::int64_t script_calls_in(std::string_view commandstats);
 
 class redis_server {
 public:

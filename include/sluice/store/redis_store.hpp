@@ -63,9 +63,14 @@ struct give_back_entry {
  * its limits are decided and charged atomically, with Redis `TIME` as the clock. The requests
  * that call `acquire` in one turn of the worker's event loop share one EVALSHA (at most
  * `max_batch` of them): the script decides them one after the other, exactly as separate calls
- * at that instant would, and each request still waits for exactly one round trip. A quiet worker
- * sends one request per call; a busy one pays the script's fixed costs, and Redis its per-command
- * network work, once per batch.
+ * at that instant would. While a batch's call is in flight, the next batch of its slot stays
+ * open and takes the requests of the turns that follow, until the reply comes back (or it is
+ * full): as Nagle's algorithm does with segments, one call in flight at a time, and a call
+ * as soon as there is none. A quiet worker sends each request at once, in a call of its own; a
+ * busy one pays the script's fixed costs, and Redis its per-command network work, once per
+ * batch, and its batches grow with the load. A request held so waits for at most one reply
+ * more; when that call times out, the requests held behind it fail with it at once (Redis
+ * would have answered them after it), so that none waits longer than `timeout`.
  *
  * The script is loaded with SCRIPT LOAD on every (re)connection, ahead of any request; should
  * Redis answer NOSCRIPT anyway (SCRIPT FLUSH, failover), the batch is sent once more with EVAL,
@@ -245,6 +250,11 @@ private:
     void finish_joint(joint& j);
     void flush();
     void flush_batch(batch_ptr b);
+    /// Script calls of `slot` sent and not yet answered.
+    std::size_t calls_in_flight(std::uint16_t slot) const noexcept;
+    /// A call of `slot` is answered (`ec` its outcome): when it was the last in flight, the
+    /// slot's open batch, held meanwhile, is sent now, or fails along when `ec` is a timeout.
+    void call_answered(std::uint16_t slot, error_code ec);
     void send(batch_ptr b);
     /// Answers the batch's requests (`answer`), then keeps its vector for the next batch.
     void complete(batch& b, error_code ec, const redis::reply& r);
@@ -291,6 +301,8 @@ private:
     /// Cluster); empty when none is open.
     boost::container::small_vector<batch_ptr, 1> open_;
     bool flush_posted_ = false;
+    /// Per slot with calls in flight, how many (one slot, 0, without Cluster).
+    boost::container::small_vector<std::pair<std::uint16_t, std::size_t>, 1> in_flight_;
     /// The number of requests in the last batch flushed: the next batch's first guess.
     std::size_t last_batch_size_ = 1;
     /// An answered batch's vector of requests, empty, for the next batch to fill.

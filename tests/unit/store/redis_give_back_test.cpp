@@ -526,9 +526,7 @@ TEST_F(RedisGiveBack, TentativeAndPlainRequestsShareOneCall) {
     const auto l = windowed(config::algorithm::sliding_window, 4, 1000ms);
     const auto f = windowed(config::algorithm::fixed_window, 4, 60'000ms);
     const auto calls = [&] {
-        const auto r = command({"INFO", "commandstats"});
-        const auto at = r.str.find("cmdstat_evalsha:calls=");
-        return at == std::string::npos ? 0 : std::stoll(r.str.substr(at + 22));
+        return test::script_calls_in(command({"INFO", "commandstats"}).str);
     };
     const auto calls_before = calls();
     store_->set_time_override_for_test(t0);

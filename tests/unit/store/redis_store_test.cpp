@@ -7,12 +7,15 @@
 #include "support/run_coro.hpp"
 #include "unit/limiter/limiter_test_util.hpp"
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -308,6 +311,87 @@ TEST_F(RedisStore, TimeoutFollowsTheFailureMode) {
     ASSERT_EQ(decided.decisions.size(), 1u);
     EXPECT_TRUE(decided.decisions[0].allowed);
     server_->resume();
+}
+
+// Starts `acquire` of `request_checks` on `s` without running it; its outcome lands in `into`.
+void start_acquire(net::io_context& ioc,
+                   redis_store& s,
+                   const checks& request_checks,
+                   std::optional<outcome>& into) {
+    net::co_spawn(ioc, s.acquire(request_checks), [&into](std::exception_ptr e, outcome o) {
+        ASSERT_FALSE(e);
+        into = std::move(o);
+    });
+}
+
+// While a batch's call is in flight, the requests of the turns that follow wait in the next
+// batch, which goes as one call when the reply is in: a busy worker's batches grow with its
+// load. Without the hold, each of these turns would send a call of its own (six in all).
+TEST_F(RedisStore, RequestsOfLaterTurnsWaitForTheCallInFlightAndShareOne) {
+    const auto l = leaky(100, 1, config::shaping_mode::police);
+    const auto calls_before = test::script_calls_in(command({"INFO", "commandstats"}).str);
+    store_->set_time_override_for_test(t0);
+    server_->pause(); // the first call stays in flight until resume()
+    std::vector<std::optional<outcome>> results(6);
+    const auto request = one("held", l);
+    for (auto& r : results) {
+        start_acquire(ioc_, *store_, request, r);
+        ioc_.poll(); // a turn of its own: it ends with the store's flush
+    }
+    server_->resume();
+    ASSERT_TRUE(test::run_until(ioc_, [&] {
+        return std::all_of(
+            results.begin(), results.end(), [](const auto& r) { return r.has_value(); });
+    }));
+    EXPECT_EQ(test::script_calls_in(command({"INFO", "commandstats"}).str) - calls_before, 2);
+    // Decided in the order they came, as separate calls would have.
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        ASSERT_FALSE(results[i]->ec) << i << ": " << results[i]->ec.message();
+        ASSERT_EQ(results[i]->decisions.size(), 1u) << i;
+        EXPECT_TRUE(results[i]->decisions[0].allowed) << i;
+        EXPECT_EQ(results[i]->decisions[0].remaining, 99 - static_cast<std::int64_t>(i)) << i;
+    }
+}
+
+// A request held behind a call that times out fails with it, at once: sent then, it would wait
+// a whole `timeout` more, past its own. Here it comes half a timeout after the first call was
+// sent, so it fails half a timeout after it came (sent at once, unheld, it would have failed a
+// whole timeout after it came; held and then sent, one and a half).
+TEST_F(RedisStore, ARequestHeldBehindACallThatTimesOutFailsWithIt) {
+    auto fast = settings_;
+    fast.timeout = 400ms;
+    redis::client c(executor{ioc_.get_executor()}, redis::client_options::from_settings(fast));
+    c.start();
+    redis_store s(c, fast);
+    s.set_time_override_for_test(t0);
+    const auto l = leaky(10, 1);
+    ASSERT_FALSE(test::run_coro(ioc_, s.acquire(one("k", l))).ec); // connected, script loaded
+
+    server_->pause();
+    std::optional<outcome> first;
+    std::optional<outcome> held;
+    start_acquire(ioc_, s, one("k", l), first);
+    ioc_.poll(); // its call is sent
+    // Half a timeout later: run the event loop meanwhile (the client's timers live on it).
+    test::run_until(
+        ioc_, [] { return false; }, fast.timeout / 2);
+    ASSERT_FALSE(first.has_value());
+    const auto came = std::chrono::steady_clock::now();
+    start_acquire(ioc_, s, one("k", l), held);
+    std::chrono::steady_clock::time_point first_failed;
+    ASSERT_TRUE(test::run_until(ioc_, [&] {
+        if (first.has_value() && first_failed == std::chrono::steady_clock::time_point{}) {
+            first_failed = std::chrono::steady_clock::now();
+        }
+        return held.has_value();
+    }));
+    const auto waited = std::chrono::steady_clock::now() - came;
+    server_->resume();
+    EXPECT_EQ(first->ec, errc::redis_timeout);
+    EXPECT_EQ(held->ec, errc::redis_timeout);
+    EXPECT_LT(waited, fast.timeout * 3 / 4)
+        << std::chrono::duration_cast<milliseconds>(waited).count() << " ms";
+    EXPECT_NE(first_failed, std::chrono::steady_clock::time_point{});
 }
 
 TEST_F(RedisStore, FactoryBuildsAStartedStore) {

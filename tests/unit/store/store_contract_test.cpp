@@ -91,15 +91,7 @@ public:
 
     // Script calls Redis has run so far (EVALSHA and EVAL), from INFO commandstats.
     std::int64_t script_calls() {
-        const auto r = command({"INFO", "commandstats"});
-        std::int64_t calls = 0;
-        for (const std::string name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
-            const auto at = r.str.find(name);
-            if (at != std::string::npos) {
-                calls += std::stoll(r.str.substr(at + name.size()));
-            }
-        }
-        return calls;
+        return test::script_calls_in(command({"INFO", "commandstats"}).str);
     }
 
     // Gives slots back and waits until Redis ran the release: a command sent after it on the
