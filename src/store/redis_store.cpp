@@ -865,28 +865,28 @@ std::size_t redis_store::calls_in_flight(std::uint16_t slot) const noexcept {
     return it == in_flight_.end() ? 0 : it->second;
 }
 
-void redis_store::call_answered(std::uint16_t slot, error_code ec) {
+redis_store::batch_ptr redis_store::call_answered(std::uint16_t slot, error_code ec) {
     const auto it = entry_of(in_flight_, slot);
     if (it != in_flight_.end() && --it->second == 0) {
         in_flight_.erase(it);
     }
     const auto open = entry_of(open_, slot);
     if (open == open_.end()) {
-        return;
+        return nullptr;
     }
     if (ec == errc::redis_timeout) {
         // Every request held came after the call that timed out was sent: failing them now
         // keeps each within its own `timeout`, where sending them would give them one more.
         auto held = std::move(*open);
         open_.erase(open);
-        complete(*held, ec, redis::reply{});
-        return;
+        return held;
     }
     if (calls_in_flight(slot) == 0) {
         auto held = std::move(*open);
         open_.erase(open);
         flush_batch(std::move(held));
     }
+    return nullptr;
 }
 
 void redis_store::flush_batch(batch_ptr b) {
@@ -930,8 +930,13 @@ void redis_store::send(batch_ptr b) {
             owner.send(std::move(b));
             return;
         }
+        // The batch held behind this call is sent first, so that Redis decides it while this
+        // one's requests are resumed; after a timeout it fails, after them.
+        const auto failed_along = owner.call_answered(b->slot, ec);
         owner.complete(*b, ec, r);
-        owner.call_answered(b->slot, ec);
+        if (failed_along) {
+            owner.complete(*failed_along, ec, redis::reply{});
+        }
     });
 }
 

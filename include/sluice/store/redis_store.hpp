@@ -253,8 +253,9 @@ private:
     /// Script calls of `slot` sent and not yet answered.
     std::size_t calls_in_flight(std::uint16_t slot) const noexcept;
     /// A call of `slot` is answered (`ec` its outcome): when it was the last in flight, the
-    /// slot's open batch, held meanwhile, is sent now, or fails along when `ec` is a timeout.
-    void call_answered(std::uint16_t slot, error_code ec);
+    /// slot's open batch, held meanwhile, is sent now. When `ec` is a timeout, that batch is
+    /// returned instead, closed, for the caller to fail with the call's requests.
+    batch_ptr call_answered(std::uint16_t slot, error_code ec);
     void send(batch_ptr b);
     /// Answers the batch's requests (`answer`), then keeps its vector for the next batch.
     void complete(batch& b, error_code ec, const redis::reply& r);
