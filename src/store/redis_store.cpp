@@ -870,22 +870,19 @@ redis_store::batch_ptr redis_store::call_answered(std::uint16_t slot, error_code
     if (it != in_flight_.end() && --it->second == 0) {
         in_flight_.erase(it);
     }
+    // Every request held came after the call that timed out was sent: failing them with it
+    // keeps each within its own `timeout`, where sending them would give them one more.
+    const bool fail_along = ec == errc::redis_timeout;
     const auto open = entry_of(open_, slot);
-    if (open == open_.end()) {
+    if (open == open_.end() || (!fail_along && calls_in_flight(slot) > 0)) {
         return nullptr;
     }
-    if (ec == errc::redis_timeout) {
-        // Every request held came after the call that timed out was sent: failing them now
-        // keeps each within its own `timeout`, where sending them would give them one more.
-        auto held = std::move(*open);
-        open_.erase(open);
+    auto held = std::move(*open);
+    open_.erase(open);
+    if (fail_along) {
         return held;
     }
-    if (calls_in_flight(slot) == 0) {
-        auto held = std::move(*open);
-        open_.erase(open);
-        flush_batch(std::move(held));
-    }
+    flush_batch(std::move(held));
     return nullptr;
 }
 
