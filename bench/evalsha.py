@@ -4,10 +4,13 @@
 Usage: bench/evalsha.py PORT MONITOR_FILE [--calls 200000] [--pipeline 16]
 
 MONITOR_FILE holds what `redis-cli monitor` printed while sluice decided one request; its first
-EVALSHA line is the call replayed, byte for byte, on one connection with PIPELINE calls in flight
-(what `redis-benchmark -P 16` does; redis-benchmark itself cannot send the call: one of its
-arguments is binary, with NUL bytes, which no command-line argument can carry). Prints
-"calls us_per_call": Redis's own CPU time (INFO cpu) over the replay, per call. Never part of CI.
+FCALL or EVALSHA line is the call replayed, byte for byte but for its first two arguments, on
+one connection with PIPELINE calls in flight (what `redis-benchmark -P 16` does; redis-benchmark
+itself cannot send the call: one of its arguments is binary, with NUL bytes, which no
+command-line argument can carry). It is replayed twice: as EVALSHA of the script, then as FCALL
+of its Function library (sluice_limits_<sha1>; Redis 7). Prints "calls evalsha_us fcall_us":
+Redis's own CPU time (INFO cpu) over each replay, per call; "-" for FCALL where the library is
+not loaded. Never part of CI.
 """
 
 import re
@@ -86,15 +89,9 @@ def redis_cpu_us(conn):
     return (float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])) * 1e6
 
 
-def main():
-    port, monitor_file = int(sys.argv[1]), sys.argv[2]
-    opts = dict(zip(sys.argv[3::2], sys.argv[4::2]))
-    calls, pipeline = int(opts.get("--calls", 200000)), int(opts.get("--pipeline", 16))
-    lines = [l for l in open(monitor_file, errors="replace") if '"EVALSHA"' in l or '"evalsha"' in l]
-    if not lines:
-        sys.exit("evalsha.py: no EVALSHA in " + monitor_file)
-    batch = command(parse_monitor_line(lines[0])) * pipeline
-    conn = Connection(port)
+def replay(conn, args, calls, pipeline):
+    """Redis's CPU per call of `args`, sent `calls` times, `pipeline` in flight."""
+    batch = command(args) * pipeline
     conn.sock.sendall(batch)
     for _ in range(pipeline):
         conn.reply()  # a first batch: the script is loaded and the reply well formed
@@ -103,9 +100,28 @@ def main():
         conn.sock.sendall(batch)
         for _ in range(pipeline):
             conn.reply()
-    after = redis_cpu_us(conn)
-    done = calls // pipeline * pipeline
-    print(done, f"{(after - before) / done:.2f}")
+    return (redis_cpu_us(conn) - before) / (calls // pipeline * pipeline)
+
+
+def main():
+    port, monitor_file = int(sys.argv[1]), sys.argv[2]
+    opts = dict(zip(sys.argv[3::2], sys.argv[4::2]))
+    calls, pipeline = int(opts.get("--calls", 200000)), int(opts.get("--pipeline", 16))
+    verbs = ('"EVALSHA"', '"evalsha"', '"FCALL"', '"fcall"')
+    lines = [l for l in open(monitor_file, errors="replace") if any(v in l for v in verbs)]
+    if not lines:
+        sys.exit("evalsha.py: no EVALSHA or FCALL in " + monitor_file)
+    args = parse_monitor_line(lines[0])
+    name = args[1].decode()
+    sha1 = name.rsplit("_", 1)[-1]  # FCALL names sluice_limits_<sha1>; EVALSHA the sha1 itself
+    rest = args[2:]
+    conn = Connection(port)
+    evalsha_us = replay(conn, [b"EVALSHA", sha1.encode()] + rest, calls, pipeline)
+    try:
+        fcall = f"{replay(conn, [b'FCALL', f'sluice_limits_{sha1}'.encode()] + rest, calls, pipeline):.2f}"
+    except RuntimeError:
+        fcall = "-"
+    print(calls // pipeline * pipeline, f"{evalsha_us:.2f}", fcall)
 
 
 if __name__ == "__main__":

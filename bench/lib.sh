@@ -11,7 +11,7 @@
 #   start_redis           redis-server on a free port: sets $redis_port, $redis_pid, $redis_ports
 #   start_cluster N       a Redis Cluster of N primaries: sets $cluster_seeds, adds to $redis_ports
 #   redis_cpu_us          Redis's CPU time (INFO cpu), in microseconds
-#   script_calls          EVALSHA + EVAL calls since Redis's last `config resetstat` (every Redis)
+#   script_calls          FCALL + EVALSHA + EVAL calls since Redis's last `config resetstat` (every Redis)
 #   reset_redis_stats     `config resetstat` on every Redis
 #   start_syscall_count PID SECONDS
 #                         counts the system calls of PID, its threads and its children for
@@ -128,7 +128,7 @@ redis_cpu_us() {
 script_calls() {
   local port
   for port in "${redis_ports[@]}"; do redis-cli -p "$port" info commandstats; done |
-    awk -F'[=,]' '/cmdstat_eval(sha)?:/ {n += $2} END {print n + 0}'
+    awk -F'[=,]' '/cmdstat_(eval|evalsha|fcall):/ {n += $2} END {print n + 0}'
 }
 
 reset_redis_stats() {

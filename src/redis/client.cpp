@@ -422,7 +422,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
             send_setup(select, "SELECT");
         }
         for (const auto& command : connect_commands_) {
-            send_setup(command, describe_command(command));
+            send_setup(command.args,
+                       describe_command(command.args),
+                       false,
+                       command.refused == if_refused::carry_on);
         }
     }
 
@@ -430,7 +433,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
         return command.size() > 1 ? command[0] + ' ' + command[1] : command[0];
     }
 
-    void send_setup(std::span<const std::string> args, std::string what, bool check = false) {
+    void send_setup(std::span<const std::string> args,
+                    std::string what,
+                    bool check = false,
+                    bool may_be_refused = false) {
         boost::container::small_vector<const char*, 4> argv;
         boost::container::small_vector<std::size_t, 4> lengths;
         for (const auto& a : args) {
@@ -444,7 +450,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                                              argv.data(),
                                              lengths.data());
         if (rc == REDIS_OK) {
-            setup_steps_.push_back({std::move(what), check});
+            setup_steps_.push_back({std::move(what), check, may_be_refused});
         }
     }
 
@@ -464,7 +470,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (raw == nullptr) {
             return; // the connection is going: its disconnect callback says why
         }
-        if (raw->type == REDIS_REPLY_ERROR) {
+        if (raw->type == REDIS_REPLY_ERROR && !step.may_be_refused) {
             setup_refused(what, std::string(raw->str, raw->len));
             return;
         }
@@ -903,11 +909,20 @@ struct client::state : std::enable_shared_from_this<client::state> {
     struct setup_step {
         std::string what;
         bool check = false;
+        /// An error reply does not fail the set-up (`if_refused::carry_on`).
+        bool may_be_refused = false;
     };
 
     /// The set-up commands sent on the current connection, in send order, until their reply.
     std::deque<setup_step> setup_steps_;
-    std::vector<std::vector<std::string>> connect_commands_;
+
+    /// A command of every connection's set-up (`client::add_connect_command`).
+    struct connect_command {
+        std::vector<std::string> args;
+        if_refused refused;
+    };
+
+    std::vector<connect_command> connect_commands_;
     /// The channel every connection subscribes to (`subscribe`); empty: none.
     std::string channel_;
     std::function<void(std::string)> on_message_;
@@ -952,26 +967,33 @@ void client::submit_formatted(std::string_view command, handler_type handler) {
     state_->submit(command, std::move(handler));
 }
 
-void client::add_connect_command(std::vector<std::string> args) {
+void client::add_connect_command(std::vector<std::string> args, if_refused refused) {
     auto& commands = state_->connect_commands_;
-    if (args.empty() || std::find(commands.begin(), commands.end(), args) != commands.end()) {
+    if (args.empty() || std::any_of(commands.begin(), commands.end(), [&](const auto& c) {
+            return c.args == args;
+        })) {
         return;
     }
-    commands.push_back(args);
+    commands.push_back({args, refused});
+    const bool may_be_refused = refused == if_refused::carry_on;
     auto& s = *state_;
     const auto p = s.phase_.load();
     if (s.ac_ == nullptr) {
         return; // the next connection sends it
     }
     if (p == state::phase::connected) {
-        s.send(args, state::checker(state::describe_command(args)));
+        if (may_be_refused) {
+            s.send(args, [](error_code, reply) {});
+        } else {
+            s.send(args, state::checker(state::describe_command(args)));
+        }
     } else if ((p == state::phase::connecting || p == state::phase::setting_up) &&
                std::none_of(s.setup_steps_.begin(), s.setup_steps_.end(), [](const auto& step) {
                    return step.what == "AUTH";
                })) {
         // Authenticated (or no AUTH): a set-up step of this connection too. While AUTH is
         // awaited, it goes out with the rest after it.
-        s.send_setup(args, state::describe_command(args));
+        s.send_setup(args, state::describe_command(args), false, may_be_refused);
     }
 }
 

@@ -6,6 +6,8 @@
 -- batches the requests that arrive in one turn of a worker's event loop, and those that come
 -- while its previous call is in flight (at most 128), so a busy worker pays the script's fixed
 -- costs (the call itself, TIME, argument parsing) once per batch instead of once per request.
+-- It is called by EVALSHA (or EVAL) as a script, or on Redis 7 by FCALL as the Function
+-- sluice_limits_<sha1 of this file>, with the same keys and arguments (see decide_batch below).
 --
 -- KEYS      the batch's distinct keys, e.g. rate-limit:<ip>:<endpoint>
 -- ARGV[1]   now in unix ms, or "" to read Redis TIME (an explicit time exists for tests; it is
@@ -114,7 +116,9 @@
 -- The arithmetic is the C++ one (src/limiter/*.cpp) operation for operation, in doubles, with
 -- the same epsilons, so both stores decide alike to the bit; keep them in step.
 
-local floor, ceil, max = math.floor, math.ceil, math.max
+-- The standard library's functions used most, as locals. Set by decide_batch on every call: a
+-- Function library's top level runs where Redis 7.0 offers no standard library, only `redis`.
+local floor, ceil, max
 local LEAKY_BUCKET, TOKEN_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, CONCURRENCY = 1, 2, 3, 4, 5
 local SHAPE = 0
 local GROUP = 6
@@ -175,8 +179,9 @@ end
 -- Redis once, at the end: the requests of a batch that share a key (one client's burst) cost
 -- one HMGET, one HSET and one PEXPIRE together, and decide exactly as if each had read what the
 -- one before it wrote (stored numbers round-trip exactly: see format_number).
-local cached = {}      -- key -> {algorithm, f1, f2, a, b, replace, dirty, expire}
-local cached_keys = {} -- in order of first use, so that the writes are deterministic
+-- Per call, as are lease_prefix, request_number and out below: decide_batch sets them afresh.
+local cached      -- key -> {algorithm, f1, f2, a, b, replace, dirty, expire}
+local cached_keys -- in order of first use, so that the writes are deterministic
 
 local function write_out(key, c)
   if c.dirty then
@@ -666,7 +671,7 @@ end
 -- slots, no reset and no retry estimate; level is the slots taken after the request.
 
 local concurrency = {}
-local lease_prefix, request_number = '', 0
+local lease_prefix, request_number -- per call
 
 function concurrency.decide(key, p, now)
   release(key) -- a hash cached under this key (another algorithm's) goes to Redis first
@@ -706,212 +711,225 @@ local algorithms = {
 
 -- The reply: six packed integers per key (see the top), eight for a tentative request's, a
 -- string per key, joined at the end.
-local pack, byte = struct.pack, string.byte
+local pack, byte -- struct.pack, string.byte: see floor above
 local REPLY_FORMAT = '<i8i8i8i8i8i8'
 local TENTATIVE_FORMAT = '<i8i8i8i8i8i8i8i8'
-local out, out_n = {}, 0
+local out, out_n -- per call
 
 local function fail(message)
   return redis.error_reply('ERR sluice: ' .. message)
 end
 
--- The limit definitions.
-local definitions = {}
-local count = tonumber(ARGV[3])
-if count == nil or #ARGV < 3 + GROUP * count then
-  return fail('expected ' .. tostring(ARGV[3]) .. ' limit definitions')
-end
-for d = 1, count do
-  local base = 3 + GROUP * (d - 1)
-  local p = {
-    algorithm = algorithms[tonumber(ARGV[base + 1])],
-    p1 = tonumber(ARGV[base + 2]),
-    p2 = tonumber(ARGV[base + 3]),
-    mode = tonumber(ARGV[base + 4]),
-    max_delay = tonumber(ARGV[base + 5]),
-    dry_run = ARGV[base + 6] == '1',
-  }
-  if p.algorithm == nil then
-    return fail('unknown algorithm ' .. tostring(ARGV[base + 1]))
-  end
-  if p.p1 == nil or p.p2 == nil or p.p2 <= 0 or p.max_delay == nil then
-    return fail('bad parameters for limit definition ' .. d)
-  end
-  definitions[d] = p
-end
+-- One call: KEYS and ARGV as the header says, the reply too. As an EVAL script, the file ends by
+-- calling it; as a Redis Function, the library that src/redis/embed_lua.cmake makes of this file
+-- registers it instead, so that everything above is built once per library load rather than on
+-- every call (issue 17: 5.3 of the 18 us one call of one request cost Redis).
+local function decide_batch(KEYS, ARGV)
+  floor, ceil, max, pack, byte = math.floor, math.ceil, math.max, struct.pack, string.byte
+  cached, cached_keys = {}, {}
+  lease_prefix, request_number = '', 0
+  out, out_n = {}, 0
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-else
-  now = floor(tonumber(ARGV[1]))
-end
-local ttl = tonumber(ARGV[2])
-
--- The packed requests.
-local requests = ARGV[4 + GROUP * count]
-if requests == nil or #ARGV ~= 5 + GROUP * count or #requests == 0 or #requests % 4 ~= 0 then
-  return fail('expected the packed requests and the lease prefix after ' .. count ..
-              ' limit definitions')
-end
-lease_prefix = ARGV[5 + GROUP * count]
-local function number_at(p)
-  local b1, b2, b3, b4 = byte(requests, p, p + 3)
-  return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
-end
-local size = #requests
-
--- The signed 64-bit number at `p` (low then high 32 bits, two's complement), exact within 2^53.
-local function signed_at(p)
-  local low, high = number_at(p), number_at(p + 4)
-  if high < NEGATIVE * 2 then
-    return low + high * 4294967296
+  -- The limit definitions.
+  local definitions = {}
+  local count = tonumber(ARGV[3])
+  if count == nil or #ARGV < 3 + GROUP * count then
+    return fail('expected ' .. tostring(ARGV[3]) .. ' limit definitions')
   end
-  return -((4294967295 - high) * 4294967296 + (4294967296 - low))
-end
-
--- The entry at `p` in the packed groups: its key, its limit's definition, its amount (1 when
--- none is given) and where the next entry starts; nil when malformed.
-local function entry_at(p)
-  if p + 7 > size then
-    return nil
-  end
-  local key, word = KEYS[number_at(p)], number_at(p + 4)
-  local amount, negative, next_p = 1, false, p + 8
-  if word >= AMOUNT_FOLLOWS then
-    word = word - AMOUNT_FOLLOWS
-    if word >= NEGATIVE then
-      word = word - NEGATIVE
-      negative = true
+  for d = 1, count do
+    local base = 3 + GROUP * (d - 1)
+    local p = {
+      algorithm = algorithms[tonumber(ARGV[base + 1])],
+      p1 = tonumber(ARGV[base + 2]),
+      p2 = tonumber(ARGV[base + 3]),
+      mode = tonumber(ARGV[base + 4]),
+      max_delay = tonumber(ARGV[base + 5]),
+      dry_run = ARGV[base + 6] == '1',
+    }
+    if p.algorithm == nil then
+      return fail('unknown algorithm ' .. tostring(ARGV[base + 1]))
     end
-    if p + 15 > size then
+    if p.p1 == nil or p.p2 == nil or p.p2 <= 0 or p.max_delay == nil then
+      return fail('bad parameters for limit definition ' .. d)
+    end
+    definitions[d] = p
+  end
+
+  local now
+  if ARGV[1] == '' then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  else
+    now = floor(tonumber(ARGV[1]))
+  end
+  local ttl = tonumber(ARGV[2])
+
+  -- The packed requests.
+  local requests = ARGV[4 + GROUP * count]
+  if requests == nil or #ARGV ~= 5 + GROUP * count or #requests == 0 or #requests % 4 ~= 0 then
+    return fail('expected the packed requests and the lease prefix after ' .. count ..
+                ' limit definitions')
+  end
+  lease_prefix = ARGV[5 + GROUP * count]
+  local function number_at(p)
+    local b1, b2, b3, b4 = byte(requests, p, p + 3)
+    return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+  end
+  local size = #requests
+
+  -- The signed 64-bit number at `p` (low then high 32 bits, two's complement), exact within 2^53.
+  local function signed_at(p)
+    local low, high = number_at(p), number_at(p + 4)
+    if high < NEGATIVE * 2 then
+      return low + high * 4294967296
+    end
+    return -((4294967295 - high) * 4294967296 + (4294967296 - low))
+  end
+
+  -- The entry at `p` in the packed groups: its key, its limit's definition, its amount (1 when
+  -- none is given) and where the next entry starts; nil when malformed.
+  local function entry_at(p)
+    if p + 7 > size then
       return nil
     end
-    amount = number_at(p + 8) + number_at(p + 12) * 4294967296
-    next_p = p + 16
+    local key, word = KEYS[number_at(p)], number_at(p + 4)
+    local amount, negative, next_p = 1, false, p + 8
+    if word >= AMOUNT_FOLLOWS then
+      word = word - AMOUNT_FOLLOWS
+      if word >= NEGATIVE then
+        word = word - NEGATIVE
+        negative = true
+      end
+      if p + 15 > size then
+        return nil
+      end
+      amount = number_at(p + 8) + number_at(p + 12) * 4294967296
+      next_p = p + 16
+    end
+    local definition = definitions[word]
+    if key == nil or definition == nil or amount > MAX_AMOUNT then
+      return nil
+    end
+    if negative then
+      amount = -amount
+    end
+    return key, definition, amount, next_p
   end
-  local definition = definitions[word]
-  if key == nil or definition == nil or amount > MAX_AMOUNT then
-    return nil
-  end
-  if negative then
-    amount = -amount
-  end
-  return key, definition, amount, next_p
-end
 
--- The reply of one key of a tentative request: its decision and the token of what it charged
--- (`charged`: written, and admitted), or zeros.
-local function tentative_reply(charged, algorithm, r1, r2, r3, r4, r5, r6, w1, w2)
-  local t1, t2 = 0, 0
-  if charged and r1 == 1 and algorithm.token ~= nil then
-    t1, t2 = algorithm.token(w1, w2)
+  -- The reply of one key of a tentative request: its decision and the token of what it charged
+  -- (`charged`: written, and admitted), or zeros.
+  local function tentative_reply(charged, algorithm, r1, r2, r3, r4, r5, r6, w1, w2)
+    local t1, t2 = 0, 0
+    if charged and r1 == 1 and algorithm.token ~= nil then
+      t1, t2 = algorithm.token(w1, w2)
+    end
+    return pack(TENTATIVE_FORMAT, r1, r2, r3, r4, r5, r6, t1, t2)
   end
-  return pack(TENTATIVE_FORMAT, r1, r2, r3, r4, r5, r6, t1, t2)
-end
 
-local p = 1
-while p <= size do
-  local n = number_at(p)
-  p = p + 4
-  local tentative = n >= TENTATIVE and n < SETTLEMENTS
-  if tentative then
-    n = n - TENTATIVE
-  end
-  if n >= GIVE_BACKS then
-    -- Give-backs: each on its own, in order, replying nothing.
-    for _ = 1, n - GIVE_BACKS do
-      local key, d, amount, next_p = entry_at(p)
-      if key == nil or amount < 1 or next_p + 15 > size then
-        return fail('bad give-back at byte ' .. p)
-      end
-      local t1, t2 = signed_at(next_p), signed_at(next_p + 8)
-      if d.algorithm.give_back ~= nil then
-        d.algorithm.give_back(key, d, ttl, now, amount, t1, t2)
-      end
-      p = next_p + 16
-    end
-  elseif n >= SETTLEMENTS then
-    -- Settlements: each on its own, in order, replying nothing.
-    for _ = 1, n - SETTLEMENTS do
-      local key, d, delta, next_p = entry_at(p)
-      if key == nil then
-        return fail('bad settlement at byte ' .. p)
-      end
-      if d.algorithm.settle ~= nil and delta ~= 0 then
-        d.algorithm.settle(key, d, ttl, now, delta)
-      end
-      p = next_p
-    end
-  elseif n < 1 then
-    return fail('bad request group at byte ' .. (p - 4))
-  elseif n == 1 then
-    -- The common case, without phase 1's bookkeeping.
-    request_number = request_number + 1
-    local key, d, cost, next_p = entry_at(p)
-    if key == nil or cost < 1 then
-      return fail('bad key, limit number or cost at byte ' .. p)
-    end
-    p = next_p
-    local algorithm = d.algorithm
-    local allowed, remaining, reset, retry_after, delay, level, w1, w2 =
-      algorithm.decide(key, d, now, cost)
-    if allowed == 1 or d.dry_run then
-      algorithm.write(key, d, ttl, now, allowed, reset, level, w1, w2)
-    end
-    out_n = out_n + 1
+  local p = 1
+  while p <= size do
+    local n = number_at(p)
+    p = p + 4
+    local tentative = n >= TENTATIVE and n < SETTLEMENTS
     if tentative then
-      out[out_n] = tentative_reply(true, algorithm, allowed, remaining, reset, retry_after, delay,
-                                   level, w1, w2)
-    else
-      out[out_n] = pack(REPLY_FORMAT, allowed, remaining, reset, retry_after, delay, level)
+      n = n - TENTATIVE
     end
-  else
-    request_number = request_number + 1
-    -- Phase 1: decide every key of the request, write nothing. decided[i] holds the eight
-    -- values of `decide`.
-    local decided, last_of, limits, keys = {}, {}, {}, {}
-    local admit = true
-    for i = 1, n do
+    if n >= GIVE_BACKS then
+      -- Give-backs: each on its own, in order, replying nothing.
+      for _ = 1, n - GIVE_BACKS do
+        local key, d, amount, next_p = entry_at(p)
+        if key == nil or amount < 1 or next_p + 15 > size then
+          return fail('bad give-back at byte ' .. p)
+        end
+        local t1, t2 = signed_at(next_p), signed_at(next_p + 8)
+        if d.algorithm.give_back ~= nil then
+          d.algorithm.give_back(key, d, ttl, now, amount, t1, t2)
+        end
+        p = next_p + 16
+      end
+    elseif n >= SETTLEMENTS then
+      -- Settlements: each on its own, in order, replying nothing.
+      for _ = 1, n - SETTLEMENTS do
+        local key, d, delta, next_p = entry_at(p)
+        if key == nil then
+          return fail('bad settlement at byte ' .. p)
+        end
+        if d.algorithm.settle ~= nil and delta ~= 0 then
+          d.algorithm.settle(key, d, ttl, now, delta)
+        end
+        p = next_p
+      end
+    elseif n < 1 then
+      return fail('bad request group at byte ' .. (p - 4))
+    elseif n == 1 then
+      -- The common case, without phase 1's bookkeeping.
+      request_number = request_number + 1
       local key, d, cost, next_p = entry_at(p)
       if key == nil or cost < 1 then
         return fail('bad key, limit number or cost at byte ' .. p)
       end
       p = next_p
-      local r = { d.algorithm.decide(key, d, now, cost) }
-      decided[i], limits[i], keys[i] = r, d, key
-      last_of[key] = i
-      if r[1] == 0 and not d.dry_run then
-        admit = false
+      local algorithm = d.algorithm
+      local allowed, remaining, reset, retry_after, delay, level, w1, w2 =
+        algorithm.decide(key, d, now, cost)
+      if allowed == 1 or d.dry_run then
+        algorithm.write(key, d, ttl, now, allowed, reset, level, w1, w2)
       end
-    end
-    -- Phase 2: charge every limit, or none.
-    if admit then
+      out_n = out_n + 1
+      if tentative then
+        out[out_n] = tentative_reply(true, algorithm, allowed, remaining, reset, retry_after,
+                                     delay, level, w1, w2)
+      else
+        out[out_n] = pack(REPLY_FORMAT, allowed, remaining, reset, retry_after, delay, level)
+      end
+    else
+      request_number = request_number + 1
+      -- Phase 1: decide every key of the request, write nothing. decided[i] holds the eight
+      -- values of `decide`.
+      local decided, last_of, limits, keys = {}, {}, {}, {}
+      local admit = true
       for i = 1, n do
-        local key = keys[i]
-        if last_of[key] == i then
-          local r = decided[i]
-          limits[i].algorithm.write(key, limits[i], ttl, now, r[1], r[3], r[6], r[7], r[8])
+        local key, d, cost, next_p = entry_at(p)
+        if key == nil or cost < 1 then
+          return fail('bad key, limit number or cost at byte ' .. p)
+        end
+        p = next_p
+        local r = { d.algorithm.decide(key, d, now, cost) }
+        decided[i], limits[i], keys[i] = r, d, key
+        last_of[key] = i
+        if r[1] == 0 and not d.dry_run then
+          admit = false
+        end
+      end
+      -- Phase 2: charge every limit, or none.
+      if admit then
+        for i = 1, n do
+          local key = keys[i]
+          if last_of[key] == i then
+            local r = decided[i]
+            limits[i].algorithm.write(key, limits[i], ttl, now, r[1], r[3], r[6], r[7], r[8])
+          end
+        end
+      end
+      for i = 1, n do
+        local r = decided[i]
+        out_n = out_n + 1
+        if tentative then
+          out[out_n] = tentative_reply(admit and last_of[keys[i]] == i, limits[i].algorithm, r[1],
+                                       r[2], r[3], r[4], r[5], r[6], r[7], r[8])
+        else
+          out[out_n] = pack(REPLY_FORMAT, r[1], r[2], r[3], r[4], r[5], r[6])
         end
       end
     end
-    for i = 1, n do
-      local r = decided[i]
-      out_n = out_n + 1
-      if tentative then
-        out[out_n] = tentative_reply(admit and last_of[keys[i]] == i, limits[i].algorithm, r[1],
-                                     r[2], r[3], r[4], r[5], r[6], r[7], r[8])
-      else
-        out[out_n] = pack(REPLY_FORMAT, r[1], r[2], r[3], r[4], r[5], r[6])
-      end
+  end
+  for _, key in ipairs(cached_keys) do
+    local c = cached[key]
+    if c ~= nil then
+      write_out(key, c)
     end
   end
+  return table.concat(out)
 end
-for _, key in ipairs(cached_keys) do
-  local c = cached[key]
-  if c ~= nil then
-    write_out(key, c)
-  end
-end
-return table.concat(out)
+
+return decide_batch(KEYS, ARGV)

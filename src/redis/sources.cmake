@@ -3,15 +3,17 @@
 #
 # src/redis/limits.lua and slots.lua are embedded at build time: embed_lua.cmake turns each into
 # a .cpp holding the script and its SHA1, regenerated whenever the script changes.
-# sluice_embed_lua(NAME SCRIPT VAR): src/redis/SCRIPT embedded as the `redis::script` NAME; VAR
-# names the generated .cpp.
+# sluice_embed_lua(NAME SCRIPT VAR [ENTRY]): src/redis/SCRIPT embedded as the `redis::script`
+# NAME; VAR names the generated .cpp; ENTRY, the script's function to register when it is loaded
+# as a Redis Function library (see embed_lua.cmake).
 function(sluice_embed_lua name script var)
+  set(entry "${ARGN}")
   set(input ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${script})
   get_filename_component(stem ${script} NAME_WE)
   set(output ${CMAKE_CURRENT_BINARY_DIR}/generated/${stem}_lua.cpp)
   add_custom_command(
     OUTPUT ${output}
-    COMMAND ${CMAKE_COMMAND} -DINPUT=${input} -DOUTPUT=${output} -DNAME=${name}
+    COMMAND ${CMAKE_COMMAND} -DINPUT=${input} -DOUTPUT=${output} -DNAME=${name} -DENTRY=${entry}
             -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
     DEPENDS ${input} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
     COMMENT "Embedding src/redis/${script}"
@@ -19,7 +21,7 @@ function(sluice_embed_lua name script var)
   set(${var} ${output} PARENT_SCOPE)
 endfunction()
 
-sluice_embed_lua(limits_script limits.lua _sluice_limits_cpp)
+sluice_embed_lua(limits_script limits.lua _sluice_limits_cpp decide_batch)
 sluice_embed_lua(slots_script slots.lua _sluice_slots_cpp)
 
 list(APPEND SLUICE_NET_SOURCES
@@ -28,6 +30,7 @@ list(APPEND SLUICE_NET_SOURCES
   src/redis/cluster_client.cpp
   src/redis/cluster_slots.cpp
   src/redis/reply.cpp
+  src/redis/scripts.cpp
   src/redis/sentinel.cpp
   ${_sluice_limits_cpp}
   ${_sluice_slots_cpp})

@@ -112,10 +112,6 @@ std::pair<std::string, std::string> parameters(const config::limit& l) {
     return {std::to_string(l.limit_count), std::to_string(l.window.count())};
 }
 
-bool is_noscript(error_code ec, const redis::reply& r) {
-    return ec == errc::bad_reply && r.str.starts_with("NOSCRIPT");
-}
-
 // Whether the script's reply is packed fields of `bytes` bytes in all.
 bool well_formed(const redis::reply& r, std::size_t bytes) {
     return r.type == redis::reply::kind::string && r.str.size() == bytes;
@@ -429,15 +425,16 @@ struct redis_store::batch {
     /// The script call in RESP (see `format`).
     std::string command;
     std::chrono::steady_clock::time_point sent;
-    bool retried = false;
+    /// How the call names the script (FCALL first, then the fallbacks a refusal leads to).
+    redis::script_call how = redis::script_call::fcall;
     /// Unique to this batch: its i-th request's slots are leased as `<lease_prefix><i>`.
     std::string lease_prefix;
 
     /**
-     * The script call deciding this batch, with `verb` and `script` EVALSHA and the sha1, or EVAL
-     * and the source (see the header of src/redis/limits.lua): the batch's distinct keys, its
-     * distinct limits, then its requests packed into one argument, each as its number of keys
-     * and, per key, the key's and the limit's numbers.
+     * The script call deciding this batch, with `verb` and `script` its first two arguments
+     * (`redis::script_call_head`; see the header of src/redis/limits.lua): the batch's distinct
+     * keys, its distinct limits, then its requests packed into one argument, each as its number of
+     * keys and, per key, the key's and the limit's numbers.
      */
     void format(std::string_view verb,
                 std::string_view script,
@@ -541,6 +538,10 @@ namespace {
 void load_scripts(auto& connection) {
     connection.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
     connection.add_connect_command({"SCRIPT", "LOAD", std::string(redis::slots_script.text)});
+    // Refused when the library is there already (loaded by another connection), and by a Redis
+    // before 7 or an ACL: the first FCALL tells which (see `retry_as`).
+    connection.add_connect_command({"FUNCTION", "LOAD", std::string(redis::limits_script.library)},
+                                   redis::if_refused::carry_on);
 }
 
 } // namespace
@@ -895,8 +896,76 @@ void redis_store::flush_batch(batch_ptr b) {
         ++it->second;
     }
     b->lease_prefix = lease_prefix_ + std::to_string(++batches_) + ':';
-    b->format("EVALSHA", redis::limits_script.sha1, now_override_, ttl_, *definitions_);
+    b->how = first_call(redis::limits_script);
+    const auto [verb, script] = redis::script_call_head(b->how, redis::limits_script);
+    b->format(verb, script, now_override_, ttl_, *definitions_);
     send(std::move(b));
+}
+
+redis::script_call redis_store::first_call(const redis::script& script) const noexcept {
+    return use_functions_ && !script.function_name.empty() ? redis::script_call::fcall
+                                                           : redis::script_call::evalsha;
+}
+
+std::optional<redis::script_call>
+redis_store::retry_as(std::uint16_t slot, redis::script_call how, const redis::reply& r) {
+    switch (redis::refusal_of(how, r)) {
+    case redis::script_refusal::none:
+        return std::nullopt;
+    case redis::script_refusal::function_missing:
+        load_functions(slot);
+        return redis::script_call::evalsha;
+    case redis::script_refusal::functions_unusable:
+        give_up_functions(r.str);
+        return redis::script_call::evalsha;
+    case redis::script_refusal::noscript:
+        break;
+    }
+    return redis::script_call::eval;
+}
+
+void redis_store::load_functions(std::uint16_t slot) {
+    if (function_load_pending_ || !use_functions_) {
+        return;
+    }
+    function_load_pending_ = true;
+    std::string command;
+    redis::command_writer w(command, 3);
+    w.arg("FUNCTION");
+    w.arg("LOAD");
+    w.arg(redis::limits_script.library);
+    call(slot, command, [alive = std::weak_ptr(self_)](error_code ec, redis::reply r) {
+        const auto self = alive.lock();
+        if (!self) {
+            return;
+        }
+        auto& owner = **self;
+        owner.function_load_pending_ = false;
+        // Another worker or instance of this version loaded it first: as good as loading it.
+        if (ec == errc::bad_reply && r.str.find("already exists") != std::string::npos) {
+            return;
+        }
+        if (ec == errc::bad_reply) {
+            // Refused (an ACL, out of memory, ...): EVALSHA from now on, at the cost of the
+            // script's prelude per call, rather than a refused FCALL and a retry per call.
+            owner.give_up_functions(r.str);
+        }
+        // Otherwise loaded, or no answer (the connection went): the next FCALL finds out.
+    });
+}
+
+void redis_store::give_up_functions(std::string_view why) {
+    if (!use_functions_) {
+        return;
+    }
+    use_functions_ = false;
+    // Once per store, from Redis (not from a client): one line per 10 s for all the workers.
+    static keyed_log_throttle gave_up{std::chrono::seconds(10)};
+    log_throttled(gave_up,
+                  spdlog::level::info,
+                  "redis store: Redis Functions unusable ({}): deciding with EVALSHA until "
+                  "restarted",
+                  why);
 }
 
 void redis_store::send(batch_ptr b) {
@@ -915,15 +984,11 @@ void redis_store::send(batch_ptr b) {
         if (owner.metrics_ != nullptr) {
             owner.metrics_->redis_latency.observe(std::chrono::steady_clock::now() - b->sent);
         }
-        if (is_noscript(ec, r) && !b->retried) {
-            // The script cache was emptied since this connection loaded it: EVAL loads it
-            // again.
-            b->retried = true;
-            b->format("EVAL",
-                      redis::limits_script.text,
-                      owner.now_override_,
-                      owner.ttl_,
-                      *owner.definitions_);
+        if (const auto next = owner.retry_as(b->slot, b->how, r)) {
+            // Redis does not know the script by this name: the same batch, named the next way.
+            b->how = *next;
+            const auto [verb, script] = redis::script_call_head(b->how, redis::limits_script);
+            b->format(verb, script, owner.now_override_, owner.ttl_, *owner.definitions_);
             owner.send(std::move(b));
             return;
         }
@@ -1061,25 +1126,35 @@ void redis_store::run_script(std::uint16_t slot,
                              std::vector<std::string> args,
                              const char* what,
                              const char* otherwise) {
+    run_script(slot, script, first_call(script), std::move(args), what, otherwise);
+}
+
+void redis_store::run_script(std::uint16_t slot,
+                             const redis::script& script,
+                             redis::script_call how,
+                             std::vector<std::string> args,
+                             const char* what,
+                             const char* otherwise) {
     std::string command;
-    redis::command_writer w(command, args.size());
+    redis::command_writer w(command, 2 + args.size());
+    const auto [verb, name] = redis::script_call_head(how, script);
+    w.arg(verb);
+    w.arg(name);
     for (const auto& a : args) {
         w.arg(std::string_view(a));
     }
     call(slot,
          command,
-         [alive = std::weak_ptr(self_), slot, s = &script, args, what, otherwise](
+         [alive = std::weak_ptr(self_), slot, s = &script, how, args, what, otherwise](
              error_code ec, redis::reply r) mutable {
              const auto self = alive.lock();
              if (!self || !ec) {
                  return;
              }
-             if (is_noscript(ec, r) && args[0] == "EVALSHA") {
-                 // The script cache was emptied since this connection loaded it: EVAL loads it
-                 // again.
-                 args[0] = "EVAL";
-                 args[1] = std::string(s->text);
-                 (*self)->run_script(slot, *s, std::move(args), what, otherwise);
+             if (const auto next = (*self)->retry_as(slot, how, r)) {
+                 // Redis does not know the script by this name: the same call, named the next
+                 // way.
+                 (*self)->run_script(slot, *s, *next, std::move(args), what, otherwise);
                  return;
              }
              static keyed_log_throttle failures{std::chrono::seconds(10)};
@@ -1211,9 +1286,8 @@ void redis_store::flush_settlements() {
             key_of[i] = k + 1;
             definition_of[i] = d + 1;
         }
-        std::vector<std::string> args{
-            "EVALSHA", std::string(redis::limits_script.sha1), std::to_string(keys.size())};
-        args.reserve(3 + keys.size() + 3 + definition_size * definitions.size() + 2);
+        std::vector<std::string> args{std::to_string(keys.size())};
+        args.reserve(1 + keys.size() + 3 + definition_size * definitions.size() + 2);
         for (const auto k : keys) {
             args.push_back(settling_[k].key);
         }
@@ -1281,9 +1355,8 @@ void redis_store::flush_releases() {
         // Bounded, as acquisitions are (max_batch), so that one call keeps Redis busy briefly.
         const auto n = leading_run(releasing_, slot_of_item, max_batch);
         const auto slot = slot_of_item(releasing_.front());
-        std::vector<std::string> args{
-            "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(n)};
-        args.reserve(5 + 2 * n);
+        std::vector<std::string> args{std::to_string(n)};
+        args.reserve(3 + 2 * n);
         for (std::size_t i = 0; i < n; ++i) {
             args.push_back(releasing_[i].first);
         }
@@ -1351,9 +1424,8 @@ void redis_store::renew_all() {
              ++next) {
             part.emplace_back(held[next]->key, held[next]);
         }
-        std::vector<std::string> args{
-            "EVALSHA", std::string(redis::slots_script.sha1), std::to_string(part.size())};
-        args.reserve(5 + 3 * part.size());
+        std::vector<std::string> args{std::to_string(part.size())};
+        args.reserve(3 + 3 * part.size());
         for (const auto& [key, s] : part) {
             args.emplace_back(key);
         }

@@ -63,7 +63,8 @@ char process_state(pid_t pid) {
 
 std::int64_t script_calls_in(std::string_view commandstats) {
     std::int64_t calls = 0;
-    for (const std::string_view name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+    for (const std::string_view name :
+         {"cmdstat_fcall:calls=", "cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
         const auto at = commandstats.find(name);
         if (at != std::string_view::npos) {
             calls += std::stoll(std::string(commandstats.substr(at + name.size(), 20)));

@@ -20,7 +20,8 @@ namespace sluice::test {
 /// The path of executable `name` in a directory of PATH; empty when there is none.
 std::string find_on_path(const std::string& name);
 
-/// The script calls (EVALSHA and EVAL) a server has run, from its `INFO commandstats` text.
+/// The script calls (FCALL, EVALSHA and EVAL) a server has run, from its `INFO commandstats`
+/// text.
 std::int64_t script_calls_in(std::string_view commandstats);
 
 class redis_server {

@@ -74,6 +74,12 @@ struct client_options {
     static client_options from_settings(const config::redis_settings& settings);
 };
 
+/// What an error reply to a connect command does (`client::add_connect_command`).
+enum class if_refused : std::uint8_t {
+    fail_setup, ///< the connection is given up, and made again later (SCRIPT LOAD)
+    carry_on,   ///< the set-up goes on (FUNCTION LOAD, which Redis before 7 does not know)
+};
+
 /**
  * An asynchronous Redis client on hiredis 0.14.1, bound to one Asio executor.
  *
@@ -164,11 +170,13 @@ public:
 
     /**
      * Registers a command to send as part of every connection's set-up, after AUTH and SELECT
-     * (e.g. `SCRIPT LOAD`): an error reply fails the set-up. Sent at once too when a connection
-     * is up or being set up (then an error reply on an established connection is only logged).
-     * An identical command registered twice is kept once.
+     * (e.g. `SCRIPT LOAD`): an error reply fails the set-up, unless `refused` is `carry_on`.
+     * Sent at once too when a connection is up or being set up (then an error reply on an
+     * established connection is only logged, or with `carry_on` ignored). An identical command
+     * registered twice is kept once.
      */
-    void add_connect_command(std::vector<std::string> args);
+    void add_connect_command(std::vector<std::string> args,
+                             if_refused refused = if_refused::fail_setup);
 
     /**
      * Makes this client a subscriber: every connection, once set up, sends `SUBSCRIBE channel`,

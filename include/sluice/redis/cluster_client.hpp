@@ -107,7 +107,8 @@ public:
     void stop();
 
     /// A set-up command for every data node's connections (see `client::add_connect_command`).
-    void add_connect_command(std::vector<std::string> args);
+    void add_connect_command(std::vector<std::string> args,
+                             if_refused refused = if_refused::fail_setup);
 
     /**
      * Sends `command` (RESP, see `command_writer`) to the owner of `slot`: every key the command

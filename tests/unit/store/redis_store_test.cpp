@@ -157,17 +157,34 @@ TEST_F(RedisStore, LoadsTheScriptUnderTheEmbeddedSha) {
     EXPECT_EQ(exists.elements[0].integer, 1);
 }
 
-TEST_F(RedisStore, ReloadsTheScriptAfterScriptFlush) {
+TEST_F(RedisStore, DecidesByItsFunctionAndLoadsTheLibraryAgainAfterFunctionFlush) {
     const auto l = leaky(10, 1);
+    const auto library = [this] {
+        return command({"FUNCTION",
+                        "LIST",
+                        "LIBRARYNAME",
+                        std::string(redis::limits_script.function_name)})
+            .elements.size();
+    };
+    const auto fcalls = [this] {
+        const std::string stats = command({"INFO", "commandstats"}).str;
+        const std::string field = "cmdstat_fcall:calls=";
+        const auto at = stats.find(field);
+        return at == std::string::npos ? 0LL : std::stoll(stats.substr(at + field.size()));
+    };
+    // Loaded when the connection was set up: the first request is decided by FCALL.
     EXPECT_TRUE(acquire_one("k", l, t0).allowed);
-    command({"SCRIPT", "FLUSH"});
-    // EVALSHA answers NOSCRIPT; the store retries with EVAL, transparently.
+    EXPECT_EQ(library(), 1u);
+    EXPECT_EQ(fcalls(), 1);
+    command({"FUNCTION", "FLUSH"});
+    // FCALL answers "Function not found"; the store loads the library and decides this request
+    // by EVALSHA, transparently, and the next by FCALL again.
     const auto d = acquire_one("k", l, t0);
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.remaining, 8);
-    const auto exists = command({"SCRIPT", "EXISTS", std::string(redis::limits_script.sha1)});
-    ASSERT_EQ(exists.elements.size(), 1u);
-    EXPECT_EQ(exists.elements[0].integer, 1);
+    EXPECT_EQ(library(), 1u);
+    EXPECT_EQ(acquire_one("k", l, t0).remaining, 7);
+    EXPECT_EQ(fcalls(), 3);
 }
 
 TEST_F(RedisStore, UsesRedisTimeWithoutAnOverride) {

@@ -67,7 +67,8 @@ class redis_backend {
 public:
     static bool available() { return test::redis_server::available(); }
 
-    redis_backend() {
+    explicit redis_backend(test::redis_server::options server_options = {})
+        : server_(std::move(server_options)) {
         auto settings = server_.settings();
         settings.timeout = 5s;
         store_ = std::make_unique<redis_store>(executor{ioc_.get_executor()}, settings, nullptr);
@@ -89,7 +90,7 @@ public:
         return test::run_together(ioc_, std::move(tasks));
     }
 
-    // Script calls Redis has run so far (EVALSHA and EVAL), from INFO commandstats.
+    // Script calls Redis has run so far (FCALL, EVALSHA and EVAL), from INFO commandstats.
     std::int64_t script_calls() {
         return test::script_calls_in(command({"INFO", "commandstats"}).str);
     }
@@ -129,6 +130,20 @@ private:
     test::redis_server server_;
     net::io_context ioc_;
     std::unique_ptr<redis_store> store_;
+};
+
+// Redis as before version 7, without Functions (FCALL and FUNCTION renamed away, which makes
+// Redis answer as one that never knew them): the store decides by EVALSHA.
+class redis_without_functions_backend : public redis_backend {
+public:
+    redis_without_functions_backend()
+        : redis_backend(without_functions()) {}
+
+    static test::redis_server::options without_functions() {
+        test::redis_server::options o;
+        o.extra_args = {"--rename-command", "FCALL", "", "--rename-command", "FUNCTION", ""};
+        return o;
+    }
 };
 
 // The Redis store on a Redis Cluster of 3 primaries and 3 replicas, shared by the tests of this
@@ -255,15 +270,17 @@ protected:
     std::unique_ptr<Backend> backend_;
 };
 
-using backends = ::testing::Types<memory_backend, redis_backend, cluster_backend>;
+using backends = ::testing::
+    Types<memory_backend, redis_backend, redis_without_functions_backend, cluster_backend>;
 
 class backend_names {
 public:
     template <typename T>
     static std::string GetName(int) {
-        return std::is_same_v<T, memory_backend>  ? "Memory"
-               : std::is_same_v<T, redis_backend> ? "Redis"
-                                                  : "Cluster";
+        return std::is_same_v<T, memory_backend>                    ? "Memory"
+               : std::is_same_v<T, redis_backend>                   ? "Redis"
+               : std::is_same_v<T, redis_without_functions_backend> ? "RedisWithoutFunctions"
+                                                                    : "Cluster";
     }
 };
 
@@ -827,19 +844,74 @@ TEST_F(StoreBatchAgreement, BatchesStopAtTheirLimit) {
     EXPECT_EQ(redis_->script_calls() - before, 3);
 }
 
-TEST_F(StoreBatchAgreement, AFlushedScriptCacheCostsABatchOneRetry) {
+TEST_F(StoreBatchAgreement, AFlushedFunctionLibraryCostsABatchOneRetryAndIsLoadedAgain) {
+    config::limit l;
+    l.capacity = 3;
+    l.flow_rate = 1;
+    const auto burst = [&l](const std::string& name) {
+        std::vector<checks> requests;
+        for (int i = 0; i < 10; ++i) {
+            requests.push_back(checks{check{"rate-limit:" + name + std::to_string(i % 2), &l}});
+        }
+        return requests;
+    };
+    redis_->command({"FUNCTION", "FLUSH"});
+    auto before = redis_->script_calls();
+    // Every request decided, none failed: the refused FCALL, then the batch again by EVALSHA.
+    EXPECT_EQ(agree_together(burst("function-flushed:"), 1'700'000'000'000.0), 6);
+    EXPECT_EQ(redis_->script_calls() - before, 2);
+    // The refusal loaded the library again: the next batch is one FCALL.
+    const auto library = redis_->command(
+        {"FUNCTION", "LIST", "LIBRARYNAME", std::string(redis::limits_script.function_name)});
+    EXPECT_EQ(library.elements.size(), 1u) << library.describe();
+    before = redis_->script_calls();
+    EXPECT_EQ(agree_together(burst("function-reloaded:"), 1'700'000'000'000.0), 6);
+    EXPECT_EQ(redis_->script_calls() - before, 1);
+}
+
+TEST_F(StoreBatchAgreement, WithoutTheLibraryAndTheScriptABatchFallsBackTwiceToEval) {
     config::limit l;
     l.capacity = 3;
     l.flow_rate = 1;
     std::vector<checks> requests;
     for (int i = 0; i < 10; ++i) {
-        requests.push_back(checks{check{"rate-limit:flushed:" + std::to_string(i % 2), &l}});
+        requests.push_back(checks{check{"rate-limit:all-flushed:" + std::to_string(i % 2), &l}});
     }
+    redis_->command({"FUNCTION", "FLUSH"});
     redis_->command({"SCRIPT", "FLUSH"});
     const auto before = redis_->script_calls();
-    // Every request decided, none failed: the batch went again, once, with EVAL.
+    // FCALL: no such function; EVALSHA: NOSCRIPT; EVAL decides, and loads the script.
     EXPECT_EQ(agree_together(requests, 1'700'000'000'000.0), 6);
-    EXPECT_EQ(redis_->script_calls() - before, 2);
+    EXPECT_EQ(redis_->script_calls() - before, 3);
+}
+
+// Redis before 7: the FCALL refused at the first request is the last; every call after it is
+// an EVALSHA, one per request here (each awaited before the next).
+TEST(StoreWithoutFunctions, TriesFCallOnceThenDecidesByEvalsha) {
+    if (!redis_backend::available()) {
+        GTEST_SKIP() << "redis-server is not on PATH";
+    }
+    redis_without_functions_backend redis;
+    config::limit l;
+    l.capacity = 3;
+    l.flow_rate = 1;
+    const checks request{check{"rate-limit:without-functions", &l}};
+    int admitted = 0;
+    for (int i = 0; i < 5; ++i) {
+        const auto out = redis.decide(request, 1'700'000'000'000.0);
+        ASSERT_FALSE(out.ec) << out.ec.message();
+        ASSERT_EQ(out.decisions.size(), 1u);
+        admitted += out.decisions[0].allowed ? 1 : 0;
+    }
+    EXPECT_EQ(admitted, 3);
+    // Unknown commands are not in commandstats: these are the five EVALSHA.
+    EXPECT_EQ(redis.script_calls(), 5);
+    // The errors Redis answered: the FUNCTION LOAD of the connection's set-up, the first FCALL.
+    const std::string errors = redis.command({"INFO", "errorstats"}).str;
+    const std::string field = "errorstat_ERR:count=";
+    const auto at = errors.find(field);
+    ASSERT_NE(at, std::string::npos) << errors;
+    EXPECT_EQ(std::stoll(errors.substr(at + field.size())), 2) << errors;
 }
 
 TEST_F(StoreBatchAgreement, RandomizedBatchesDecideAsOneAfterTheOther) {

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// How a script call names its script, and what a refusal says about that name.
+#include "sluice/redis/reply.hpp"
+#include "sluice/redis/scripts.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace sluice::redis {
+namespace {
+
+reply error(std::string text) {
+    reply r;
+    r.type = reply::kind::error;
+    r.str = std::move(text);
+    return r;
+}
+
+TEST(ScriptCall, EachWayNamesTheScriptItsOwnWay) {
+    const auto [fcall, function] = script_call_head(script_call::fcall, limits_script);
+    EXPECT_EQ(fcall, "FCALL");
+    EXPECT_EQ(function, limits_script.function_name);
+    const auto [evalsha, sha1] = script_call_head(script_call::evalsha, limits_script);
+    EXPECT_EQ(evalsha, "EVALSHA");
+    EXPECT_EQ(sha1, limits_script.sha1);
+    const auto [eval, text] = script_call_head(script_call::eval, limits_script);
+    EXPECT_EQ(eval, "EVAL");
+    EXPECT_EQ(text, limits_script.text);
+}
+
+TEST(ScriptCall, TheLimitsLibraryIsTheScriptRegisteringItsEntryUnderAVersionedName) {
+    const std::string name = "sluice_limits_" + std::string(limits_script.sha1);
+    EXPECT_EQ(limits_script.function_name, name);
+    const std::string_view library = limits_script.library;
+    EXPECT_TRUE(library.starts_with("#!lua name=" + name + "\n"));
+    EXPECT_TRUE(library.ends_with("redis.register_function('" + name + "', decide_batch)\n"));
+    // The script's text but its last line (the EVAL entry), which the registration replaces.
+    const std::string_view text = limits_script.text;
+    ASSERT_TRUE(text.ends_with("\nreturn decide_batch(KEYS, ARGV)\n"));
+    const auto prelude =
+        text.substr(0, text.size() - std::string_view("return decide_batch(KEYS, ARGV)\n").size());
+    EXPECT_NE(library.find(prelude), std::string_view::npos);
+    // slots.lua is called by EVALSHA alone.
+    EXPECT_TRUE(slots_script.library.empty());
+    EXPECT_TRUE(slots_script.function_name.empty());
+}
+
+TEST(ScriptCall, RefusalsAreReadFromTheReplyToTheWayTheCallWasMade) {
+    // Redis 7 without the library (never loaded here, or FUNCTION FLUSH).
+    EXPECT_EQ(refusal_of(script_call::fcall, error("ERR Function not found")),
+              script_refusal::function_missing);
+    // Redis 6 (and a Redis that renamed FCALL away), in both quotings Redis has used.
+    EXPECT_EQ(refusal_of(script_call::fcall,
+                         error("ERR unknown command 'FCALL', with args beginning with: 'x' ")),
+              script_refusal::functions_unusable);
+    EXPECT_EQ(refusal_of(script_call::fcall, error("ERR unknown command `FCALL`, with args")),
+              script_refusal::functions_unusable);
+    // An ACL that forbids FCALL.
+    EXPECT_EQ(refusal_of(script_call::fcall,
+                         error("NOPERM this user has no permissions to run the 'fcall' command")),
+              script_refusal::functions_unusable);
+    EXPECT_EQ(refusal_of(script_call::evalsha, error("NOSCRIPT No matching script.")),
+              script_refusal::noscript);
+
+    // What the script itself answers, or any other error, is no refusal of the way.
+    EXPECT_EQ(refusal_of(script_call::fcall, error("ERR sluice: bad request group at byte 1")),
+              script_refusal::none);
+    EXPECT_EQ(refusal_of(script_call::fcall, error("OOM command not allowed")),
+              script_refusal::none);
+    // A refusal of another way than the call's: EVAL has no fallback, NOSCRIPT is EVALSHA's.
+    EXPECT_EQ(refusal_of(script_call::eval, error("NOSCRIPT No matching script.")),
+              script_refusal::none);
+    EXPECT_EQ(refusal_of(script_call::evalsha, error("ERR Function not found")),
+              script_refusal::none);
+    EXPECT_EQ(refusal_of(script_call::evalsha, error("NOPERM no permissions to run 'evalsha'")),
+              script_refusal::none);
+
+    reply ok;
+    ok.type = reply::kind::string;
+    ok.str = "NOSCRIPT"; // a string reply, not an error
+    EXPECT_EQ(refusal_of(script_call::evalsha, ok), script_refusal::none);
+}
+
+} // namespace
+} // namespace sluice::redis
