@@ -723,7 +723,7 @@ end
 -- One call: KEYS and ARGV as the header says, the reply too. As an EVAL script, the file ends by
 -- calling it; as a Redis Function, the library that src/redis/embed_lua.cmake makes of this file
 -- registers it instead, so that everything above is built once per library load rather than on
--- every call (issue 17: 5.3 of the 18 us one call of one request cost Redis).
+-- every call (bench/run: one call of one request cost Redis 13.2 us as FCALL, 19.1 as EVALSHA).
 local function decide_batch(KEYS, ARGV)
   floor, ceil, max, pack, byte = math.floor, math.ceil, math.max, struct.pack, string.byte
   cached, cached_keys = {}, {}

@@ -363,7 +363,7 @@ TEST_F(RedisSentinelTest, ARestartedOldPrimaryIsNotUsed) {
         EXPECT_TRUE(enforced_on(s->port(), data_port(1), {}, "b" + std::to_string(++round)))
             << s->log_text();
     }
-    // Scripts reach a replica only as their effects, so any EVALSHA counted on the old primary
+    // Script calls reach a replica only as their effects, so any one counted on the old primary
     // came from a sluice.
     EXPECT_EQ(script_calls(data_port(0)), 0);
     EXPECT_TRUE(sluice.wait_for_log(

@@ -73,13 +73,13 @@ struct give_back_entry {
  * would have answered them after it), so that none waits longer than `timeout`.
  *
  * The call is FCALL of the script's Redis Function library (Redis 7), which builds the script's
- * prelude (its functions and tables) once per load where EVALSHA builds it on every call: 5.3 of
- * the 18 us that one call of one request cost Redis (issue 17). The first FCALL that Redis
- * answers "Function not found" sends FUNCTION LOAD, and that batch goes by EVALSHA. Where Redis
- * has no Functions (before 7) or refuses them (an ACL, a failed load), the store calls EVALSHA
- * from then on. The script is loaded with SCRIPT LOAD on every (re)connection, ahead of any
- * request; should Redis answer NOSCRIPT anyway (SCRIPT FLUSH, failover), the batch is sent once
- * more with EVAL, which loads it again.
+ * prelude (its functions and tables) once per load where EVALSHA builds it on every call: one
+ * call of one request cost Redis 13.2 us against 19.1 (bench/run, README's Benchmarks). The first
+ * FCALL that Redis answers "Function not found" sends FUNCTION LOAD, and that batch goes by
+ * EVALSHA. Where Redis has no Functions (before 7) or refuses them (an ACL, a failed load), the
+ * store calls EVALSHA from then on. The script is loaded with SCRIPT LOAD on every (re)connection,
+ * ahead of any request; should Redis answer NOSCRIPT anyway (SCRIPT FLUSH, failover), the batch is
+ * sent once more with EVAL, which loads it again.
  *
  * When Redis cannot decide (unavailable, timed out, an error reply), the outcome depends on
  * `redis_settings::on_failure`: `open` and `closed` return the error in `outcome.ec` (the caller

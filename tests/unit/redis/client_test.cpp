@@ -374,6 +374,28 @@ TEST_F(RedisClient, ARefusedSetUpIsRetriedOnTheBackoffSchedule) {
     EXPECT_EQ(c->connection_count(), 0u);
 }
 
+// A connect command registered `carry_on` (FUNCTION LOAD, which Redis before 7 refuses) may be
+// refused: the set-up goes on, the commands after it in the set-up still run, and the client
+// is connected on its first attempt.
+TEST_F(RedisClient, AConnectCommandThatMayBeRefusedLeavesTheSetUpGoingOn) {
+    start_server();
+    auto c = std::make_unique<client>(executor{ioc_.get_executor()}, options());
+    c->add_connect_command({"NO-SUCH-COMMAND"}, if_refused::carry_on);
+    c->add_connect_command({"SET", "after-refused", "1"});
+    c->start();
+    auto [ec, r] = run(*c, {"GET", "after-refused"});
+    ASSERT_FALSE(ec) << ec.message() << ": " << r.describe();
+    EXPECT_EQ(r.str, "1");
+    EXPECT_TRUE(c->connected());
+    EXPECT_EQ(c->connection_count(), 1u);
+
+    // Registered on a connection already up: refused again, and still nothing fails.
+    c->add_connect_command({"ALSO-NO-SUCH-COMMAND"}, if_refused::carry_on);
+    auto [ping_ec, pong] = run(*c, {"PING"});
+    ASSERT_FALSE(ping_ec) << pong.describe();
+    EXPECT_EQ(c->connection_count(), 1u);
+}
+
 /// A server that answers every connection as a Redis in protected mode does: an error, then
 /// close. Counts the connections it accepted.
 class refusing_server {
@@ -432,28 +454,6 @@ private:
 // Issue 12: a server that closes every connection right after accepting it (protected mode,
 // nothing to set up) is retried on the backoff's schedule, not at its shortest wait forever: a
 // connection lost at once does not reset the backoff.
-// A connect command registered `carry_on` (FUNCTION LOAD, which Redis before 7 refuses) may be
-// refused: the set-up goes on, the commands after it in the set-up still run, and the client
-// is connected on its first attempt.
-TEST_F(RedisClient, AConnectCommandThatMayBeRefusedLeavesTheSetUpGoingOn) {
-    start_server();
-    auto c = std::make_unique<client>(executor{ioc_.get_executor()}, options());
-    c->add_connect_command({"NO-SUCH-COMMAND"}, if_refused::carry_on);
-    c->add_connect_command({"SET", "after-refused", "1"});
-    c->start();
-    auto [ec, r] = run(*c, {"GET", "after-refused"});
-    ASSERT_FALSE(ec) << ec.message() << ": " << r.describe();
-    EXPECT_EQ(r.str, "1");
-    EXPECT_TRUE(c->connected());
-    EXPECT_EQ(c->connection_count(), 1u);
-
-    // Registered on a connection already up: refused again, and still nothing fails.
-    c->add_connect_command({"ALSO-NO-SUCH-COMMAND"}, if_refused::carry_on);
-    auto [ping_ec, pong] = run(*c, {"PING"});
-    ASSERT_FALSE(ping_ec) << pong.describe();
-    EXPECT_EQ(c->connection_count(), 1u);
-}
-
 TEST_F(RedisClient, AConnectionClosedAtOnceIsRetriedOnTheBackoffSchedule) {
     refusing_server refusing;
     auto o = options_for(refusing.port());
