@@ -74,12 +74,13 @@ struct give_back_entry {
  *
  * The call is FCALL of the script's Redis Function library (Redis 7), which builds the script's
  * prelude (its functions and tables) once per load where EVALSHA builds it on every call: one
- * call of one request cost Redis 13.2 us against 19.1 (bench/run, README's Benchmarks). The first
- * FCALL that Redis answers "Function not found" sends FUNCTION LOAD, and that batch goes by
- * EVALSHA. Where Redis has no Functions (before 7) or refuses them (an ACL, a failed load), the
- * store calls EVALSHA from then on. The script is loaded with SCRIPT LOAD on every (re)connection,
- * ahead of any request; should Redis answer NOSCRIPT anyway (SCRIPT FLUSH, failover), the batch is
- * sent once more with EVAL, which loads it again.
+ * call of one request cost Redis 13.2 us against 19.1 (bench/run, README's Benchmarks). Every
+ * (re)connection loads the library with FUNCTION LOAD and the script with SCRIPT LOAD, ahead of
+ * any request. Should Redis answer an FCALL "Function not found" anyway (FUNCTION FLUSH), the
+ * store sends FUNCTION LOAD again and that batch goes by EVALSHA; where Redis has no Functions
+ * (before 7) or refuses them (an ACL, a failed load), the store calls EVALSHA from then on.
+ * Should Redis answer an EVALSHA NOSCRIPT (SCRIPT FLUSH, failover), the batch is sent once more
+ * with EVAL, which loads the script again.
  *
  * When Redis cannot decide (unavailable, timed out, an error reply), the outcome depends on
  * `redis_settings::on_failure`: `open` and `closed` return the error in `outcome.ec` (the caller

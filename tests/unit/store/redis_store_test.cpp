@@ -187,6 +187,59 @@ TEST_F(RedisStore, DecidesByItsFunctionAndLoadsTheLibraryAgainAfterFunctionFlush
     EXPECT_EQ(fcalls(), 3);
 }
 
+// The count of `field` (e.g. "errorstat_NOPERM:count=" or "cmdstat_fcall:calls=") in the text
+// of an INFO section; 0 when absent.
+long long info_count(const std::string& info, const std::string& field) {
+    const auto at = info.find(field);
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
+}
+
+// A user an ACL keeps from Redis Functions, as operators who deny FUNCTION do: the store decides
+// by EVALSHA, after one refused FCALL (here FCALL itself is denied) or one refused FUNCTION LOAD
+// (here FUNCTION is, and the library is missing), and never tries Functions again.
+TEST_F(RedisStore, AUserWithoutFunctionsDecidesByEvalshaAfterOneRefusal) {
+    const auto l = leaky(10, 1);
+
+    struct user {
+        const char* name;
+        const char* denied;
+        long long fcalls;  // FCALLs Redis ran (not those the ACL refused)
+        long long refused; // commands the ACL refused
+    };
+
+    for (const auto& u :
+         {user{"no-fcall", "-fcall", 0, 1}, user{"no-function", "-function", 1, 2}}) {
+        SCOPED_TRACE(u.name);
+        command({"ACL", "SETUSER", u.name, "on", ">secret", "~*", "&*", "+@all", u.denied});
+        command({"FUNCTION", "FLUSH"});
+        command({"CONFIG", "RESETSTAT"});
+        auto settings = settings_;
+        settings.username = u.name;
+        settings.password = "secret";
+        redis::client limited(executor{ioc_.get_executor()},
+                              redis::client_options::from_settings(settings));
+        limited.start();
+        redis_store store(limited, settings);
+        for (int i = 0; i < 3; ++i) {
+            store.set_time_override_for_test(t0);
+            const auto out =
+                test::run_coro(ioc_, store.acquire(one("acl:" + std::string(u.name), l)));
+            ASSERT_FALSE(out.ec) << out.ec.message();
+            ASSERT_EQ(out.decisions.size(), 1u);
+            EXPECT_EQ(out.decisions[0].remaining, 10 - (i + 1));
+        }
+        const std::string stats = command({"INFO", "commandstats"}).str;
+        EXPECT_EQ(info_count(stats, "cmdstat_fcall:calls="), u.fcalls) << stats;
+        EXPECT_EQ(info_count(stats, "cmdstat_evalsha:calls="), 3) << stats;
+        // Refused: the first FCALL (no-fcall); or the FUNCTION LOAD of the connection's set-up
+        // and the one that the first FCALL's "Function not found" sent (no-function). Nothing
+        // after: the store gave Functions up.
+        const std::string errors = command({"INFO", "errorstats"}).str;
+        EXPECT_EQ(info_count(errors, "errorstat_NOPERM:count="), u.refused) << errors;
+        limited.stop();
+    }
+}
+
 TEST_F(RedisStore, UsesRedisTimeWithoutAnOverride) {
     const auto time_ms = [this] {
         const auto r = command({"TIME"});
