@@ -915,13 +915,6 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     /// The set-up commands sent on the current connection, in send order, until their reply.
     std::deque<setup_step> setup_steps_;
-
-    /// A command of every connection's set-up (`client::add_connect_command`).
-    struct connect_command {
-        std::vector<std::string> args;
-        if_refused refused;
-    };
-
     std::vector<connect_command> connect_commands_;
     /// The channel every connection subscribes to (`subscribe`); empty: none.
     std::string channel_;

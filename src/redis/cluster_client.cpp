@@ -105,8 +105,8 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         o.host = address.host;
         o.port = address.port;
         auto conn = std::make_unique<client>(ex_, std::move(o));
-        for (const auto& [command, refused] : connect_commands_) {
-            conn->add_connect_command(command, refused);
+        for (const auto& command : connect_commands_) {
+            conn->add_connect_command(command.args, command.refused);
         }
         conn->start();
         nodes_.push_back(std::make_unique<node>(node{address, std::move(conn), nullptr}));
@@ -486,7 +486,7 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
 
     executor ex_;
     cluster_options opts_;
-    std::vector<std::pair<std::vector<std::string>, if_refused>> connect_commands_;
+    std::vector<connect_command> connect_commands_;
     std::vector<std::unique_ptr<node>> nodes_;
     std::vector<std::unique_ptr<node>> retired_;
     std::shared_ptr<const slot_map> map_;
@@ -537,11 +537,11 @@ void cluster_client::stop() {
 void cluster_client::add_connect_command(std::vector<std::string> args, if_refused refused) {
     auto& commands = state_->connect_commands_;
     if (args.empty() || std::any_of(commands.begin(), commands.end(), [&](const auto& c) {
-            return c.first == args;
+            return c.args == args;
         })) {
         return;
     }
-    commands.emplace_back(args, refused);
+    commands.push_back({args, refused});
     for (auto& n : state_->nodes_) {
         n->conn->add_connect_command(args, refused);
     }

@@ -80,6 +80,12 @@ enum class if_refused : std::uint8_t {
     carry_on,   ///< the set-up goes on (FUNCTION LOAD, which Redis before 7 does not know)
 };
 
+/// A command of every connection's set-up (`client::add_connect_command`).
+struct connect_command {
+    std::vector<std::string> args;
+    if_refused refused = if_refused::fail_setup;
+};
+
 /**
  * An asynchronous Redis client on hiredis 0.14.1, bound to one Asio executor.
  *
