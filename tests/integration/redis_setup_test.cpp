@@ -52,13 +52,7 @@ refused_yaml(const std::string& upstream_url, std::uint16_t port, const std::str
 
 /// INFO stats' total_connections_received.
 long long connections_received(resp_client& cli) {
-    const auto info = cli.command({"INFO", "stats"}).text;
-    const std::string field = "total_connections_received:";
-    const auto at = info.find(field);
-    if (at == std::string::npos) {
-        throw std::runtime_error("no " + field + " in INFO stats:\n" + info);
-    }
-    return std::stoll(info.substr(at + field.size()));
+    return test::info_count(cli.command({"INFO", "stats"}).text, "total_connections_received:");
 }
 
 /// The log lines that contain `text`.

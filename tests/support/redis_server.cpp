@@ -61,16 +61,17 @@ char process_state(pid_t pid) {
 
 } // namespace
 
+std::int64_t info_count(std::string_view info, std::string_view field) {
+    const auto at = info.find(field);
+    return at == std::string_view::npos
+               ? 0
+               : std::stoll(std::string(info.substr(at + field.size(), 20)));
+}
+
 std::int64_t script_calls_in(std::string_view commandstats) {
-    std::int64_t calls = 0;
-    for (const std::string_view name :
-         {"cmdstat_fcall:calls=", "cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
-        const auto at = commandstats.find(name);
-        if (at != std::string_view::npos) {
-            calls += std::stoll(std::string(commandstats.substr(at + name.size(), 20)));
-        }
-    }
-    return calls;
+    return info_count(commandstats, "cmdstat_fcall:calls=") +
+           info_count(commandstats, "cmdstat_evalsha:calls=") +
+           info_count(commandstats, "cmdstat_eval:calls=");
 }
 
 std::string find_on_path(const std::string& name) {

@@ -20,6 +20,10 @@ namespace sluice::test {
 /// The path of executable `name` in a directory of PATH; empty when there is none.
 std::string find_on_path(const std::string& name);
 
+/// The number after `field` (e.g. "errorstat_NOPERM:count=", "total_connections_received:") in
+/// the text of an INFO section; 0 when the field is absent (Redis omits counts never raised).
+std::int64_t info_count(std::string_view info, std::string_view field);
+
 /// The script calls (FCALL, EVALSHA and EVAL) a server has run, from its `INFO commandstats`
 /// text.
 std::int64_t script_calls_in(std::string_view commandstats);

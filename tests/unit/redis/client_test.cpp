@@ -355,9 +355,7 @@ TEST_F(RedisClient, ARefusedSetUpIsRetriedOnTheBackoffSchedule) {
 
     test::resp_client cli(server_->port());
     const auto connections = [&] {
-        const auto info = cli.command({"INFO", "stats"}).text;
-        const std::string field = "total_connections_received:";
-        return std::stoll(info.substr(info.find(field) + field.size()));
+        return test::info_count(cli.command({"INFO", "stats"}).text, "total_connections_received:");
     };
     // Any 800 ms hold at most as many attempts as the backoff's shortest waits allow.
     const auto window = 800ms;

@@ -167,10 +167,7 @@ TEST_F(RedisStore, DecidesByItsFunctionAndLoadsTheLibraryAgainAfterFunctionFlush
             .elements.size();
     };
     const auto fcalls = [this] {
-        const std::string stats = command({"INFO", "commandstats"}).str;
-        const std::string field = "cmdstat_fcall:calls=";
-        const auto at = stats.find(field);
-        return at == std::string::npos ? 0LL : std::stoll(stats.substr(at + field.size()));
+        return test::info_count(command({"INFO", "commandstats"}).str, "cmdstat_fcall:calls=");
     };
     // Loaded when the connection was set up: the first request is decided by FCALL.
     EXPECT_TRUE(acquire_one("k", l, t0).allowed);
@@ -185,13 +182,6 @@ TEST_F(RedisStore, DecidesByItsFunctionAndLoadsTheLibraryAgainAfterFunctionFlush
     EXPECT_EQ(library(), 1u);
     EXPECT_EQ(acquire_one("k", l, t0).remaining, 7);
     EXPECT_EQ(fcalls(), 3);
-}
-
-// The count of `field` (e.g. "errorstat_NOPERM:count=" or "cmdstat_fcall:calls=") in the text
-// of an INFO section; 0 when absent.
-long long info_count(const std::string& info, const std::string& field) {
-    const auto at = info.find(field);
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
 }
 
 // A user an ACL keeps from Redis Functions, as operators who deny FUNCTION do: the store decides
@@ -229,13 +219,13 @@ TEST_F(RedisStore, AUserWithoutFunctionsDecidesByEvalshaAfterOneRefusal) {
             EXPECT_EQ(out.decisions[0].remaining, 10 - (i + 1));
         }
         const std::string stats = command({"INFO", "commandstats"}).str;
-        EXPECT_EQ(info_count(stats, "cmdstat_fcall:calls="), u.fcalls) << stats;
-        EXPECT_EQ(info_count(stats, "cmdstat_evalsha:calls="), 3) << stats;
+        EXPECT_EQ(test::info_count(stats, "cmdstat_fcall:calls="), u.fcalls) << stats;
+        EXPECT_EQ(test::info_count(stats, "cmdstat_evalsha:calls="), 3) << stats;
         // Refused: the first FCALL (no-fcall); or the FUNCTION LOAD of the connection's set-up
         // and the one that the first FCALL's "Function not found" sent (no-function). Nothing
         // after: the store gave Functions up.
         const std::string errors = command({"INFO", "errorstats"}).str;
-        EXPECT_EQ(info_count(errors, "errorstat_NOPERM:count="), u.refused) << errors;
+        EXPECT_EQ(test::info_count(errors, "errorstat_NOPERM:count="), u.refused) << errors;
         limited.stop();
     }
 }
