@@ -902,7 +902,11 @@ void redis_store::flush_batch(batch_ptr b) {
     send(std::move(b));
 }
 
-redis::script_call redis_store::first_call(const redis::script& script) const noexcept {
+redis::script_call redis_store::first_call(const redis::script& script) noexcept {
+    // Read the clock only while Functions are given up: the usual call pays one branch.
+    if (!use_functions_ && std::chrono::steady_clock::now() >= functions_retry_at_) {
+        use_functions_ = true;
+    }
     return use_functions_ && !script.function_name.empty() ? redis::script_call::fcall
                                                            : redis::script_call::evalsha;
 }
@@ -959,13 +963,16 @@ void redis_store::give_up_functions(std::string_view why) {
         return;
     }
     use_functions_ = false;
-    // Once per store, from Redis (not from a client): one line per 10 s for all the workers.
+    functions_retry_at_ = std::chrono::steady_clock::now() + functions_retry_after_;
+    // From Redis (not from a client), once a minute per worker at most. The first time says it
+    // at info; a Redis that keeps refusing (before 7, say) says it again only at debug.
     static keyed_log_throttle gave_up{std::chrono::seconds(10)};
     log_throttled(gave_up,
-                  spdlog::level::info,
-                  "redis store: Redis Functions unusable ({}): deciding with EVALSHA until "
-                  "restarted",
-                  why);
+                  ++functions_given_up_ == 1 ? spdlog::level::info : spdlog::level::debug,
+                  "redis store: Redis Functions unusable ({}): deciding with EVALSHA, trying "
+                  "them again in {} s",
+                  why,
+                  std::chrono::ceil<std::chrono::seconds>(functions_retry_after_).count());
 }
 
 void redis_store::send(batch_ptr b) {

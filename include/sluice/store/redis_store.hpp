@@ -78,7 +78,8 @@ struct give_back_entry {
  * (re)connection loads the library with FUNCTION LOAD and the script with SCRIPT LOAD, ahead of
  * any request. Should Redis answer an FCALL "Function not found" anyway (FUNCTION FLUSH), the
  * store sends FUNCTION LOAD again and that batch goes by EVALSHA; where Redis has no Functions
- * (before 7) or refuses them (an ACL, a failed load), the store calls EVALSHA from then on.
+ * (before 7) or refuses them (an ACL, a failed load), the store calls EVALSHA for a minute, then
+ * tries FCALL again (`default_functions_retry_after`).
  * Should Redis answer an EVALSHA NOSCRIPT (SCRIPT FLUSH, failover), the batch is sent once more
  * with EVAL, which loads the script again.
  *
@@ -180,6 +181,16 @@ public:
     /// For tests: pass this time (unix ms) to the script instead of letting it read Redis TIME;
     /// `std::nullopt` restores TIME.
     void set_time_override_for_test(std::optional<double> now_ms) { now_override_ = now_ms; }
+
+    /// How long a store that gave Redis Functions up decides by EVALSHA before it tries FCALL
+    /// again: one refused call a minute costs Redis nothing worth counting, and a passing refusal
+    /// costs at most a minute of the 6 us per call that EVALSHA's prelude takes.
+    static constexpr std::chrono::seconds default_functions_retry_after{60};
+
+    /// For tests: how long after giving Functions up the store tries them again.
+    void set_functions_retry_after_for_test(std::chrono::steady_clock::duration d) {
+        functions_retry_after_ = d;
+    }
 
     /// The one Redis's client; only without Cluster.
     redis::client& client() noexcept { return *client_; }
@@ -293,9 +304,9 @@ private:
                     std::vector<std::string> args,
                     const char* what,
                     const char* otherwise);
-    /// How a call of `script` names it first: FCALL while Functions are usable and the script
-    /// has a library, EVALSHA otherwise.
-    redis::script_call first_call(const redis::script& script) const noexcept;
+    /// How a call of `script` names it first: FCALL while Functions are usable (or the pause
+    /// after giving them up has passed) and the script has a library, EVALSHA otherwise.
+    redis::script_call first_call(const redis::script& script) noexcept;
     /// When `r`, the reply to a call of a script on `slot` named `how`, says Redis does not know
     /// it so: the way to send the call again (loading the library, or giving up Functions, as
     /// the refusal asks); otherwise none.
@@ -303,7 +314,7 @@ private:
     retry_as(std::uint16_t slot, redis::script_call how, const redis::reply& r);
     /// FUNCTION LOAD of the limits library on `slot`'s Redis, unless one is in flight.
     void load_functions(std::uint16_t slot);
-    /// Calls EVALSHA from now on, saying why once.
+    /// Calls EVALSHA until `functions_retry_after_` has passed, saying why.
     void give_up_functions(std::string_view why);
     /// Posts `flush_pending` to run after this turn of the event loop, once however often asked.
     void post_flush(bool& posted, void (redis_store::*flush_pending)());
@@ -323,9 +334,16 @@ private:
     memory_store* local_fallback_;
     std::optional<double> now_override_;
     metrics::registry* metrics_ = nullptr;
-    /// FCALL while true; false once Redis showed it has no Functions or refuses them.
+    /// FCALL while true; false once Redis showed it has no Functions or refuses them, until
+    /// `functions_retry_at_`: a refusal may pass (Redis upgraded to 7 under us, a FUNCTION LOAD
+    /// refused for OOM or READONLY during a failover, an ACL changed).
     bool use_functions_ = true;
     bool function_load_pending_ = false;
+    std::chrono::steady_clock::time_point functions_retry_at_;
+    std::chrono::steady_clock::duration functions_retry_after_ = default_functions_retry_after;
+    /// Times Functions were given up: the first is logged at info, the rest (a Redis 6 refusing
+    /// every retry) at debug.
+    std::uint64_t functions_given_up_ = 0;
     /// The batches taking requests until the flush runs: one per slot (one in all without
     /// Cluster); empty when none is open.
     boost::container::small_vector<batch_ptr, 1> open_;

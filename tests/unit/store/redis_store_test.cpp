@@ -186,7 +186,8 @@ TEST_F(RedisStore, DecidesByItsFunctionAndLoadsTheLibraryAgainAfterFunctionFlush
 
 // A user an ACL keeps from Redis Functions, as operators who deny FUNCTION do: the store decides
 // by EVALSHA, after one refused FCALL (here FCALL itself is denied) or one refused FUNCTION LOAD
-// (here FUNCTION is, and the library is missing), and never tries Functions again.
+// (here FUNCTION is, and the library is missing), and does not try Functions again within the
+// pause after giving them up.
 TEST_F(RedisStore, AUserWithoutFunctionsDecidesByEvalshaAfterOneRefusal) {
     const auto l = leaky(10, 1);
 
@@ -228,6 +229,42 @@ TEST_F(RedisStore, AUserWithoutFunctionsDecidesByEvalshaAfterOneRefusal) {
         EXPECT_EQ(test::info_count(errors, "errorstat_NOPERM:count="), u.refused) << errors;
         limited.stop();
     }
+}
+
+// Functions given up are tried again once the pause has passed, so a refusal that passes (an ACL
+// changed back, a FUNCTION LOAD refused for OOM or READONLY, Redis upgraded to 7) costs EVALSHA's
+// prelude for a while, not until a restart. Here the pause is none: every batch tries FCALL
+// first, is refused while the ACL denies it, and decides by FCALL once the ACL allows it.
+TEST_F(RedisStore, GivenUpFunctionsAreTriedAgainAfterThePause) {
+    const auto l = leaky(10, 1);
+    command({"ACL", "SETUSER", "later-fcall", "on", ">secret", "~*", "&*", "+@all", "-fcall"});
+    command({"CONFIG", "RESETSTAT"});
+    auto settings = settings_;
+    settings.username = "later-fcall";
+    settings.password = "secret";
+    redis::client limited(executor{ioc_.get_executor()},
+                          redis::client_options::from_settings(settings));
+    limited.start();
+    redis_store store(limited, settings);
+    store.set_functions_retry_after_for_test(std::chrono::steady_clock::duration::zero());
+    store.set_time_override_for_test(t0);
+    const auto decide = [&](int expected_remaining) {
+        const auto out = test::run_coro(ioc_, store.acquire(one("acl:later-fcall", l)));
+        ASSERT_FALSE(out.ec) << out.ec.message();
+        ASSERT_EQ(out.decisions.size(), 1u);
+        EXPECT_EQ(out.decisions[0].remaining, expected_remaining);
+    };
+    decide(9);
+    decide(8);
+    command({"ACL", "SETUSER", "later-fcall", "+fcall"});
+    decide(7);
+    decide(6);
+    const std::string stats = command({"INFO", "commandstats"}).str;
+    EXPECT_EQ(test::info_count(stats, "cmdstat_evalsha:calls="), 2) << stats;
+    EXPECT_EQ(test::info_count(stats, "cmdstat_fcall:calls="), 2) << stats;
+    const std::string errors = command({"INFO", "errorstats"}).str;
+    EXPECT_EQ(test::info_count(errors, "errorstat_NOPERM:count="), 2) << errors;
+    limited.stop();
 }
 
 TEST_F(RedisStore, UsesRedisTimeWithoutAnOverride) {
