@@ -7,6 +7,7 @@
 #include "sluice/app/logging.hpp"
 #include "sluice/config/loader.hpp"
 #include "sluice/core/clock.hpp"
+#include "sluice/http/connection_balancer.hpp"
 #include "sluice/http/listener.hpp"
 #include "sluice/metrics/admin_server.hpp"
 #include "sluice/metrics/metrics.hpp"
@@ -278,6 +279,10 @@ private:
     bool draining_ = false;
     std::atomic<bool> draining_flag_{false}; // draining_, readable from the admin's readiness
     std::size_t running_ = 0;
+    /// The workers' connection counts, and each worker's executor and context, which the
+    /// workers' accept loops read (before `workers_`: destroyed after them).
+    std::unique_ptr<http::connection_balancer> balancer_;
+    std::vector<http::worker_ref> worker_refs_;
     /// Last: destroyed first, while everything its threads and frames use is still alive.
     std::vector<std::unique_ptr<worker>> workers_;
 };
@@ -508,6 +513,15 @@ void application::start_workers() {
         w->context.metrics = &metrics_;
         w->context.access_log = access_log_;
         workers_.push_back(std::move(w));
+    }
+    metrics_.count_workers(workers_.size());
+    balancer_ = std::make_unique<http::connection_balancer>(metrics_.worker_connections());
+    for (auto& w : workers_) {
+        worker_refs_.push_back({w->ioc.get_executor(), &w->context});
+    }
+    for (auto& w : workers_) {
+        w->context.balancer = balancer_.get();
+        w->context.workers = worker_refs_;
     }
     publish(config_);
     log_summary(workers_.front()->acceptor->local_endpoint());

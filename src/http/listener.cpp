@@ -2,9 +2,11 @@
 #include "sluice/http/listener.hpp"
 
 #include "sluice/core/log_throttle.hpp"
+#include "sluice/http/connection_balancer.hpp"
 #include "sluice/http/session.hpp"
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -15,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
+#include <utility>
 
 namespace sluice::http {
 namespace {
@@ -32,6 +35,55 @@ void check(const error_code& ec, const char* step, const tcp::endpoint& endpoint
                          ? describe_listen_error(ec)
                          : std::string(step) + ": " + describe_listen_error(ec);
     throw std::runtime_error("cannot listen on " + format_endpoint(endpoint) + ": " + why);
+}
+
+/// An accepted connection's descriptor on its way to another worker: closed if it never gets
+/// there (that worker stopped before running the hand-off).
+class handed_socket {
+public:
+    explicit handed_socket(int fd) noexcept
+        : fd_(fd) {}
+
+    handed_socket(handed_socket&& other) noexcept
+        : fd_(std::exchange(other.fd_, -1)) {}
+
+    handed_socket& operator=(handed_socket&&) = delete;
+
+    ~handed_socket() {
+        if (fd_ >= 0) {
+            ::close(fd_);
+        }
+    }
+
+    int release() noexcept { return std::exchange(fd_, -1); }
+
+private:
+    int fd_;
+};
+
+// Starts a session for `socket`, accepted by this worker, on worker `to`. The socket leaves this
+// worker's reactor (release() takes it out of the epoll set) and joins `to`'s on `to`'s thread:
+// a worker's reactor skips the locking of its sockets' state (worker_io_context), so a socket is
+// only ever registered, used and closed by its own worker's thread.
+void hand_off(tcp_socket socket, const tcp& protocol, const worker_ref& to) {
+    error_code ec;
+    handed_socket fd(socket.release(ec));
+    if (ec) {
+        to.context->balancer->closed(to.context->index);
+        return;
+    }
+    net::post(to.ex, [fd = std::move(fd), protocol, to]() mutable {
+        tcp_socket adopted(to.ex);
+        error_code assign_ec;
+        const int raw = fd.release();
+        adopted.assign(protocol, raw, assign_ec);
+        if (assign_ec) { // the reactor refused it (out of memory): the socket is still ours
+            ::close(raw);
+            to.context->balancer->closed(to.context->index);
+            return;
+        }
+        start_session(std::move(adopted), *to.context);
+    });
 }
 
 } // namespace
@@ -103,6 +155,8 @@ void close_acceptor(tcp_acceptor& acceptor) noexcept {
 awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker) {
     // Shared by the workers: out of descriptors, they all fail at once.
     static log_throttle throttle;
+    error_code protocol_ec;
+    const auto protocol = acceptor.local_endpoint(protocol_ec).protocol();
     for (;;) {
         auto [ec, socket] = co_await acceptor.async_accept();
         if (ec == net::error::operation_aborted || !acceptor.is_open()) {
@@ -120,7 +174,17 @@ awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker) {
             (void)wait_ec;
             continue;
         }
-        start_session(std::move(socket), worker);
+        if (worker.balancer == nullptr) {
+            start_session(std::move(socket), worker);
+            continue;
+        }
+        const auto to = worker.balancer->pick(worker.index);
+        worker.balancer->opened(to);
+        if (to == worker.index) {
+            start_session(std::move(socket), worker);
+        } else {
+            hand_off(std::move(socket), protocol, worker.workers[to]);
+        }
     }
 }
 

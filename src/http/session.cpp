@@ -7,6 +7,7 @@
 #include "http/request_handler.hpp"
 #include "http/session_state_detail.hpp"
 #include "sluice/core/log_throttle.hpp"
+#include "sluice/http/connection_balancer.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/beast/core/error.hpp>
@@ -123,12 +124,20 @@ void log_session_exception(std::exception_ptr e) {
     }
 }
 
+// A connection counted by `accept_loop` on `worker` is gone.
+void count_closed(worker_context& worker) noexcept {
+    if (worker.balancer != nullptr) {
+        worker.balancer->closed(worker.index);
+    }
+}
+
 // Closes the connection for good and counts it gone.
 void close_connection(connection& conn) {
     error_code ignored;
     conn.stream.socket().close(ignored);
     conn.entry.unlink();
     conn.c.w.metrics->connections_open.fetch_sub(1, std::memory_order_relaxed);
+    count_closed(conn.c.w);
     conn.c.w.session_ended();
 }
 
@@ -269,6 +278,7 @@ void start_session(tcp_socket socket, worker_context& worker) {
     enable_drained_reads(socket, ec);
     const auto remote = socket.remote_endpoint(ec);
     if (ec) {
+        count_closed(worker);
         return;
     }
     auto conn = std::make_unique<connection>(std::move(socket), worker, to_ip(remote.address()));

@@ -152,6 +152,11 @@ counter& registry::redis_node_calls(const std::string& node) {
     return *slot;
 }
 
+void registry::count_workers(std::size_t workers) {
+    worker_connections_ = std::make_unique<padded_gauge[]>(workers);
+    workers_ = workers;
+}
+
 namespace {
 
 /// A metric of one value: a counter or a gauge of the registry, with its name and help text.
@@ -392,6 +397,17 @@ std::string registry::render() const {
                 ? static_cast<double>(load(this->*m.as_counter))
                 : static_cast<double>((this->*m.as_gauge).load(std::memory_order_relaxed));
         single(out, m.name, m.as_counter != nullptr ? "counter" : "gauge", m.help, value);
+    }
+    header(out,
+           "sluice_worker_connections_open",
+           "gauge",
+           "Client connections open now, per worker: how evenly the workers share them (a worker "
+           "hands a connection it accepts to the one with the fewest when it has two more).");
+    for (std::size_t i = 0; i < workers_; ++i) {
+        fmt::format_to(std::back_inserter(out),
+                       "sluice_worker_connections_open{{worker=\"{}\"}} {}\n",
+                       i,
+                       worker_connections_[i].value.load(std::memory_order_relaxed));
     }
     for (const auto& m : histogram_metrics) {
         header(out, m.name, "histogram", m.help);

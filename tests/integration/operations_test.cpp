@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <memory>
 #include <mutex>
@@ -125,6 +126,47 @@ TEST(OperationsMetrics, ParseWithPrometheusClientAndFollowTheTraffic) {
         met);
     EXPECT_TRUE(met) << "connections_open did not return to 0:\n" << after;
     EXPECT_EQ(metric_value(after, "sluice_connections_total"), *connections_before + 2);
+}
+
+// Keep-alive connections opened together, as a load balancer's pool or wrk opens them, end up
+// within two of each other on the workers (the first free worker accepts, and hands a connection
+// to one with two fewer), each counted where it is served until it closes.
+TEST(OperationsMetrics, ConnectionsOpenedTogetherAreSpreadOverTheWorkers) {
+    recording_upstream upstream;
+    sluice_process sluice(compose_yaml(upstream.url(), roomy(1000000), "  workers: 2\n"));
+    const auto admin = admin_port(sluice);
+    std::vector<std::unique_ptr<http_connection>> connections;
+    for (int i = 0; i < 10; ++i) {
+        connections.push_back(std::make_unique<http_connection>(sluice.port()));
+    }
+    for (auto& c : connections) {
+        c->send("GET", "/spread");
+        EXPECT_EQ(c->read_response().status, 200u);
+    }
+    const auto on = [](const std::string& t, int worker) {
+        return metric_or_zero(
+            t, fmt::format(R"(sluice_worker_connections_open{{worker="{}"}})", worker));
+    };
+    bool met = false;
+    const std::string open = wait_for_metrics(
+        admin,
+        [&](const std::string& t) {
+            return on(t, 0) + on(t, 1) == 10 && metric_or_zero(t, "sluice_connections_open") == 10;
+        },
+        10s,
+        met);
+    ASSERT_TRUE(met) << open;
+    EXPECT_LE(std::abs(on(open, 0) - on(open, 1)), 2) << open;
+    EXPECT_FALSE(metric_value(open, R"(sluice_worker_connections_open{worker="2"})")) << open;
+    // Every connection still serves, wherever it went.
+    for (auto& c : connections) {
+        c->send("GET", "/again");
+        EXPECT_EQ(c->read_response().status, 200u);
+    }
+    connections.clear();
+    const std::string closed = wait_for_metrics(
+        admin, [&](const std::string& t) { return on(t, 0) == 0 && on(t, 1) == 0; }, 10s, met);
+    EXPECT_TRUE(met) << closed;
 }
 
 TEST(OperationsAdmin, HealthzReadyzAndUnknownPaths) {

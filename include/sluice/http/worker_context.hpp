@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,6 +31,15 @@ namespace sluice::http {
 namespace detail {
 class request_pool;
 }
+
+class connection_balancer;
+struct worker_context;
+
+/// A worker as the others see it: where to post work for it, and its context.
+struct worker_ref {
+    executor ex;
+    worker_context* context;
+};
 
 /// A live client connection, linked into its worker's list so that a drain can close it when
 /// it sits between requests. Part of the connection's state: no allocation of its own.
@@ -137,6 +147,11 @@ struct worker_context {
     /// The memory requests work in, reused from one request to the next (the session's own;
     /// made with the first request).
     std::shared_ptr<detail::request_pool> requests;
+    /// The connections each worker has open, and which should take the next (see
+    /// `accept_loop`); null where nothing counts them (a unit test's worker).
+    connection_balancer* balancer = nullptr;
+    /// Every worker by index, this one included; set with `balancer`.
+    std::span<const worker_ref> workers;
     /// Set by `begin_drain`: finish the request at hand, then close.
     bool draining = false;
     session_list sessions;

@@ -12,12 +12,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 namespace sluice::metrics {
 
 using counter = std::atomic<std::uint64_t>;
 using gauge = std::atomic<std::int64_t>;
+
+/// A gauge on a cache line of its own, for one of several threads to write (see
+/// `registry::worker_connections`).
+struct alignas(64) padded_gauge {
+    gauge value{0};
+};
 
 inline void bump(counter& c, std::uint64_t n = 1) noexcept {
     c.fetch_add(n, std::memory_order_relaxed);
@@ -160,6 +167,17 @@ public:
     /// reference stays valid for the registry's lifetime.
     counter& redis_node_calls(const std::string& node);
 
+    /// Makes the per-worker gauges of `worker_connections`, all 0: once, at start-up, before any
+    /// is used or rendered.
+    void count_workers(std::size_t workers);
+
+    /// Client connections open now, per worker (index = worker): kept by
+    /// http::connection_balancer, which reads them to spread connections. Empty until
+    /// `count_workers`.
+    std::span<padded_gauge> worker_connections() noexcept {
+        return {worker_connections_.get(), workers_};
+    }
+
     /// The whole registry in the Prometheus text exposition format (version 0.0.4).
     std::string render() const;
 
@@ -170,6 +188,8 @@ private:
     /// The Redis Cluster families with labels.
     void render_cluster_metrics(std::string& out) const;
 
+    std::unique_ptr<padded_gauge[]> worker_connections_;
+    std::size_t workers_ = 0;
     mutable std::mutex rules_mutex_;
     std::map<std::string, std::unique_ptr<rule_counters>> rules_;
     /// Guarded by rules_mutex_ too: nodes are added when a worker first sends to one.
