@@ -13,11 +13,12 @@ namespace sluice::http {
  * How many client connections each worker has open, and which worker the next one should go to
  * (what Envoy calls exact balance). The workers accept from one listening socket, the first
  * free one first (see http::open_acceptor), which spreads short connections well but leaves
- * keep-alive connections opened together wherever they landed: the 64 of a wrk run split 361 to
- * 69 ticks of CPU between two workers in one run (50.8k requests/s) and 238 to 246 in another
- * (64.5k). A worker that accepts a connection hands it to the worker `pick` names (see
- * `accept_loop`), and counts it there at once, so that a burst accepted by one worker spreads
- * too.
+ * keep-alive connections opened together wherever they landed: in 10 rounds of
+ * `bench/worker_balance` (two workers, wrk's 64 connections opened afresh each round), all 64
+ * went to one worker once and the CPU split 345 to 80 once (52.6k and 48.9k requests/s, where
+ * the median round made 59.1k). A worker that accepts a connection hands it to the worker `pick`
+ * names (see `accept_loop`), and counts it there at once, so that a burst accepted by one worker
+ * spreads too.
  *
  * Thread-safe: the counts are the registry's `sluice_worker_connections_open` gauges, relaxed
  * atomics on cache lines of their own, read at each accept and written at each accept and close,

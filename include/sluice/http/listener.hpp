@@ -42,8 +42,9 @@ std::string describe_listen_error(const error_code& ec);
 /**
  * Accepts connections until the acceptor is closed, starting a session for each on this worker,
  * or, with several workers, on the one with the fewest connections when this one has at least
- * two more (`connection_balancer`). Transient failures (out of file descriptors, a connection reset before accept) are logged,
- * rate-limited, and retried after a short pause rather than ending the loop.
+ * two more (`connection_balancer`). Transient failures (out of file descriptors, a connection
+ * reset before accept) are logged, rate-limited, and retried after a short pause rather than
+ * ending the loop.
  */
 awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker);
 
