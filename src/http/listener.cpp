@@ -174,12 +174,11 @@ awaitable<void> accept_loop(tcp_acceptor& acceptor, worker_context& worker) {
             (void)wait_ec;
             continue;
         }
-        if (worker.balancer == nullptr) {
-            start_session(std::move(socket), worker);
-            continue;
+        auto* const balancer = worker.balancer;
+        const auto to = balancer != nullptr ? balancer->pick(worker.index) : worker.index;
+        if (balancer != nullptr) {
+            balancer->opened(to);
         }
-        const auto to = worker.balancer->pick(worker.index);
-        worker.balancer->opened(to);
         if (to == worker.index) {
             start_session(std::move(socket), worker);
         } else {
