@@ -84,8 +84,9 @@ awaitable<bool> hold(connection_state& c, header_scratch& scratch, steady_clock:
     // watch, which then ends with beast::error::timeout. A held request thus has no timer of
     // its own, nor a parallel wait of two coroutines (bench/memory: without them, their read
     // buffer and one more frame, a held request went from 14.1 to 7.6 KiB, its connection
-    // included).
-    c.stream.expires_after(until - steady_clock::now());
+    // included). expires_at, not expires_after: a shaping delay ends on time, where a timeout may
+    // end up to two clock ticks late (coarse_clock.hpp).
+    c.stream.expires_at(until);
     release_buffers(c, scratch);
     const auto ec = co_await watch_client(c);
     // Every later read and write sets its own deadline.
@@ -123,7 +124,7 @@ bool suspend_hold(connection_state& c, request_memory& m, steady_clock::time_poi
         swap(m.buffer, kept); // the pool's storage goes back with the request's memory
     }
     c.held = std::move(held);
-    c.stream.expires_after(until - steady_clock::now());
+    c.stream.expires_at(until); // on time, as in hold
     return true;
 }
 

@@ -8,6 +8,7 @@
 #include "http/session_state_detail.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/http/connection_balancer.hpp"
+#include "sluice/io/coarse_clock.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/beast/core/error.hpp>
@@ -218,12 +219,14 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
             // 4.22 and 4.42 per request at one and two workers, where the build before it made
             // 4.82 and 5.44). (Here rather than in a function of its own: a coroutine frame
             // per request.)
-            const auto idle_until = steady_clock::now() + idle_timeout;
-            stream.expires_after(std::min<steady_clock::duration>(idle_timeout, idle_grace));
+            const auto waiting_since = coarse_clock::latest_now();
+            const auto idle_until = waiting_since + idle_timeout;
+            stream.expires_at(waiting_since +
+                              std::min<steady_clock::duration>(idle_timeout, idle_grace));
             auto [wait_ec] = co_await stream.async_wait_event();
             if (wait_ec == beast::error::timeout && !worker.draining &&
                 steady_clock::now() < idle_until) {
-                stream.expires_after(idle_until - steady_clock::now());
+                stream.expires_at(idle_until);
                 if (!stream.readable_now()) {
                     park(std::move(conn));
                     co_return;

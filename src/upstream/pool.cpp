@@ -2,6 +2,7 @@
 #include "sluice/upstream/pool.hpp"
 
 #include "sluice/core/errc.hpp"
+#include "sluice/io/coarse_clock.hpp"
 
 #include <boost/asio/ip/address.hpp>
 
@@ -107,7 +108,7 @@ void pool::evict_expired(const config::upstream_settings& settings,
 
 connection_ptr pool::try_take(const config::upstream_settings& settings, bool can_retry) {
     retarget(settings);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = coarse_clock::now();
     evict_expired(settings, now);
     while (!idle_.empty()) {
         auto conn = std::move(idle_.back());
@@ -188,7 +189,7 @@ pool::connect(const config::upstream_settings& settings) {
 }
 
 void pool::release(connection_ptr conn, const config::upstream_settings& settings) {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = coarse_clock::now();
     evict_expired(settings, now);
     if (settings.host != host_ || settings.port != port_ || conn->buffer.size() != 0) {
         close_quietly(*conn);

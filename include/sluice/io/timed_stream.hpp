@@ -14,6 +14,7 @@
 //
 // One deadline covers both directions: sluice never reads and writes one stream at once.
 
+#include "sluice/io/coarse_clock.hpp"
 #include "sluice/io/drained_read.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/io/untried_read.hpp"
@@ -151,11 +152,18 @@ public:
 
     tcp_socket& socket() noexcept { return state_->socket; }
 
-    /// Operations started from now on fail with beast::error::timeout after `timeout`.
+    /// Operations started from now on fail with beast::error::timeout after `timeout`, or
+    /// at most two clock ticks later (coarse_clock.hpp: a deadline needs no finer clock).
     void expires_after(std::chrono::steady_clock::duration timeout) {
+        expires_at(coarse_clock::latest_now() + timeout);
+    }
+
+    /// Operations started from now on fail with beast::error::timeout once steady_clock
+    /// reaches `deadline`.
+    void expires_at(std::chrono::steady_clock::time_point deadline) {
         auto& s = *state_;
         s.timed_out = false;
-        s.deadline = std::chrono::steady_clock::now() + timeout;
+        s.deadline = deadline;
         if (s.deadline < s.wakes_at) {
             detail::watchdog::arm(state_); // none pending, or it would wake too late
         }

@@ -96,6 +96,7 @@ struct connection {
     beast::flat_buffer buffer;
     /// It came from the idle list: it has carried a request before and may have gone stale.
     bool reused = false;
+    /// When it went idle, by coarse_clock: idle ages of a second and more need no finer clock.
     std::chrono::steady_clock::time_point idle_since{};
 };
 
