@@ -96,7 +96,8 @@ struct connection {
     beast::flat_buffer buffer;
     /// It came from the idle list: it has carried a request before and may have gone stale.
     bool reused = false;
-    /// When it went idle, by coarse_clock: idle ages of a second and more need no finer clock.
+    /// When it went idle, by coarse_clock::now(): an age is then within two clock ticks of the
+    /// real one, either way, which ages of a second and more can afford.
     std::chrono::steady_clock::time_point idle_since{};
 };
 
