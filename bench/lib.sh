@@ -18,6 +18,8 @@
 #                         SECONDS in the background (perf stat on raw_syscalls:sys_enter)
 #   finish_syscall_count  waits for that count to end and sets $syscalls to its rate per second
 #                         ("-" without a working perf)
+#   count_syscalls NAME PORT PID
+#                         a short wrk run of its own under that count: sets $syscalls_per_request
 #   start_upstream        the upstream, nginx on $upstream_port (see below)
 #   nginx_reference_config, sluice_config, start_sluice: the proxies under test (see below)
 #   paths_script KEYS     sets wrk_script to a wrk script spreading requests over KEYS paths
@@ -216,9 +218,27 @@ LUA
   wrk_script=(-s "$work/paths-$1.lua")
 }
 
+# The system calls per request of a proxy, in a wrk run of 3 s of their
+# own, after the measured one: perf's tracepoint on every system call slows each a little and
+# moved sluice's two-worker p99 from 1.6-3.5 ms to 4.5-4.7 (wrk --latency, 4 and 3 rounds), so
+# the measured run goes untraced. Sets $syscalls_per_request ("-" without a working perf).
+count_syscalls() { # name port pid
+  syscalls_per_request=-
+  [ -n "$have_perf" ] || return 0
+  local seconds=3 out rps
+  start_syscall_count "$3" "$seconds"
+  out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" "${wrk_script[@]}" "http://127.0.0.1:$2/")
+  finish_syscall_count
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  # perf counted for wrk's duration: its rate over wrk's is the count per request.
+  syscalls_per_request=$(awk -v s="$syscalls" -v r="$rps" 'BEGIN {
+    if (s == "-" || r + 0 <= 0) print "-"; else printf "%.3f\n", s / r }')
+}
+
 # One wrk run against a proxy (after a 1 s warm-up), with $threads, $connections, $duration and
-# the options in the array $wrk_script; appends "name rps p50 p99 cpu_us redis_cpu_us reqs non2xx
-# calls syscalls_per_s sys_cpu_us" to $work/results (sys_cpu_us: the kernel's part of cpu_us).
+# the options in the array $wrk_script, then count_syscalls; appends "name rps p50 p99 cpu_us
+# redis_cpu_us reqs non2xx calls syscalls_per_request sys_cpu_us" to $work/results (sys_cpu_us:
+# the kernel's part of cpu_us).
 # Redis's CPU (its own count, INFO cpu: microseconds where /proc has 10 ms ticks) is counted for
 # every proxy: it is part of what the Redis store costs.
 measure() { # name port pid
@@ -226,7 +246,6 @@ measure() { # name port pid
   wrk -t"$threads" -c"$connections" -d1s "${wrk_script[@]}" "http://127.0.0.1:$2/" >/dev/null 2>&1 # warm-up
   reset_redis_stats
   before=$(cpu_ticks "$3") sys_before=$(cpu_sys_ticks "$3") redis_before=$(redis_cpu_us)
-  start_syscall_count "$3" "$duration"
   out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "${wrk_script[@]}" "http://127.0.0.1:$2/")
   after=$(cpu_ticks "$3") sys_after=$(cpu_sys_ticks "$3") redis_after=$(redis_cpu_us)
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
@@ -235,6 +254,6 @@ measure() { # name port pid
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
   calls=$(script_calls)
-  finish_syscall_count
-  echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls $(( (sys_after - sys_before) * 1000000 / hz ))" >> "$work/results"
+  count_syscalls "$1" "$2" "$3"
+  echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls_per_request $(( (sys_after - sys_before) * 1000000 / hz ))" >> "$work/results"
 }
