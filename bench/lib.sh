@@ -221,10 +221,11 @@ LUA
 # The system calls per request of a proxy, in a wrk run of 3 s of their
 # own, after the measured one: perf's tracepoint on every system call slows each a little and
 # moved sluice's two-worker p99 from 1.6-3.5 ms to 4.5-4.7 (wrk --latency, 4 and 3 rounds), so
-# the measured run goes untraced. Sets $syscalls_per_request ("-" without a working perf).
+# the measured run goes untraced. Sets $syscalls_per_request ("-" without a working perf, or
+# with $skip_syscall_count set, for a script that prints no system calls).
 count_syscalls() { # name port pid
   syscalls_per_request=-
-  [ -n "$have_perf" ] || return 0
+  [ -n "$have_perf" ] && [ -z "${skip_syscall_count:-}" ] || return 0
   local seconds=3 out rps
   start_syscall_count "$3" "$seconds"
   out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" "${wrk_script[@]}" "http://127.0.0.1:$2/")
