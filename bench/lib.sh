@@ -18,7 +18,7 @@
 #                         SECONDS in the background (perf stat on raw_syscalls:sys_enter)
 #   finish_syscall_count  waits for that count to end and sets $syscalls to its rate per second
 #                         ("-" without a working perf)
-#   count_syscalls NAME PORT PID
+#   count_syscalls PORT PID
 #                         a short wrk run of its own under that count: sets $syscalls_per_request
 #   start_upstream        the upstream, nginx on $upstream_port (see below)
 #   nginx_reference_config, sluice_config, start_sluice: the proxies under test (see below)
@@ -218,17 +218,17 @@ LUA
   wrk_script=(-s "$work/paths-$1.lua")
 }
 
-# The system calls per request of a proxy, in a wrk run of 3 s of their
-# own, after the measured one: perf's tracepoint on every system call slows each a little and
-# moved sluice's two-worker p99 from 1.6-3.5 ms to 4.5-4.7 (wrk --latency, 4 and 3 rounds), so
-# the measured run goes untraced. Sets $syscalls_per_request ("-" without a working perf, or
-# with $skip_syscall_count set, for a script that prints no system calls).
-count_syscalls() { # name port pid
+# The system calls per request of a proxy, in a wrk run of 3 s of their own, after the measured
+# one: perf's tracepoint on every system call slows each a little and moved sluice's two-worker
+# p99 from 1.6-3.5 ms to 4.5-4.7 (wrk --latency, 4 and 3 rounds), so the measured run goes
+# untraced. Sets $syscalls_per_request ("-" without a working perf, or with $skip_syscall_count
+# set, for a script that prints no system calls).
+count_syscalls() { # port pid
   syscalls_per_request=-
   [ -n "$have_perf" ] && [ -z "${skip_syscall_count:-}" ] || return 0
   local seconds=3 out rps
-  start_syscall_count "$3" "$seconds"
-  out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" "${wrk_script[@]}" "http://127.0.0.1:$2/")
+  start_syscall_count "$2" "$seconds"
+  out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" "${wrk_script[@]}" "http://127.0.0.1:$1/")
   finish_syscall_count
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   # perf counted for wrk's duration: its rate over wrk's is the count per request.
@@ -255,6 +255,6 @@ measure() { # name port pid
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
   calls=$(script_calls)
-  count_syscalls "$1" "$2" "$3"
+  count_syscalls "$2" "$3"
   echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls_per_request $(( (sys_after - sys_before) * 1000000 / hz ))" >> "$work/results"
 }

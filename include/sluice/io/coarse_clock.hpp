@@ -5,9 +5,10 @@
 // path, which need no better.
 //
 // steady_clock::now() reads the TSC through the vdso, 22 ns on this machine, and a proxied
-// request read it twelve times (a perf probe on clock_gettime): 1.7% of sluice's CPU in
-// bench/run. CLOCK_MONOTONIC_COARSE is the same clock without the TSC read, 5 ns. The kernel
-// advances it at a tick by whole ticks, so it lags steady_clock by less than two ticks
+// request read it twelve times (a perf probe on clock_gettime): 1.7% of sluice's CPU in a
+// `perf record` of one worker under wrk -c64. CLOCK_MONOTONIC_COARSE is the same clock without the
+// TSC read, 5 ns. The kernel advances it at a tick by whole ticks, so it lags steady_clock by less
+// than two ticks
 // (`resolution()` is one: 4 ms here; 20 million readings on this machine, busy or not, lagged
 // by at most 4.95 ms). Latencies and the limiter's clock keep steady_clock: they need its
 // precision.
@@ -25,8 +26,7 @@ struct coarse_clock {
     static time_point now() noexcept {
         timespec ts{};
         ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        return time_point(std::chrono::duration_cast<duration>(
-            std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+        return time_point(to_duration(ts));
     }
 
     /// The kernel's tick: how often now() moves.
@@ -34,8 +34,7 @@ struct coarse_clock {
         static const duration tick = [] {
             timespec ts{};
             ::clock_getres(CLOCK_MONOTONIC_COARSE, &ts);
-            return std::chrono::duration_cast<duration>(std::chrono::seconds(ts.tv_sec) +
-                                                        std::chrono::nanoseconds(ts.tv_nsec));
+            return to_duration(ts);
         }();
         return tick;
     }
@@ -43,6 +42,12 @@ struct coarse_clock {
     /// At or after steady_clock::now(), by less than two ticks: a deadline of latest_now() + d
     /// comes no sooner than d from now, and at most two ticks later.
     static time_point latest_now() noexcept { return now() + 2 * resolution(); }
+
+private:
+    static duration to_duration(const timespec& ts) noexcept {
+        return std::chrono::duration_cast<duration>(std::chrono::seconds(ts.tv_sec) +
+                                                    std::chrono::nanoseconds(ts.tv_nsec));
+    }
 };
 
 } // namespace sluice
