@@ -34,6 +34,11 @@ awaitable<void> wait_timer(steady_timer& timer) {
 // the watch was cancelled (which `wait_for_slot` does only once the wait is over, and then
 // ignores the answer: any other cancellation must not pass for "still there"); no error: it is
 // still there but sent `hold_read_ahead` bytes, so watching would mean buffering a body.
+//
+// The read after a look is made at once (`read_now`), not queued in the reactor: a client that
+// sent its request and reset at once leaves the reactor believing the socket empty
+// (drained_read.hpp), and a queued read would then wait for the hold's end, which forwarded the
+// request of a client long gone (`HeldRequestSentWithAResetIsNeverForwarded`).
 awaitable<error_code> watch_client(connection_state& c) {
     for (;;) {
         if (c.buffer.size() >= hold_read_ahead) {
@@ -46,9 +51,9 @@ awaitable<error_code> watch_client(connection_state& c) {
             }
         }
         const auto room = std::min<std::size_t>(hold_read_ahead - c.buffer.size(), 16 * 1024);
-        auto [ec, n] = co_await c.stream.async_read_some(c.buffer.prepare(room));
-        c.buffer.commit(n);
-        if (ec) {
+        error_code ec;
+        c.buffer.commit(c.stream.read_now(c.buffer.prepare(room), ec));
+        if (ec && ec != net::error::would_block) {
             co_return ec;
         }
     }

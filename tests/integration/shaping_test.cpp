@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -155,6 +156,40 @@ protected:
         held->send("GET", path + "?who=held");
         EXPECT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s));
         return held;
+    }
+
+    /// A held request whose client leaves (`leave` ends its connection) is counted abandoned and
+    /// never forwarded; a later request goes after the slot it had.
+    void expect_abandoned_hold_never_forwarded(const std::function<void(http_connection&)>& leave) {
+        // One slot per second: the abandoned request's slot opens 1 s after the head's.
+        const auto sluice = start(config(5, 1));
+
+        http_connection head(sluice->port());
+        head.send("GET", "/abandon?who=head");
+        EXPECT_EQ(head.read_response().status, 200u);
+
+        http_connection leaver(sluice->port());
+        leaver.send("GET", "/abandon?who=leaver");
+        ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s))
+            << "the second request was not held";
+        leave(leaver); // the client goes away while held
+        ASSERT_TRUE(
+            eventually([&] { return metric(admin_, "sluice_held_abandoned_total") >= 1; }, 5s));
+        EXPECT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 0; }, 5s));
+
+        // A later request queues behind the abandoned one's slot (abandoning does not refund it),
+        // so once it arrives the abandoned slot has long passed.
+        http_connection after(sluice->port());
+        after.send("GET", "/abandon?who=after");
+        EXPECT_EQ(after.read_response().status, 200u);
+        ASSERT_TRUE(upstream_.wait_quiet(5s));
+        const auto by_target = arrivals_by_target(upstream_);
+        EXPECT_EQ(by_target.count("/abandon?who=leaver"), 0u)
+            << "an abandoned request was forwarded";
+        EXPECT_EQ(by_target.count("/abandon?who=head"), 1u);
+        EXPECT_EQ(by_target.count("/abandon?who=after"), 1u);
+        EXPECT_EQ(metric(admin_, "sluice_held_abandoned_total"), 1);
+        EXPECT_EQ(metric(admin_, "sluice_held_requests"), 0);
     }
 
     std::unique_ptr<redis_server> redis_;
@@ -296,33 +331,46 @@ TEST_P(ShapingTest, SustainedOverloadDrainsAtFlowRate) {
 
 // A client that leaves while held is never forwarded; the metrics say so.
 TEST_P(ShapingTest, AbandonedHeldRequestIsNeverForwarded) {
-    // One slot per second: the abandoned request's slot opens 1 s after the head's.
-    const auto sluice = start(config(5, 1));
+    expect_abandoned_hold_never_forwarded([](http_connection& c) { c.stream().close(); });
+}
 
+// A reset (a client killed, or closing with SO_LINGER 0) rather than a FIN: the reset is an
+// error on the socket, no end of stream, and TCP_INQ does not count it (drained_read.hpp).
+TEST_P(ShapingTest, HeldRequestOfAClientThatResetsIsNeverForwarded) {
+    expect_abandoned_hold_never_forwarded([](http_connection& c) { c.stream().reset(); });
+}
+
+// Each client sends its request and resets at once, once sluice is reading its connection: the
+// bytes and the reset then often come in one event, and the read that takes the bytes hears
+// nothing is left behind them and no event follows (drained_read.hpp). A held request's watch
+// must still find the reset; a read queued in the reactor waited for the hold's end, then the
+// request went upstream (13 of 24 requests in six runs of this test against the build before).
+TEST_P(ShapingTest, HeldRequestSentWithAResetIsNeverForwarded) {
+    const auto sluice = start(config(5, 1)); // one slot per second
     http_connection head(sluice->port());
-    head.send("GET", "/abandon?who=head");
+    head.send("GET", "/reset?who=head");
     EXPECT_EQ(head.read_response().status, 200u);
 
-    auto leaver = std::make_unique<http_connection>(sluice->port());
-    leaver->send("GET", "/abandon?who=leaver");
-    ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s))
-        << "the second request was not held";
-    leaver.reset(); // the client goes away while held
-    ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_abandoned_total") >= 1; }, 5s));
-    EXPECT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 0; }, 5s));
-
-    // A later request queues behind the abandoned one's slot (abandoning does not refund it), so
-    // once it arrives the abandoned slot has long passed.
-    http_connection after(sluice->port());
-    after.send("GET", "/abandon?who=after");
-    EXPECT_EQ(after.read_response().status, 200u);
-    ASSERT_TRUE(upstream_.wait_quiet(5s));
-    const auto by_target = arrivals_by_target(upstream_);
-    EXPECT_EQ(by_target.count("/abandon?who=leaver"), 0u) << "an abandoned request was forwarded";
-    EXPECT_EQ(by_target.count("/abandon?who=head"), 1u);
-    EXPECT_EQ(by_target.count("/abandon?who=after"), 1u);
-    EXPECT_EQ(metric(admin_, "sluice_held_abandoned_total"), 1);
+    constexpr int leavers = 4; // within the bucket: a fifth would be refused, not held
+    for (int i = 0; i < leavers; ++i) {
+        const auto accepted_before = metric(admin_, "sluice_connections_total");
+        http_connection leaver(sluice->port());
+        ASSERT_TRUE(eventually(
+            [&] { return metric(admin_, "sluice_connections_total") == accepted_before + 1; }, 5s));
+        leaver.send_raw(format_request("GET", "/reset?who=leaver" + std::to_string(i)));
+        leaver.stream().reset();
+    }
+    // Each was read and held (the slots are 1 s apart), then found gone: none is left held.
+    EXPECT_TRUE(
+        eventually([&] { return metric(admin_, "sluice_held_abandoned_total") == leavers; }, 5s))
+        << metric(admin_, "sluice_held_abandoned_total") << " of " << leavers << " abandoned";
     EXPECT_EQ(metric(admin_, "sluice_held_requests"), 0);
+    ASSERT_TRUE(upstream_.wait_quiet(1s));
+    const auto by_target = arrivals_by_target(upstream_);
+    for (int i = 0; i < leavers; ++i) {
+        EXPECT_EQ(by_target.count("/reset?who=leaver" + std::to_string(i)), 0u)
+            << "the request of a client that reset was forwarded";
+    }
 }
 
 // rate-limit.max-held: 3. Of 7 concurrent requests one goes at once, 6 need holds: 3 are held,

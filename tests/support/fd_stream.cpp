@@ -77,6 +77,14 @@ void fd_stream::close() noexcept {
     }
 }
 
+void fd_stream::reset() noexcept {
+    if (fd_ >= 0) {
+        const ::linger abort_on_close{1, 0};
+        ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
+        close();
+    }
+}
+
 bool fd_stream::wait_ready(short events, std::chrono::milliseconds timeout, error_code& ec) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {

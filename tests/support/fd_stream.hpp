@@ -54,6 +54,10 @@ public:
 
     void close() noexcept;
 
+    /// Closes with a reset (RST) rather than a FIN, as a client killed mid-request or one with
+    /// SO_LINGER 0 does.
+    void reset() noexcept;
+
     /// Reads into the first non-empty buffer. EOF is reported as `net::error::eof`, a timeout
     /// as `timed_out`.
     template <class MutableBufferSequence>

@@ -24,6 +24,15 @@
 //   only at its timeout (`Proxy.ACloseDelimitedResponseEndsWhenTheUpstreamCloses`). Whatever
 //   comes after the recvmsg raises a new event, which sets the flag again. Without the count (no
 //   TCP_INQ on the socket, a kernel before 4.18) a read is Asio's.
+//   What the count leaves out is a reset: bytes followed at once by a RST (a client killed, or
+//   closing with SO_LINGER 0 or unread bytes) come in one event, and the read that takes the
+//   bytes is told nothing is left (this machine's kernel, 6.18). No event follows, so a read or
+//   a wait started after it ends only at its deadline. Where that would matter, a look
+//   (`timed_stream::readable_now`, a recv with MSG_PEEK, which reports the reset) and a read
+//   made at once (`timed_stream::read_now`, which never asks the reactor) find it: a held
+//   request's watch (request_wait.cpp) uses both, so that the request of a client that reset is
+//   never forwarded (`Shaping*.HeldRequestSentWithAResetIsNeverForwarded`). Elsewhere the
+//   deadline ends the wait: an idle connection's at server.idle-timeout.
 // - `readiness_probe`: the wait. It reads nothing. Started while the flag is clear, it is queued
 //   without a system call and completes at the next event. Started while the flag is set (an
 //   event came since the socket was last seen empty: a new connection, or bytes that came while

@@ -175,14 +175,24 @@ public:
      */
     template <typename ConstBufferSequence>
     std::size_t write_now(const ConstBufferSequence& buffers, error_code& ec) {
-        auto& socket = state_->socket;
-        if (!socket.non_blocking()) {
-            socket.non_blocking(true, ec); // once per connection: write_some must never block
-            if (ec) {
-                return 0;
-            }
+        if (!make_non_blocking(ec)) {
+            return 0;
         }
-        return socket.write_some(buffers, ec);
+        return state_->socket.write_some(buffers, ec);
+    }
+
+    /**
+     * Reads what the socket holds now, without waiting or queueing an operation: the recv is
+     * made whatever the reactor believes (drained_read.hpp), so it also finds an end of the
+     * stream or an error that no event will announce again. net::error::would_block: nothing to
+     * read; net::error::eof: the peer closed.
+     */
+    template <typename MutableBufferSequence>
+    std::size_t read_now(const MutableBufferSequence& buffers, error_code& ec) {
+        if (!make_non_blocking(ec)) {
+            return 0;
+        }
+        return state_->socket.read_some(buffers, ec);
     }
 
     /**
@@ -191,16 +201,12 @@ public:
      * there already, it spares `async_wait_readable` its turn of the event loop.
      */
     bool readable_now() {
-        auto& socket = state_->socket;
         error_code ec;
-        if (!socket.non_blocking()) {
-            socket.non_blocking(true, ec); // once per connection, as in write_now
-            if (ec) {
-                return true; // the read that follows will say what is wrong
-            }
+        if (!make_non_blocking(ec)) {
+            return true; // the read that follows will say what is wrong
         }
         char byte = 0;
-        socket.receive(net::buffer(&byte, 1), tcp_socket::message_peek, ec);
+        state_->socket.receive(net::buffer(&byte, 1), tcp_socket::message_peek, ec);
         return ec != net::error::would_block;
     }
 
@@ -315,6 +321,17 @@ public:
     }
 
 private:
+    /// Sets the socket non-blocking, once per connection: the `_now` operations must never
+    /// block. False (and `ec`) if that failed.
+    bool make_non_blocking(error_code& ec) {
+        auto& socket = state_->socket;
+        ec.clear();
+        if (!socket.non_blocking()) {
+            socket.non_blocking(true, ec);
+        }
+        return !ec;
+    }
+
     template <typename Token>
     auto wait_readable(bool verified, Token&& token) {
         return net::async_initiate<Token, void(error_code)>(
