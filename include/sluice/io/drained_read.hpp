@@ -31,8 +31,9 @@
 //   (`timed_stream::readable_now`, a recv with MSG_PEEK, which reports the reset) and a read
 //   made at once (`timed_stream::read_now`, which never asks the reactor) find it: a held
 //   request's watch (request_wait.cpp) uses both, so that the request of a client that reset is
-//   never forwarded (`Shaping*.HeldRequestSentWithAResetIsNeverForwarded`). Elsewhere the
-//   deadline ends the wait: an idle connection's at server.idle-timeout.
+//   never forwarded (`ShapingTest.HeldRequestSentWithAResetIsNeverForwarded`,
+//   `ConcurrencyTest.AClientThatResetsWithItsRequestGivesUpItsPlace`). Elsewhere the deadline
+//   ends the wait: an idle connection's at server.idle-timeout, a response's at upstream.timeout.
 // - `readiness_probe`: the wait. It reads nothing. Started while the flag is clear, it is queued
 //   without a system call and completes at the next event. Started while the flag is set (an
 //   event came since the socket was last seen empty: a new connection, or bytes that came while
