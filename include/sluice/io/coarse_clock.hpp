@@ -6,12 +6,11 @@
 //
 // steady_clock::now() reads the TSC through the vdso, 22 ns on this machine, and a proxied
 // request read it twelve times (a perf probe on clock_gettime): 1.7% of sluice's CPU in a
-// `perf record` of one worker under wrk -c64. CLOCK_MONOTONIC_COARSE is the same clock without the
-// TSC read, 5 ns. The kernel advances it at a tick by whole ticks, so it lags steady_clock by less
-// than two ticks
-// (`resolution()` is one: 4 ms here; 20 million readings on this machine, busy or not, lagged
-// by at most 4.95 ms). Latencies and the limiter's clock keep steady_clock: they need its
-// precision.
+// `perf record` of one worker under wrk -c64. CLOCK_MONOTONIC_COARSE is the same clock without
+// the TSC read, 5 ns. The kernel advances it at a tick by whole ticks, so it lags steady_clock
+// by less than two ticks (`resolution()` is one: 4 ms here; 20 million readings on this
+// machine, busy or not, lagged by at most 4.95 ms). Latencies and the limiter's clock keep
+// steady_clock: they need its precision.
 
 #include <chrono>
 #include <ctime>
