@@ -11,6 +11,11 @@
 // and the deadline has moved on meanwhile (the usual case: the connection kept working), it
 // sleeps again until the new one; only when the deadline has really passed does it cancel the
 // socket's operations, which then complete with beast::error::timeout, as tcp_stream's would.
+// An operation started after that, with no deadline set since, fails at once with the same
+// error. The watchdog cancels only what is pending when it fires: if the deadline passed while
+// the coroutine awaited something else (a store's decision, another stream), the stream's next
+// operation would otherwise have no deadline at all. Every caller today sets a deadline before
+// such an operation; this keeps the contract when one does not.
 //
 // One deadline covers both directions: sluice never reads and writes one stream at once.
 
@@ -19,10 +24,12 @@
 #include "sluice/io/net.hpp"
 #include "sluice/io/untried_read.hpp"
 
+#include <boost/asio/append.hpp>
 #include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/handler_continuation_hook.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core/error.hpp>
 
 #include <chrono>
@@ -249,6 +256,9 @@ public:
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token = Token{}) {
         return net::async_initiate<Token, void(error_code, std::size_t)>(
             [this](auto handler, const MutableBufferSequence& b) {
+                if (timed_out_already(handler, std::size_t{0})) {
+                    return;
+                }
                 if constexpr (drained_reads &&
                               std::is_convertible_v<MutableBufferSequence, net::mutable_buffer>) {
                     state_->socket.async_read_some(detail::drained_buffer{b},
@@ -271,6 +281,9 @@ public:
     auto async_read_reply(net::mutable_buffer buffer, Token&& token = Token{}) {
         return net::async_initiate<Token, void(error_code, std::size_t)>(
             [this](auto handler, net::mutable_buffer b) {
+                if (timed_out_already(handler, std::size_t{0})) {
+                    return;
+                }
                 auto& s = *state_;
                 if constexpr (untried_reads) {
                     s.starting_untried_read = true;
@@ -290,6 +303,9 @@ public:
     auto async_write_some(const ConstBufferSequence& buffers, Token&& token = Token{}) {
         return net::async_initiate<Token, void(error_code, std::size_t)>(
             [this](auto handler, const ConstBufferSequence& b) {
+                if (timed_out_already(handler, std::size_t{0})) {
+                    return;
+                }
                 state_->socket.async_write_some(b, wrap(std::move(handler)));
             },
             token,
@@ -300,6 +316,9 @@ public:
     auto async_connect(const tcp::endpoint& endpoint, Token&& token = Token{}) {
         return net::async_initiate<Token, void(error_code)>(
             [this](auto handler, const tcp::endpoint& e) {
+                if (timed_out_already(handler)) {
+                    return;
+                }
                 state_->socket.async_connect(e, wrap(std::move(handler)));
             },
             token,
@@ -312,6 +331,9 @@ public:
     auto async_connect(const EndpointSequence& endpoints, Token&& token = Token{}) {
         return net::async_initiate<Token, void(error_code, tcp::endpoint)>(
             [this](auto handler, const EndpointSequence& e) {
+                if (timed_out_already(handler, tcp::endpoint{})) {
+                    return;
+                }
                 // With a handler rather than a token, only an explicit condition picks the
                 // right overload: the handler would pass for a condition too.
                 net::async_connect(state_->socket, e, any_endpoint{}, wrap(std::move(handler)));
@@ -336,6 +358,9 @@ private:
     auto wait_readable(bool verified, Token&& token) {
         return net::async_initiate<Token, void(error_code)>(
             [this, verified](auto handler) {
+                if (timed_out_already(handler)) {
+                    return;
+                }
                 auto& s = *state_;
                 if constexpr (drained_reads) {
                     s.starting_probe = true;
@@ -355,6 +380,19 @@ private:
     struct any_endpoint {
         bool operator()(const error_code&, const tcp::endpoint&) const noexcept { return true; }
     };
+
+    /// An operation being started after the watchdog fired, with no deadline set since (see the
+    /// top of this file): completes `handler` with beast::error::timeout and `rest`, from the
+    /// event loop as any completion, and returns true.
+    template <typename Handler, typename... Rest>
+    bool timed_out_already(Handler& handler, Rest... rest) const {
+        if (!state_->timed_out) {
+            return false;
+        }
+        net::post(state_->socket.get_executor(),
+                  net::append(std::move(handler), error_code(beast::error::timeout), rest...));
+        return true;
+    }
 
     template <typename Handler>
     detail::timeout_handler<Handler> wrap(Handler handler) const {

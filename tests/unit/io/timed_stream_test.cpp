@@ -373,6 +373,60 @@ TEST_F(TimedStreamTest, AWaitEndsWithTimeoutAfterTheDeadline) {
     }
 }
 
+// The watchdog cancels what is pending when it fires. When the deadline passes between two
+// operations (the coroutine awaited something else meanwhile), the next operation must still
+// fail with timeout, not wait with no deadline at all: a peer that then sends nothing would
+// hold its connection for ever.
+TEST_F(TimedStreamTest, AReadStartedAfterTheWatchdogFiredFailsWithTimeout) {
+    stream_.expires_after(50ms);
+    net::write(peer_, net::buffer(std::string_view("first")));
+    start_read();
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+
+    // Nothing is pending but the watchdog: run() returns once it has fired for good.
+    ioc_.restart();
+    ioc_.run();
+
+    result_.reset();
+    const auto start = steady::now();
+    start_read(); // the peer sends nothing more
+    ASSERT_TRUE(test::run_until(
+        ioc_, [this] { return result_.has_value(); }, 5s))
+        << "a read started after the deadline waited with none";
+    EXPECT_EQ(*result_, beast::error::timeout);
+    EXPECT_LT(steady::now() - start, 1s);
+
+    // A deadline set anew lifts it.
+    result_.reset();
+    stream_.expires_after(10s);
+    start_read();
+    peer_sends_after(0ms, "next");
+    wait_for_read(steady::now());
+    EXPECT_FALSE(*result_) << result_->message();
+    EXPECT_EQ(std::string_view(in_.data(), read_), "next");
+}
+
+TEST_F(TimedStreamTest, WaitsAndWritesStartedAfterTheWatchdogFiredFailWithTimeout) {
+    stream_.expires_after(50ms);
+    ioc_.run(); // the watchdog fires with nothing pending
+
+    for (const bool verified : {false, true}) {
+        std::optional<error_code> waited;
+        start_wait(stream_, waited, verified);
+        ASSERT_TRUE(test::run_until(
+            ioc_, [&waited] { return waited.has_value(); }, 5s))
+            << "verified " << verified;
+        EXPECT_EQ(*waited, beast::error::timeout) << "verified " << verified;
+    }
+    std::optional<error_code> wrote;
+    stream_.async_write_some(net::buffer(std::string_view("late")),
+                             [&wrote](error_code ec, std::size_t) { wrote = ec; });
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&wrote] { return wrote.has_value(); }, 5s));
+    EXPECT_EQ(*wrote, beast::error::timeout);
+}
+
 // The wait of a parked connection or a held request, where waking with nothing to read costs a
 // coroutine: an event whose bytes a read already took does not complete it.
 TEST_F(TimedStreamTest, AReadableWaitDoesNotCompleteForBytesAReadAlreadyTook) {
