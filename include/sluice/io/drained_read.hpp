@@ -32,8 +32,8 @@
 //   made at once (`timed_stream::read_now`, which never asks the reactor) find it: a held
 //   request's watch (request_wait.cpp) uses both, so that the request of a client that reset is
 //   never forwarded (`ShapingTest.HeldRequestSentWithAResetIsNeverForwarded`,
-//   `ConcurrencyTest.AClientThatResetsWithItsRequestGivesUpItsPlace`). Elsewhere the deadline
-//   ends the wait: an idle connection's at server.idle-timeout, a response's at upstream.timeout.
+//   `ConcurrencyTest.AClientThatResetsWithItsRequestGivesUpItsPlace`). Elsewhere a deadline ends
+//   the wait: a head's rest at header-timeout, a body's at body-timeout or upstream.timeout.
 // - `readiness_probe`: the wait. It reads nothing. Started while the flag is clear, it is queued
 //   without a system call and completes at the next event. Started while the flag is set (an
 //   event came since the socket was last seen empty: a new connection, or bytes that came while
