@@ -127,7 +127,7 @@ std::optional<body_read> take_body_ahead(body_source src, std::string& body, std
  * that, the JSON scan on the heap, and request_handler.cpp's one `early` and the store's outcome
  * out of its frame, this frame went from 1488 to 784 bytes and handle_request's from 1456 to
  * 912: 1.2 KiB less for every request in flight. Before io/frame_pool.hpp it also brought both
- * under the 1020 bytes Asio's own frame cache takes; README, Benchmarks.)
+ * under the 1020 bytes Asio's own frame cache takes; docs/benchmarks.md.)
  */
 awaitable<void> forward(forward_args& args, forward_result& result);
 

@@ -30,7 +30,7 @@ using std::chrono::steady_clock;
 /// so the grace costs only the suspended coroutine, which the parked connection then frees: with
 /// 1 s, bench/memory's 15,000 idle connections (opened at some 4,000 a second) kept 1.3 KiB of
 /// RSS each, the coroutines of the last second's leaving holes between live blocks; with 100 ms,
-/// 0.8 KiB (see README, Memory).
+/// 0.8 KiB (see docs/benchmarks.md, Memory).
 constexpr std::chrono::milliseconds idle_grace{100};
 
 key::ip_address to_ip(const net::ip::address& address) {

@@ -11,7 +11,7 @@
 // malloc and free, 3.4k on Redis (callgrind). A larger cache costs more in its first-fit scan
 // than it saves (64 blocks: 24.3k instructions per request where 16 made 22.4k). These lists
 // take and give back a block in a few instructions: 22.4k to 20.0k per request on the memory
-// store, 26.5k to 22.7k on Redis (README, Benchmarks).
+// store, 26.5k to 22.7k on Redis (docs/benchmarks.md).
 //
 // How: an explicit specialisation of Asio's allocate/deallocate for its frame tag. Every
 // translation unit of a program must see it, or frames could be taken from one allocator and

@@ -74,7 +74,7 @@ struct give_back_entry {
  *
  * The call is FCALL of the script's Redis Function library (Redis 7), which builds the script's
  * prelude (its functions and tables) once per load where EVALSHA builds it on every call: one
- * call of one request cost Redis 13.2 us against 19.1 (bench/run, README's Benchmarks). Every
+ * call of one request cost Redis 13.2 us against 19.1 (bench/run, docs/benchmarks.md). Every
  * (re)connection loads the library with FUNCTION LOAD and the script with SCRIPT LOAD, ahead of
  * any request. Should Redis answer an FCALL "Function not found" anyway (FUNCTION FLUSH), the
  * store sends FUNCTION LOAD again and that batch goes by EVALSHA; where Redis has no Functions
