@@ -13,7 +13,6 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/container/small_vector.hpp>
-
 #include <optional>
 #include <span>
 #include <string>

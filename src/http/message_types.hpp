@@ -27,7 +27,31 @@ using std::chrono::milliseconds;
 /// dozen fields per request would otherwise be a dozen mallocs and frees.
 using header_allocator = std::pmr::polymorphic_allocator<char>;
 using header_fields = bhttp::basic_fields<header_allocator>;
-using request_parser = bhttp::request_parser<bhttp::buffer_body, header_allocator>;
+
+/**
+ * Beast's request parser, but for a chunked body's trailer: its fields are read (and bounded by
+ * the chunk limits, message_parse.cpp) and dropped, not added to the request's fields. Trailers
+ * are not forwarded, and Beast files a trailer field among the header's (next to one of the same
+ * name), where a request whose body ends before its header goes upstream (an empty one, or one
+ * read ahead for the limiter) would carry it there past every check made on the header: one
+ * Host, the hop-by-hop fields, the forwarding fields.
+ */
+class request_parser final : public bhttp::request_parser<bhttp::buffer_body, header_allocator> {
+    using base = bhttp::request_parser<bhttp::buffer_body, header_allocator>;
+
+public:
+    using base::base;
+
+private:
+    void on_field_impl(bhttp::field name,
+                       beast::string_view name_string,
+                       beast::string_view value,
+                       error_code&) override {
+        if (!is_header_done()) {
+            get().insert(name, name_string, value);
+        }
+    }
+};
 
 // response_parser (sluice/http/response_parser.hpp) keeps a response's fields flat, in the same
 // arena.

@@ -11,6 +11,8 @@
 #include <boost/beast/http/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string_view>
 
 namespace sluice::http::detail {
@@ -251,7 +253,11 @@ bool rewrite_absolute_form(bhttp::request_header<header_fields>& req) {
         return true; // origin-form (or asterisk-form, which the path check refuses)
     }
     auto split = split_absolute_form(target);
-    if (!split) {
+    // Beast keeps a field value's length in 16 bits and throws beyond 65,533 bytes: an authority
+    // that long (server.max-uri-length raised past 64 KiB) is refused as any bad target, since
+    // nothing a peer sends may escape as an exception.
+    constexpr std::size_t longest_field_value = std::numeric_limits<std::uint16_t>::max() - 2;
+    if (!split || split->authority.size() > longest_field_value) {
         return false;
     }
     // Copied before the target changes: `authority` points into its storage.

@@ -114,7 +114,11 @@ connection_ptr pool::try_take(const config::upstream_settings& settings, bool ca
         auto conn = std::move(idle_.back());
         idle_.pop_back();
         const bool fresh = can_retry && now - conn->idle_since < recheck_after;
-        if ((fresh && conn->buffer.size() == 0) || still_open(*conn)) {
+        // Unlooked-at only while the event loop has seen nothing come on it since its response
+        // was read: bytes the upstream sent unasked would be taken for the next request's
+        // response, another client's (and a close seen is one failed request spared).
+        if ((fresh && conn->buffer.size() == 0 && !conn->stream.event_since_emptied()) ||
+            still_open(*conn)) {
             conn->reused = true;
             return conn;
         }

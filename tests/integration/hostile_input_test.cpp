@@ -17,6 +17,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace sluice::test {
 namespace {
@@ -215,6 +216,39 @@ TEST(HostileInput, SmallTrailerPasses) {
     EXPECT_EQ(upstream.requests().at(0).body_size, 5u);
 }
 
+// A trailer is read, not forwarded. Beast adds its fields to the request's own: a body whose end
+// is parsed before the header goes upstream (an empty one, or one that came whole with it) must
+// not carry them there as header fields, past the checks made on the header (one Host, the
+// hop-by-hop and forwarding fields).
+TEST(HostileInput, TrailerFieldsNeverReachTheUpstreamAsHeaderFields) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream));
+    const std::string trailer = "Host: evil.example\r\nX-Forwarded-For: 6.6.6.6\r\n"
+                                "Proxy-Authorization: Basic c2VjcmV0\r\nX-Smuggled: yes\r\n\r\n";
+    http_connection connection(sluice.port(), 10s);
+    const std::string head = format_request("POST", "/upload", {{"Transfer-Encoding", "chunked"}});
+    connection.send_raw(head + "0\r\n" + trailer);
+    EXPECT_EQ(connection.read_response().status, 200u);
+    connection.send_raw(head + "5\r\nhello\r\n0\r\n" + trailer);
+    EXPECT_EQ(connection.read_response().status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(2, 10s));
+    for (const auto& request : upstream.requests()) {
+        std::vector<std::string> hosts;
+        std::vector<std::string> forwarded_for;
+        for (const auto& [name, value] : request.headers) {
+            EXPECT_NE(name, "X-Smuggled");
+            EXPECT_NE(name, "Proxy-Authorization");
+            if (name == "Host") {
+                hosts.push_back(value);
+            } else if (name == "X-Forwarded-For") {
+                forwarded_for.push_back(value);
+            }
+        }
+        EXPECT_EQ(hosts.size(), 1u) << request.body_size;
+        EXPECT_EQ(forwarded_for, std::vector<std::string>{"127.0.0.1"});
+    }
+}
+
 // --- 12: field values over 64 KiB -------------------------------------------------------------
 
 // Beast keeps a field value's length in 16 bits and throws beyond it.
@@ -246,6 +280,19 @@ TEST(HostileInput, HeaderValueOver64KiBGets431) {
     EXPECT_TRUE(sluice.wait_for_log("path=/big key=- decision=- status=431", 5s))
         << sluice.log_text();
     EXPECT_EQ(get(sluice.port(), "/after").status, 200u);
+}
+
+// An absolute-form target's authority becomes the Host field: one over 64 KiB (with the URI
+// limit raised past it) is a bad target, not an exception.
+TEST(HostileInput, AbsoluteFormAuthorityOver64KiBGets400) {
+    recording_upstream upstream;
+    sluice_process sluice(
+        yaml_for(upstream, "  max-header-size: 512KiB\n  max-uri-length: 256KiB\n"));
+    expect_answer_then_closed(
+        sluice, "GET http://" + huge_value + "/long HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    EXPECT_EQ(get(sluice.port(), "/after").status, 200u);
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+    EXPECT_EQ(upstream.requests().size(), 1u);
 }
 
 TEST(HostileInput, TrailerValueOver64KiBGets400) {

@@ -340,6 +340,48 @@ TEST(Proxy, AKeptConnectionTheUpstreamClosedIsRetriedOnANewOne) {
     EXPECT_EQ(upstream.requests().size(), 2u);
 }
 
+// An upstream that sends a second response unasked, after the first: the connection must not
+// be handed to the next request, or its client (another one here) would get the stray
+// response as its own. The pool hands out a connection used within the last second without a
+// system call only while the event loop has seen nothing come on it since its response.
+TEST(Proxy, BytesAnUpstreamSentUnaskedAreNeverTakenForTheNextResponse) {
+    const std::string stray = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Poison: yes\r\n\r\nPOISON";
+    recording_upstream upstream([&stray](const recorded_request& r) {
+        response_plan plan;
+        if (r.target == "/first") {
+            plan.stray = stray;
+            plan.stray_delay = 50ms;
+        }
+        return plan;
+    });
+    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
+    // One worker: one pool, which the second client's request must draw from.
+    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  workers: 1\n"));
+
+    ASSERT_EQ(get(sluice.port(), "/first").status, 200u);
+    ASSERT_TRUE(
+        upstream.wait_for_stats([](const upstream_stats& s) { return s.strays_sent == 1; }, 5s));
+    // A request answered by the worker itself, sent after the stray bytes: once it is answered,
+    // the worker's event loop has taken their event (it runs every handler of one wait for
+    // events before the next wait).
+    {
+        http_connection local(sluice.port());
+        local.send_raw("GET /\r\n");
+        error_code ec;
+        const auto refused = local.try_read_response(ec);
+        ASSERT_TRUE(refused) << ec.message();
+        ASSERT_EQ(refused->status, 400u);
+    }
+
+    const http_response response = get(sluice.port(), "/second");
+    EXPECT_EQ(response.status, 200u);
+    EXPECT_FALSE(response.header("X-Poison"));
+    EXPECT_EQ(response.body, "ok");
+    EXPECT_EQ(response.header("X-Upstream-Target"), "/second");
+    ASSERT_TRUE(upstream.wait_for_count(2, 5s));
+    EXPECT_EQ(upstream.stats().connections, 2u);
+}
+
 // With a request in flight (here one the upstream answers late), a keep-alive connection's wait
 // for its next request starts with no system call after a read that emptied the socket
 // (drained_read.hpp): requests one after another, pipelined ones, and a client that closes after

@@ -291,8 +291,21 @@ bool recording_upstream::serve_one(fd_stream& stream,
     if (plan.delay.count() > 0 && !pause(plan.delay)) {
         return false;
     }
-    return write_response(stream, plan, record, echo, keep_alive) && keep_alive &&
-           !plan.close_silently;
+    if (!write_response(stream, plan, record, echo, keep_alive)) {
+        return false;
+    }
+    if (!plan.stray.empty()) {
+        if (!pause(plan.stray_delay)) {
+            return false;
+        }
+        error_code write_ec;
+        stream.write_all(plan.stray, write_ec);
+        if (write_ec) {
+            return false;
+        }
+        count(&upstream_stats::strays_sent);
+    }
+    return keep_alive && !plan.close_silently;
 }
 
 void recording_upstream::count(std::size_t upstream_stats::*counter) {

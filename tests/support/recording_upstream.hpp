@@ -74,6 +74,10 @@ struct response_plan {
     bool close_delimited = false;
     /// Wait this long between the response's head and its body.
     std::chrono::milliseconds body_delay{0};
+    /// Raw bytes sent unasked on the connection `stray_delay` after this response (an upstream
+    /// that answers twice); `upstream_stats::strays_sent` counts them once sent.
+    std::string stray;
+    std::chrono::milliseconds stray_delay{0};
 };
 
 /// Counters over the upstream's lifetime.
@@ -85,6 +89,8 @@ struct upstream_stats {
     std::size_t completed = 0;
     /// Connections that ended with a parse error or in the middle of a request.
     std::size_t broken = 0;
+    /// `response_plan::stray` bytes sent.
+    std::size_t strays_sent = 0;
 };
 
 class recording_upstream {

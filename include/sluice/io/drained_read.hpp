@@ -84,6 +84,20 @@ struct readiness_probe {
     const net::mutable_buffer* end() const noexcept { return &buffer + 1; }
 };
 
+/// The buffer of a check whether an event came since a read last emptied the socket
+/// (`timed_stream::stirred`): the reactor tries an operation as it starts only then, and this
+/// one's try reads nothing and records that it was made. It must not be empty (see
+/// `readiness_probe`).
+struct event_check {
+    net::mutable_buffer buffer;
+    /// Set when the reactor tried the check.
+    bool* tried;
+
+    const net::mutable_buffer* begin() const noexcept { return &buffer; }
+
+    const net::mutable_buffer* end() const noexcept { return &buffer + 1; }
+};
+
 } // namespace sluice::detail
 
 #if BOOST_VERSION / 100 == 1081 && !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT) &&                 \
@@ -118,6 +132,32 @@ inline ::ssize_t recv_counting_left(int fd, void* data, std::size_t size, int fl
     return n;
 }
 
+/// One recv into `buffer` for a reactor operation, as Asio's own but reporting the socket
+/// emptied (`done_and_exhausted`) when the kernel says nothing is left behind the bytes: sets
+/// `ec` and `bytes`; `not_done` when there is nothing yet.
+inline boost::asio::detail::reactor_op::status recv_reporting_drained(
+    int fd, net::mutable_buffer buffer, int flags, error_code& ec, std::size_t& bytes) {
+    using status = boost::asio::detail::reactor_op::status;
+    int left = -1;
+    const auto n = recv_counting_left(fd, buffer.data(), buffer.size(), flags, left);
+    bytes = 0;
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return status::not_done;
+        }
+        ec = error_code(errno, boost::asio::error::get_system_category());
+        return status::done;
+    }
+    ec = error_code();
+    bytes = static_cast<std::size_t>(n);
+    if (n == 0 && buffer.size() != 0) {
+        // As Asio's own recv: the end of the stream, after which nothing is left to try.
+        ec = boost::asio::error::eof;
+        return status::done_and_exhausted;
+    }
+    return left == 0 ? status::done_and_exhausted : status::done;
+}
+
 } // namespace sluice::detail
 
 namespace boost::asio::detail {
@@ -140,26 +180,8 @@ public:
 
     static status do_perform(reactor_op* base) {
         auto* o = static_cast<reactive_socket_recv_op_base*>(base);
-        const auto& buffer = o->buffers_.buffer;
-        int left = -1;
-        const auto n = sluice::detail::recv_counting_left(
-            o->socket_, buffer.data(), buffer.size(), o->flags_, left);
-        o->bytes_transferred_ = 0;
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                return not_done;
-            }
-            o->ec_ = boost::system::error_code(errno, boost::asio::error::get_system_category());
-            return done;
-        }
-        o->ec_ = boost::system::error_code();
-        o->bytes_transferred_ = static_cast<std::size_t>(n);
-        if (n == 0 && buffer.size() != 0) {
-            // As Asio's own recv: the end of the stream, after which nothing is left to try.
-            o->ec_ = boost::asio::error::eof;
-            return done_and_exhausted;
-        }
-        return left == 0 ? done_and_exhausted : done;
+        return sluice::detail::recv_reporting_drained(
+            o->socket_, o->buffers_.buffer, o->flags_, o->ec_, o->bytes_transferred_);
     }
 
 private:
@@ -207,6 +229,33 @@ public:
 private:
     socket_type socket_;
     sluice::detail::readiness_probe probe_;
+};
+
+/// A recv operation for an `event_check`: its try (made only as it starts, when an event came
+/// since a read last emptied the socket) reads nothing, records that it was made and completes.
+/// Queued instead, it waits for its caller to cancel it.
+template <>
+class reactive_socket_recv_op_base<sluice::detail::event_check> : public reactor_op {
+public:
+    reactive_socket_recv_op_base(const boost::system::error_code& success_ec,
+                                 socket_type,
+                                 socket_ops::state_type,
+                                 const sluice::detail::event_check& check,
+                                 socket_base::message_flags,
+                                 func_type complete_func)
+        : reactor_op(success_ec, &reactive_socket_recv_op_base::do_perform, complete_func)
+        , check_(check) {}
+
+    static status do_perform(reactor_op* base) {
+        auto* o = static_cast<reactive_socket_recv_op_base*>(base);
+        *o->check_.tried = true;
+        o->ec_ = boost::system::error_code();
+        o->bytes_transferred_ = 0;
+        return done;
+    }
+
+private:
+    sluice::detail::event_check check_;
 };
 
 } // namespace boost::asio::detail

@@ -218,6 +218,29 @@ public:
     }
 
     /**
+     * Whether the reactor has seen the socket readable (bytes, the end of the stream, an error)
+     * since a read last emptied it, with no system call: false means nothing came since, as far
+     * as the event loop has looked (an event the kernel has raised but the reactor not yet taken
+     * goes unseen). Without drained reads it cannot tell, and says true. Only with no read or
+     * wait pending on the stream: its check, queued, is cancelled with whatever is queued.
+     */
+    bool event_since_emptied() {
+        if constexpr (drained_reads) {
+            auto& s = *state_;
+            bool tried = false;
+            s.socket.async_read_some(detail::event_check{net::buffer(&s.probe_byte, 1), &tried},
+                                     [](error_code, std::size_t) {});
+            if (!tried) {
+                error_code ignored;
+                s.socket.cancel(ignored);
+            }
+            return tried;
+        } else {
+            return true;
+        }
+    }
+
+    /**
      * Completes when the socket has something to read (bytes, the end of the stream or an
      * error), reading nothing, so that no buffer waits with it. It sees what is there already
      * as well as what comes later. With drained reads (drained_read.hpp) it is a probe in the

@@ -13,8 +13,8 @@
 // The read's buffer type marks it (`untried_buffer`), and Asio's recv operation for that type
 // (the specialisation below; with drained_read.hpp's, the only code that knows Asio's
 // internals) reports "not done" when the reactor tries it during the read's start, which queues
-// it without a system call. Every later try, made when epoll reports the socket readable, is the
-// ordinary recv.
+// it without a system call. Every later try, made when epoll reports the socket readable, is a
+// drained read (drained_read.hpp): the recv, and the kernel's count of what is left behind it.
 //
 // Why this cannot miss bytes: the reactor's registration is edge-triggered, so only bytes whose
 // edge the reactor took before the read was queued would go unseen, and a reply's bytes cannot
@@ -26,6 +26,7 @@
 // Only for the Boost version whose internals this was written against (Debian 12's 1.81) and the
 // epoll reactor; elsewhere `untried_reads` is false and callers read as usual.
 
+#include "sluice/io/drained_read.hpp"
 #include "sluice/io/net.hpp"
 
 #include <boost/asio/detail/reactive_socket_recv_op.hpp>
@@ -53,19 +54,20 @@ struct untried_buffer {
 namespace boost::asio::detail {
 
 /// Asio 1.81's stream recv operation for an `untried_buffer`: as the general one, with the try
-/// during the read's start skipped.
+/// during the read's start skipped, and a read that empties the socket reported as such, as
+/// drained_read.hpp's are (so that what comes on the connection after it raises the reactor's
+/// flag again: `timed_stream::stirred`).
 template <>
 class reactive_socket_recv_op_base<sluice::detail::untried_buffer> : public reactor_op {
 public:
     reactive_socket_recv_op_base(const boost::system::error_code& success_ec,
                                  socket_type socket,
-                                 socket_ops::state_type state,
+                                 socket_ops::state_type,
                                  const sluice::detail::untried_buffer& buffers,
                                  socket_base::message_flags flags,
                                  func_type complete_func)
         : reactor_op(success_ec, &reactive_socket_recv_op_base::do_perform, complete_func)
         , socket_(socket)
-        , state_(state)
         , buffers_(buffers)
         , flags_(flags) {}
 
@@ -74,23 +76,12 @@ public:
         if (*o->buffers_.starting) {
             return not_done;
         }
-        const bool stream = (o->state_ & socket_ops::stream_oriented) != 0;
-        if (!socket_ops::non_blocking_recv1(o->socket_,
-                                            o->buffers_.buffer.data(),
-                                            o->buffers_.buffer.size(),
-                                            o->flags_,
-                                            stream,
-                                            o->ec_,
-                                            o->bytes_transferred_)) {
-            return not_done;
-        }
-        // As Asio's own: the end of the stream leaves nothing to try until the next event.
-        return stream && o->bytes_transferred_ == 0 ? done_and_exhausted : done;
+        return sluice::detail::recv_reporting_drained(
+            o->socket_, o->buffers_.buffer, o->flags_, o->ec_, o->bytes_transferred_);
     }
 
 private:
     socket_type socket_;
-    socket_ops::state_type state_;
     sluice::detail::untried_buffer buffers_;
     socket_base::message_flags flags_;
 };

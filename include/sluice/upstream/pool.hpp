@@ -131,9 +131,12 @@ public:
      * on the pool's executor; immediately when an idle connection is at hand.
      *
      * `can_retry`: the caller resends the request on a new connection when a reused one turns
-     * out closed before answering. Then a connection idle for less than `recheck_after` is
-     * handed out unchecked: the upstream rarely closes one that soon, and the check is a
-     * syscall on every request. Without it, every idle connection is checked.
+     * out closed before answering. Then a connection idle for less than `recheck_after`, on
+     * which the event loop has seen nothing come since its response was read
+     * (`timed_stream::event_since_emptied`), is handed out unchecked: the upstream rarely closes
+     * one that soon, and the check is a syscall on every request. Any other idle connection is
+     * checked (one recv with MSG_PEEK): one the upstream closed, or sent bytes on unasked (a
+     * stray response, which would be taken for the next request's), is closed.
      */
     awaitable<std::tuple<error_code, connection_ptr>>
     acquire(const config::upstream_settings& settings, bool can_retry = false);
