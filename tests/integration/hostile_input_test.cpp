@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <fstream>
+#include <ostream>
 #include <string>
 #include <thread>
 
@@ -310,6 +311,63 @@ TEST(HostileInput, EarlyHintsRelayedByNumberAndReason) {
     EXPECT_EQ(final_response.status, 200u);
     EXPECT_EQ(final_response.body, "ok");
 }
+
+// --- Upstream heads sluice cannot pass on faithfully ---------------------------------------------
+
+struct upstream_head_case {
+    const char* name;
+    /// What the upstream sends for /bad, before the response it would send anyway (which it
+    /// then closes after).
+    std::string bytes;
+};
+
+void PrintTo(const upstream_head_case& c, std::ostream* os) {
+    *os << c.name;
+}
+
+std::string upstream_head_name(const testing::TestParamInfo<upstream_head_case>& info) {
+    return info.param.name;
+}
+
+class UpstreamHead : public testing::TestWithParam<upstream_head_case> {};
+
+// A status no client reads as a final response, nor as an interim one (only 100-599 are status
+// codes: RFC 9110 15): one 502, and the connection stays in step, its next request answered by
+// its own response over a new upstream connection.
+TEST_P(UpstreamHead, Gets502AndTheConnectionStaysInStep) {
+    const std::string bytes = GetParam().bytes;
+    recording_upstream upstream([bytes](const recorded_request& request) {
+        response_plan plan;
+        if (request.target == "/bad") {
+            plan.interim = bytes;
+            plan.close = true;
+        }
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), 5s);
+    connection.send("GET", "/bad");
+    error_code ec;
+    const auto response = connection.try_read_response(ec);
+    ASSERT_TRUE(response) << "no response: " << ec.message();
+    EXPECT_EQ(response->status, 502u);
+    connection.send("GET", "/after");
+    const auto after = connection.try_read_response(ec);
+    ASSERT_TRUE(after) << "no response: " << ec.message();
+    EXPECT_EQ(after->status, 200u);
+    EXPECT_EQ(after->header("X-Upstream-Target"), "/after");
+    EXPECT_EQ(upstream.stats().connections, 2u) << "the connection of /bad was used again";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HostileInput,
+    UpstreamHead,
+    testing::Values(upstream_head_case{"Status099", "HTTP/1.1 099 Weird\r\nX-A: 1\r\n\r\n"},
+                    upstream_head_case{"Status000WithBody",
+                                       "HTTP/1.1 000 Zero\r\nContent-Length: 5\r\n\r\nhello"},
+                    upstream_head_case{"Status600",
+                                       "HTTP/1.1 600 Beyond\r\nContent-Length: 5\r\n\r\nhello"}),
+    upstream_head_name);
 
 // --- 19: absolute-form targets -------------------------------------------------------------------
 
