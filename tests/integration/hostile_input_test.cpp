@@ -331,9 +331,10 @@ std::string upstream_head_name(const testing::TestParamInfo<upstream_head_case>&
 
 class UpstreamHead : public testing::TestWithParam<upstream_head_case> {};
 
-// A status no client reads as a final response, nor as an interim one (only 100-599 are status
-// codes: RFC 9110 15): one 502, and the connection stays in step, its next request answered by
-// its own response over a new upstream connection.
+// A status no client reads as a final response, nor as an interim one, or a body a client would
+// frame otherwise than sluice (Transfer-Encoding overrides Content-Length, and a final coding
+// other than chunked is read to the close: RFC 9112 6.1, 6.3): one 502, and the connection
+// stays in step, its next request answered by its own response over a new upstream connection.
 TEST_P(UpstreamHead, Gets502AndTheConnectionStaysInStep) {
     const std::string bytes = GetParam().bytes;
     recording_upstream upstream([bytes](const recorded_request& request) {
@@ -362,11 +363,19 @@ TEST_P(UpstreamHead, Gets502AndTheConnectionStaysInStep) {
 INSTANTIATE_TEST_SUITE_P(
     HostileInput,
     UpstreamHead,
-    testing::Values(upstream_head_case{"Status099", "HTTP/1.1 099 Weird\r\nX-A: 1\r\n\r\n"},
-                    upstream_head_case{"Status000WithBody",
-                                       "HTTP/1.1 000 Zero\r\nContent-Length: 5\r\n\r\nhello"},
-                    upstream_head_case{"Status600",
-                                       "HTTP/1.1 600 Beyond\r\nContent-Length: 5\r\n\r\nhello"}),
+    testing::Values(
+        upstream_head_case{"Status099", "HTTP/1.1 099 Weird\r\nX-A: 1\r\n\r\n"},
+        upstream_head_case{"Status000WithBody",
+                           "HTTP/1.1 000 Zero\r\nContent-Length: 5\r\n\r\nhello"},
+        upstream_head_case{"Status600", "HTTP/1.1 600 Beyond\r\nContent-Length: 5\r\n\r\nhello"},
+        upstream_head_case{"GzipCodingWithLength",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\n"
+                           "hello"},
+        upstream_head_case{"GzipCodingToTheClose",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello"},
+        upstream_head_case{"GzipThenChunked",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                           "5\r\nhello\r\n0\r\n\r\n"}),
     upstream_head_name);
 
 // --- 19: absolute-form targets -------------------------------------------------------------------
