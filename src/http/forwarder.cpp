@@ -33,6 +33,11 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+// The interim (1xx) responses taken before a final one: a 100 Continue and an Early Hints or
+// two are what servers send, and each one relayed costs a write to the client; an upstream that
+// sends more is broken or hostile, and gets a 502 rather than an unbounded relay.
+constexpr unsigned max_interim_responses = 16;
+
 bool is_parse_error(const error_code& ec) {
     return ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() &&
            ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
@@ -201,15 +206,21 @@ awaitable<failure> exchange(forward_args& a,
             co_return f;
         }
     }
-    for (bool interim_seen = false;; interim_seen = true) {
-        start_response(a, rp, !interim_seen);
-        conn->stream.expires_after(up.timeout);
+    // One deadline for the whole response head, the interim responses before it included: were
+    // each to renew it, an upstream sending a 1xx now and then would keep the request forever.
+    conn->stream.expires_after(up.timeout);
+    for (unsigned interim_seen = 0;; ++interim_seen) {
+        start_response(a, rp, interim_seen == 0);
         ec = co_await read_message(
             conn->stream, conn->buffer, *rp, true, chunk_limits{}, response_read);
         response_read = first_read::tried; // after an interim response: bytes may be there
         const auto f = judge_response_header(ec, *rp, *conn, first && !has_body, upgrade);
         if (f != failure::interim) {
             co_return f;
+        }
+        if (interim_seen == max_interim_responses) {
+            // Not final, so a 502 may still follow those already relayed.
+            co_return failure::upstream;
         }
         const bool passed = co_await relay_interim(a, rp->head());
         if (!passed) {

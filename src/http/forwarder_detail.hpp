@@ -41,7 +41,8 @@ void start_response(forward_args& a, std::optional<response_parser>& rp, bool fi
 /**
  * What a response header read came to: none (a final response, or a 101 to WebSocket when the
  * request was a WebSocket `upgrade`), interim (another 1xx), stale (a reused connection closed
- * before a byte came, and `retryable`), upstream_timeout or upstream (a 101 otherwise too).
+ * before a byte came, and `retryable`), upstream_timeout or upstream (a 101 otherwise too, and a
+ * status outside 100-599).
  */
 failure judge_response_header(const error_code& ec,
                               response_parser& rp,

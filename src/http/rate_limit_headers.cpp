@@ -210,7 +210,9 @@ bool is_ours(std::string_view name, bool x_ratelimit) {
 
 std::int64_t ceil_seconds(std::chrono::milliseconds duration) noexcept {
     const auto ms = duration.count();
-    return ms <= 0 ? 0 : (ms + 999) / 1000;
+    // Divided first: ms + 999 overflows within a second of the largest duration (a Redis
+    // reply's, say), and the quotient plus one never does.
+    return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0 ? 1 : 0);
 }
 
 std::int64_t retry_after_seconds(std::chrono::milliseconds duration) noexcept {

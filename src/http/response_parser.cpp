@@ -123,6 +123,25 @@ read_into(bhttp::buffer_body::value_type& buffer, std::string_view body, error_c
     return n;
 }
 
+// Whether the head has no Transfer-Encoding, or one field of `chunked` alone: nginx's rule for
+// an upstream's response. Beast 1.81 takes any other coding, even with a Content-Length after
+// it, and frames the body by that length or reads it to the close; a client that sees the same
+// fields may read another body (Transfer-Encoding overrides Content-Length, RFC 9112 6.3), and
+// a coding sluice cannot remove cannot be re-framed for it. The scan takes only `chunked` alone
+// and hands every other head to Beast: only Beast's heads need this look.
+bool relayable_framing(const response_head& head) noexcept {
+    bool chunked = false;
+    for (const auto& f : head) {
+        if (f.name() == bhttp::field::transfer_encoding) {
+            if (chunked || !equals_lowercase(f.value(), "chunked")) {
+                return false;
+            }
+            chunked = true;
+        }
+    }
+    return true;
+}
+
 } // namespace
 
 // --- sluice's scan -------------------------------------------------------------------------
@@ -430,7 +449,9 @@ void beast_response_parser::on_field_impl(bhttp::field name,
 }
 
 void beast_response_parser::on_header_impl(error_code& ec) {
-    ec = {};
+    // A primed head is the scan's, whose Transfer-Encoding take_field held to `chunked` alone.
+    ec = priming_ || relayable_framing(head_) ? error_code{}
+                                              : error_code(bhttp::error::bad_transfer_encoding);
 }
 
 void beast_response_parser::on_body_init_impl(const boost::optional<std::uint64_t>&,

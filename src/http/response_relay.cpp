@@ -146,6 +146,12 @@ failure judge_response_header(const error_code& ec,
         return retryable && conn.reused && nothing_came ? failure::stale : failure::upstream;
     }
     const auto status = rp.head().status;
+    if (status < 100 || status > 599) {
+        // Beast takes any three digits, but RFC 9110 15 makes only 100-599 status codes. Below
+        // 100 is neither final nor interim: relayed as either, it would leave the client
+        // reading the rest of the exchange out of step.
+        return failure::upstream;
+    }
     if (status == 101) {
         // Only to the protocol asked for, and only when asked: a client that did not ask would
         // get bytes of a protocol it does not speak.

@@ -143,6 +143,42 @@ std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
         reinterpret_cast<const unsigned char*>(packed.data() + i * field_bytes));
 }
 
+// The longest delay the script can give `l`: none unless it shapes (only a LEAKY_BUCKET in
+// shape mode delays); then its max-delay, or else the whole bucket's drain time, since a
+// request admitted with room waits for fewer than `capacity` slots to leak (limits.lua's
+// leak_and_admit, as src/limiter/leaky_bucket.cpp's).
+milliseconds delay_bound(const config::limit& l) noexcept {
+    if (l.algo != config::algorithm::leaky_bucket || l.mode != config::shaping_mode::shape) {
+        return milliseconds{0};
+    }
+    if (l.max_delay) {
+        return *l.max_delay;
+    }
+    return bucket_ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.flow_rate));
+}
+
+// Whether every delay in the reply is within [0, delay_bound] of its limit. Redis's reply is
+// input like any other: a delay beyond it would overflow the hold's end (now + delay) or hold a
+// request for years. One that breaks the bound says the script, or the state it read, is not
+// what this store wrote (a clock set back past a stored time could do it too), so it is
+// treated as the malformed reply it is, bad_reply and the failure mode, rather than clamped
+// into a decision taken from a state we have reason to doubt. `Waiters` is the batch's.
+template <typename Waiters>
+bool delays_within_bounds(std::string_view packed, const Waiters& waiters) noexcept {
+    std::size_t field = 0;
+    for (const auto& w : waiters) {
+        const std::size_t stride = w.give_backs ? reply_fields + token_fields : reply_fields;
+        for (const auto& c : *w.request_checks) {
+            const auto delay = field_at(packed, field + 4);
+            if (delay < 0 || delay > delay_bound(*c.limit).count()) {
+                return false;
+            }
+            field += stride;
+        }
+    }
+    return true;
+}
+
 // Writes into `out` the decisions of one request, from the reply's fields starting at `field`,
 // `stride` per key.
 void decisions_at(std::string_view packed,
@@ -1019,7 +1055,7 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
 }
 
 void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
-    if (!ec && !well_formed(r, b.reply_size)) {
+    if (!ec && (!well_formed(r, b.reply_size) || !delays_within_bounds(r.str, b.waiters))) {
         ec = errc::bad_reply;
     }
     if (ec) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <fstream>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -356,6 +357,133 @@ TEST(HostileInput, EarlyHintsRelayedByNumberAndReason) {
     const auto final_response = connection.read_response();
     EXPECT_EQ(final_response.status, 200u);
     EXPECT_EQ(final_response.body, "ok");
+}
+
+// --- Upstream heads sluice cannot pass on faithfully ---------------------------------------------
+
+struct upstream_head_case {
+    const char* name;
+    /// What the upstream sends for /bad, before the response it would send anyway (which it
+    /// then closes after).
+    std::string bytes;
+};
+
+void PrintTo(const upstream_head_case& c, std::ostream* os) {
+    *os << c.name;
+}
+
+std::string upstream_head_name(const testing::TestParamInfo<upstream_head_case>& info) {
+    return info.param.name;
+}
+
+class UpstreamHead : public testing::TestWithParam<upstream_head_case> {};
+
+// A status no client reads as a final response, nor as an interim one, or a body a client would
+// frame otherwise than sluice (Transfer-Encoding overrides Content-Length, and a final coding
+// other than chunked is read to the close: RFC 9112 6.1, 6.3): one 502, and the connection
+// stays in step, its next request answered by its own response over a new upstream connection.
+TEST_P(UpstreamHead, Gets502AndTheConnectionStaysInStep) {
+    const std::string bytes = GetParam().bytes;
+    recording_upstream upstream([bytes](const recorded_request& request) {
+        response_plan plan;
+        if (request.target == "/bad") {
+            plan.interim = bytes;
+            plan.close = true;
+        }
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), 5s);
+    connection.send("GET", "/bad");
+    error_code ec;
+    const auto response = connection.try_read_response(ec);
+    ASSERT_TRUE(response) << "no response: " << ec.message();
+    EXPECT_EQ(response->status, 502u);
+    connection.send("GET", "/after");
+    const auto after = connection.try_read_response(ec);
+    ASSERT_TRUE(after) << "no response: " << ec.message();
+    EXPECT_EQ(after->status, 200u);
+    EXPECT_EQ(after->header("X-Upstream-Target"), "/after");
+    EXPECT_EQ(upstream.stats().connections, 2u) << "the connection of /bad was used again";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HostileInput,
+    UpstreamHead,
+    testing::Values(
+        upstream_head_case{"Status099", "HTTP/1.1 099 Weird\r\nX-A: 1\r\n\r\n"},
+        upstream_head_case{"Status000WithBody",
+                           "HTTP/1.1 000 Zero\r\nContent-Length: 5\r\n\r\nhello"},
+        upstream_head_case{"Status600", "HTTP/1.1 600 Beyond\r\nContent-Length: 5\r\n\r\nhello"},
+        upstream_head_case{"GzipCodingWithLength",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\n"
+                           "hello"},
+        upstream_head_case{"GzipCodingToTheClose",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello"},
+        upstream_head_case{"GzipThenChunked",
+                           "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                           "5\r\nhello\r\n0\r\n\r\n"}),
+    upstream_head_name);
+
+// --- Interim responses: one deadline, a bounded number -------------------------------------------
+
+// An upstream that sends 100 Continue every half timeout, and never a final response, gets its
+// request's 504 after upstream.timeout: the interim responses count within the deadline of the
+// response head, which they do not renew.
+TEST(HostileInput, EndlessInterimResponsesEndInA504AfterTheTimeout) {
+    constexpr auto timeout = 1000ms;
+    recording_upstream upstream([timeout](const recorded_request&) {
+        response_plan plan;
+        plan.interim = "HTTP/1.1 100 Continue\r\n\r\n";
+        plan.interim_every = timeout / 2;
+        return plan;
+    });
+    sluice_config config = config_for(upstream);
+    config.upstream_timeout = "1000ms";
+    sluice_process sluice(config);
+    // The timer is never early (timed_stream), and late by little more than the scheduling of a
+    // loaded two-core machine under sanitizers: half a timeout covers that, and is far short of
+    // the forever an interim response per half timeout kept the request before.
+    constexpr auto slack = timeout / 2;
+    http_connection connection(sluice.port(), timeout + slack + 2s);
+    const auto start = std::chrono::steady_clock::now();
+    connection.send("GET", "/endless");
+    error_code ec;
+    const auto response = connection.try_read_response(ec);
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    ASSERT_TRUE(response) << "no response: " << ec.message();
+    EXPECT_EQ(response->status, 504u);
+    EXPECT_GE(elapsed, timeout);
+    EXPECT_LT(elapsed, timeout + slack);
+}
+
+// 17 103 Early Hints, one more than sluice takes before a final response: the client gets no
+// more than 16 of them, then a 502 (a final response after interim ones is well-formed).
+TEST(HostileInput, TooManyInterimResponsesEndInA502) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        for (int i = 0; i < 17; ++i) {
+            plan.interim += "HTTP/1.1 103 Early Hints\r\nLink: </" + std::to_string(i) +
+                            ".css>; rel=preload\r\n\r\n";
+        }
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), 5s);
+    connection.send("GET", "/hints");
+    unsigned hints = 0;
+    error_code ec;
+    for (;;) {
+        const auto response = connection.try_read_response(ec);
+        ASSERT_TRUE(response) << "no response after " << hints << " 103: " << ec.message();
+        if (response->status != 103) {
+            EXPECT_EQ(response->status, 502u);
+            break;
+        }
+        ++hints;
+        ASSERT_LE(hints, 17u);
+    }
+    EXPECT_LE(hints, 16u);
 }
 
 // --- 19: absolute-form targets -------------------------------------------------------------------

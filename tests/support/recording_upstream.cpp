@@ -345,6 +345,12 @@ bool recording_upstream::write_response(fd_stream& stream,
     if (!plan.interim.empty()) {
         stream.write_all(plan.interim, ec);
     }
+    if (plan.interim_every.count() > 0) {
+        while (!ec && pause(plan.interim_every)) {
+            stream.write_all(plan.interim, ec);
+        }
+        return false;
+    }
     if (!ec) {
         stream.write_all(head, ec);
     }

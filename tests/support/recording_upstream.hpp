@@ -64,6 +64,10 @@ struct response_plan {
     bool close_silently = false;
     /// Raw bytes sent before the response, e.g. a complete 1xx interim response.
     std::string interim;
+    /// When set, `interim` is sent again every this long until the server stops or the peer
+    /// goes, and the response never follows: an upstream that keeps a request with 1xx
+    /// responses alone.
+    std::chrono::milliseconds interim_every{0};
     /// Raw trailer lines ("Name: value\r\n" each) after the last chunk of a chunked body.
     std::string trailer;
     /// A chunked body ends without its last chunk: the connection closes after the body's bytes,

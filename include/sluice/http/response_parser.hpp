@@ -71,6 +71,11 @@ private:
  * one said of the body and the connection. Anything else (a head in pieces, a head Beast might
  * refuse) goes to Beast's parser from the first byte, as if the scan had not looked.
  * fuzz/response_head_fuzz.cpp holds the two to the same results.
+ *
+ * One refusal is sluice's own, in both paths: a head whose Transfer-Encoding is anything but one
+ * `chunked` (which Beast 1.81 takes, even beside a Content-Length) ends with
+ * bad_transfer_encoding once it is in, as nginx refuses it from an upstream: no client could be
+ * sure to read the body as sluice framed it.
  */
 class response_parser {
 public:

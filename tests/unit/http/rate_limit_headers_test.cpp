@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <memory_resource>
 #include <string>
@@ -39,6 +41,14 @@ TEST(CeilSeconds, RoundsUpAndNeverGoesNegative) {
     EXPECT_EQ(ceil_seconds(milliseconds(1000)), 1);
     EXPECT_EQ(ceil_seconds(milliseconds(1001)), 2);
     EXPECT_EQ(ceil_seconds(milliseconds(-5)), 0);
+}
+
+// A duration near the largest one (a Redis reply's, say) rounds up without overflowing.
+TEST(CeilSeconds, SaturatesNearTheLargestDuration) {
+    constexpr auto max = std::numeric_limits<std::int64_t>::max();
+    EXPECT_EQ(ceil_seconds(milliseconds(max)), max / 1000 + 1);
+    EXPECT_EQ(ceil_seconds(milliseconds(max - 1)), max / 1000 + 1);
+    EXPECT_EQ(ceil_seconds(milliseconds(max / 1000 * 1000)), max / 1000);
 }
 
 TEST(RetryAfterSeconds, IsAtLeastOne) {

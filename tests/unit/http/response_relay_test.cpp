@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace sluice::http::detail {
 namespace {
@@ -124,6 +125,23 @@ TEST_F(ResponseRelayHeader, A101IsFinalOnlyForAWebSocketUpgrade) {
         << "switched to a protocol nobody asked for";
     parse("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n");
     EXPECT_EQ(judge_response_header({}, *response_, conn, false, true), failure::interim);
+}
+
+// Beast takes any three digits; only 100-599 are status codes (RFC 9110 15). One below 100,
+// taken for interim, was relayed as one, and left the client out of step.
+TEST_F(ResponseRelayHeader, AStatusOutside100To599IsAnUpstreamFailure) {
+    upstream::connection conn(ex_);
+    for (const auto& [status, expected] : {std::pair{"000", failure::upstream},
+                                           std::pair{"099", failure::upstream},
+                                           std::pair{"100", failure::interim},
+                                           std::pair{"199", failure::interim},
+                                           std::pair{"200", failure::none},
+                                           std::pair{"599", failure::none},
+                                           std::pair{"600", failure::upstream},
+                                           std::pair{"999", failure::upstream}}) {
+        parse(std::string("HTTP/1.1 ") + status + " X\r\nContent-Length: 0\r\n\r\n");
+        EXPECT_EQ(judge_response_header({}, *response_, conn, false, false), expected) << status;
+    }
 }
 
 TEST_F(ResponseRelayHeader, ASwitchKeepsTheWebSocketFieldsAndSaysUpgrade) {

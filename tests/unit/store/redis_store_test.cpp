@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -527,6 +529,59 @@ TEST_F(RedisStore, AnUnknownAlgorithmFailsWithBadReply) {
     auto out = acquire(one("unknown", l), t0);
     EXPECT_EQ(out.ec, errc::bad_reply);
     EXPECT_EQ(command({"EXISTS", "unknown"}).integer, 0);
+}
+
+// The limits script's reply for one key as src/redis/limits.lua packs it: allowed, remaining,
+// reset_ms, retry_after_ms, delay_ms, level, each 64-bit little-endian, written as a Lua string
+// of decimal escapes.
+std::string lua_packed_reply(std::int64_t delay) {
+    std::string text;
+    for (const std::int64_t field : {std::int64_t{1},
+                                     std::int64_t{9},
+                                     std::int64_t{1000},
+                                     std::int64_t{0},
+                                     delay,
+                                     std::int64_t{1}}) {
+        const auto bits = static_cast<std::uint64_t>(field);
+        for (int b = 0; b < 8; ++b) {
+            text += "\\" + std::to_string((bits >> (8 * b)) & 0xff);
+        }
+    }
+    return text;
+}
+
+// A reply's delay is trusted only within the limit's own bound (its max-delay, or the bucket's
+// capacity of slots): a larger or negative one is a bad reply, as a malformed one is, and
+// follows the failure mode rather than overflowing the hold's end.
+TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
+    auto l = leaky(10, 1); // shaping; without max-delay the bound is 10 slots, 10 s
+    EXPECT_TRUE(acquire_one("delay", l, t0).allowed); // the store's own library, loaded
+    const auto decide_with = [&](std::int64_t delay) {
+        // The function the store calls, replaced by one that answers `delay`.
+        const auto name = std::string(redis::limits_script.function_name);
+        command({"FUNCTION",
+                 "LOAD",
+                 "REPLACE",
+                 "#!lua name=" + name + "\nredis.register_function('" + name +
+                     "', function() return \"" + lua_packed_reply(delay) + "\" end)\n"});
+        return acquire(one("delay", l), t0);
+    };
+    constexpr auto max = std::numeric_limits<std::int64_t>::max();
+    for (const std::int64_t bad : {max, max - 999, std::int64_t{-1}, std::int64_t{10'001}}) {
+        const auto out = decide_with(bad);
+        EXPECT_EQ(out.ec, errc::bad_reply) << bad;
+        EXPECT_TRUE(out.decisions.empty()) << bad;
+    }
+    const auto in_bound = decide_with(9'000);
+    ASSERT_FALSE(in_bound.ec) << in_bound.ec.message();
+    ASSERT_EQ(in_bound.decisions.size(), 1u);
+    EXPECT_EQ(in_bound.decisions[0].delay, 9'000ms);
+    l.max_delay = 2'000ms;
+    EXPECT_EQ(decide_with(2'001).ec, errc::bad_reply);
+    EXPECT_EQ(decide_with(2'000).decisions.at(0).delay, 2'000ms);
+    // A limit that never shapes is never delayed.
+    l.mode = config::shaping_mode::police;
+    EXPECT_EQ(decide_with(1).ec, errc::bad_reply);
 }
 
 // The script's packed request numbers: 32-bit little-endian (see src/redis/limits.lua).
