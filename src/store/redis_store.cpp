@@ -146,15 +146,17 @@ std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
 // The longest delay the script can give `l`: none unless it shapes (only a LEAKY_BUCKET in
 // shape mode delays); then its max-delay, or else the whole bucket's drain time, since a
 // request admitted with room waits for fewer than `capacity` slots to leak (limits.lua's
-// leak_and_admit, as src/limiter/leaky_bucket.cpp's).
+// leak_and_admit, as src/limiter/leaky_bucket.cpp's). With one slot and a millisecond to
+// spare: the bound is there to refuse absurd figures, and a reply that rounded otherwise than
+// this does must never be taken for one.
 milliseconds delay_bound(const config::limit& l) noexcept {
     if (l.algo != config::algorithm::leaky_bucket || l.mode != config::shaping_mode::shape) {
         return milliseconds{0};
     }
-    if (l.max_delay) {
-        return *l.max_delay;
-    }
-    return bucket_ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.flow_rate));
+    const double slot_ms = 1000.0 / l.flow_rate;
+    const double bound_ms = l.max_delay ? static_cast<double>(l.max_delay->count()) + slot_ms
+                                        : (static_cast<double>(l.capacity) + 1.0) * slot_ms;
+    return bucket_ceil_ms(bound_ms + 1.0); // saturates
 }
 
 // Whether every delay in the reply is within [0, delay_bound] of its limit. Redis's reply is

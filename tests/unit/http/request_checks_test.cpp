@@ -207,12 +207,14 @@ TEST(PutBuffered, RefusesATrailerLargerThanTheLimitWhetherEndedOrNot) {
     EXPECT_EQ(parse_chunked("0\r\n" + fields.substr(0, 1000) + "\r\n", limits), error_code{});
 }
 
-TEST(PutBuffered, ATrailerValueOver64KiBIsRefusedNotThrown) {
+// Beast throws for a field value over 64 KiB; a trailer's fields are read and dropped
+// (request_parser), so one within the trailer limit is taken like any other, without a throw.
+TEST(PutBuffered, ATrailerValueOver64KiBWithinTheLimitIsTakenNotThrown) {
     const chunk_limits limits{64, 256 * 1024};
     error_code ec;
     EXPECT_NO_THROW(
         ec = parse_chunked("0\r\nX-Big: " + std::string(70'000, 'v') + "\r\n\r\n", limits));
-    EXPECT_EQ(ec, error_code(bhttp::error::header_limit));
+    EXPECT_EQ(ec, error_code{});
 }
 
 // A chunk line ended by a bare LF looks complete to a line scan but not to Beast, which waits

@@ -554,7 +554,8 @@ std::string lua_packed_reply(std::int64_t delay) {
 // capacity of slots): a larger or negative one is a bad reply, as a malformed one is, and
 // follows the failure mode rather than overflowing the hold's end.
 TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
-    auto l = leaky(10, 1); // shaping; without max-delay the bound is 10 slots, 10 s
+    // Shaping; without max-delay the bound is 10 slots of 1 s, with a slot and a ms to spare.
+    auto l = leaky(10, 1);
     EXPECT_TRUE(acquire_one("delay", l, t0).allowed); // the store's own library, loaded
     const auto decide_with = [&](std::int64_t delay) {
         // The function the store calls, replaced by one that answers `delay`.
@@ -567,7 +568,7 @@ TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
         return acquire(one("delay", l), t0);
     };
     constexpr auto max = std::numeric_limits<std::int64_t>::max();
-    for (const std::int64_t bad : {max, max - 999, std::int64_t{-1}, std::int64_t{10'001}}) {
+    for (const std::int64_t bad : {max, max - 999, std::int64_t{-1}, std::int64_t{11'002}}) {
         const auto out = decide_with(bad);
         EXPECT_EQ(out.ec, errc::bad_reply) << bad;
         EXPECT_TRUE(out.decisions.empty()) << bad;
@@ -576,8 +577,8 @@ TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
     ASSERT_FALSE(in_bound.ec) << in_bound.ec.message();
     ASSERT_EQ(in_bound.decisions.size(), 1u);
     EXPECT_EQ(in_bound.decisions[0].delay, 9'000ms);
-    l.max_delay = 2'000ms;
-    EXPECT_EQ(decide_with(2'001).ec, errc::bad_reply);
+    l.max_delay = 2'000ms; // the bound: 2 s, and the same to spare
+    EXPECT_EQ(decide_with(3'002).ec, errc::bad_reply);
     EXPECT_EQ(decide_with(2'000).decisions.at(0).delay, 2'000ms);
     // A limit that never shapes is never delayed.
     l.mode = config::shaping_mode::police;

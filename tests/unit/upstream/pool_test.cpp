@@ -6,9 +6,11 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -33,6 +35,13 @@ public:
         for (auto& s : accepted_) {
             error_code ignored;
             s.close(ignored);
+        }
+    }
+
+    /// Writes `bytes` on every connection accepted.
+    void send_all(std::string_view bytes) {
+        for (auto& s : accepted_) {
+            net::write(s, net::buffer(bytes));
         }
     }
 
@@ -80,6 +89,22 @@ protected:
         return test::run_until(ioc_, [&] { return upstream_.accepted() >= n; });
     }
 
+    /// The upstream answers on `conn`, which reads it all as a response is read: the read leaves
+    /// the socket empty, and the event loop knows it (timed_stream::event_since_emptied).
+    void read_what_the_upstream_sends(connection& conn) {
+        upstream_.send_all("ok");
+        std::optional<error_code> done;
+        conn.stream.expires_after(milliseconds(5'000));
+        conn.stream.async_read_some(conn.buffer.prepare(64), [&](error_code ec, std::size_t n) {
+            conn.buffer.commit(n);
+            done = ec;
+        });
+        ASSERT_TRUE(test::run_until(ioc_, [&] { return done.has_value(); }));
+        ASSERT_FALSE(*done) << done->message();
+        conn.buffer.consume(conn.buffer.size());
+        conn.stream.expires_never();
+    }
+
     net::io_context ioc_;
     fake_upstream upstream_{ioc_};
     pool pool_{ioc_.get_executor()};
@@ -120,15 +145,32 @@ TEST_F(PoolTest, HandsOutARecentlyUsedConnectionUncheckedWhenTheCallerCanRetry) 
     auto first = acquire();
     ASSERT_TRUE(wait_accepted(1));
     const auto port = local_port(first);
+    read_what_the_upstream_sends(*first);
     pool_.release(std::move(first), settings_);
+    // Closed now, but the event loop has not run since: it has seen nothing come.
     upstream_.close_all();
 
-    // Idle for less than recheck_after: no liveness syscall; the caller's retry covers a
+    // Idle for less than recheck_after, with no event since its last read emptied it: no
+    // liveness syscall (which would have found the close); the caller's retry covers a
     // connection the upstream closed meanwhile.
     auto again = pool_.try_take(settings_, true);
     ASSERT_TRUE(again);
     EXPECT_TRUE(again->reused);
     EXPECT_EQ(local_port(again), port);
+}
+
+// Bytes the upstream sent unasked (or its close), once the event loop has seen them come, get
+// the connection looked at, and dropped: they would be taken for the next request's response.
+TEST_F(PoolTest, LooksAtARecentlyUsedConnectionOnWhichSomethingCame) {
+    auto first = acquire();
+    ASSERT_TRUE(wait_accepted(1));
+    read_what_the_upstream_sends(*first);
+    pool_.release(std::move(first), settings_);
+    upstream_.send_all("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    ioc_.run_for(milliseconds(50)); // the reactor takes the bytes' event
+
+    EXPECT_FALSE(pool_.try_take(settings_, true));
+    EXPECT_EQ(pool_.idle_count(), 0u);
 }
 
 TEST_F(PoolTest, TryTakeIsEmptyWithoutAnIdleConnection) {
