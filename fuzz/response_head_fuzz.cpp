@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <memory_resource>
 #include <string>
 #include <string_view>
@@ -77,9 +76,15 @@ field_list fields_of(const Fields& fields) {
 // framing sluice's parser takes of it.
 template <typename Fields>
 bool chunked_alone_or_none(const Fields& fields) {
-    const auto codings = fields.equal_range(bhttp::field::transfer_encoding);
-    const auto count = std::distance(codings.first, codings.second);
-    return count == 0 || (count == 1 && boost::beast::iequals(codings.first->value(), "chunked"));
+    std::size_t count = 0;
+    bool chunked = false;
+    for (const auto& f : fields) {
+        if (f.name() == bhttp::field::transfer_encoding) {
+            ++count;
+            chunked = boost::beast::iequals(f.value(), "chunked");
+        }
+    }
+    return count == 0 || (count == 1 && chunked);
 }
 
 // What one parser made of the input.
@@ -181,12 +186,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto theirs = run(
         beasts, input, first, step, [] {}, [](std::string&) {});
 
-    if (mine.error == bhttp::error::bad_transfer_encoding && theirs.error != mine.error) {
-        // sluice's own refusal (response_parser.hpp): only of a head Beast had whole, with a
-        // Transfer-Encoding other than one `chunked`.
-        if (!beasts.is_header_done() || chunked_alone_or_none(beasts.get().base())) {
-            fail("a Transfer-Encoding of chunked alone refused");
-        }
+    if (mine.error == bhttp::error::bad_transfer_encoding && beasts.is_header_done() &&
+        !chunked_alone_or_none(ours.head())) {
+        // sluice's own refusal (response_parser.hpp), once the head is in: of a head Beast took
+        // whole, whose Transfer-Encoding is other than one `chunked`. Beast may refuse
+        // something later (a Transfer-Encoding in the trailer, say): the parsers stopped at
+        // different places, and nothing else compares. A head Beast refused itself, or a
+        // refusal of `chunked` alone, goes on to the comparison below.
         return 0;
     }
     if (mine.error != theirs.error || mine.done != theirs.done) {
