@@ -88,16 +88,16 @@ awaitable<error_code> write_local_reply(timed_stream& stream,
 awaitable<bool> discard_body(timed_stream& stream,
                              beast::flat_buffer& buffer,
                              request_parser& parser,
-                             milliseconds timeout) {
+                             std::chrono::steady_clock::time_point deadline) {
     const auto length = parser.content_length();
     if (!length || *length > max_discard_bytes) {
         co_return parser.is_done();
     }
     std::array<char, 4096> scratch;
+    stream.expires_at(deadline);
     while (!parser.is_done()) {
         parser.get().body().data = scratch.data();
         parser.get().body().size = scratch.size();
-        stream.expires_after(timeout);
         // A known length (above): no chunk limits to hold to.
         const auto ec = co_await read_message(stream, buffer, parser, false, chunk_limits{});
         if (ec && ec != bhttp::error::need_buffer) {

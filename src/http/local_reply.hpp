@@ -64,13 +64,15 @@ awaitable<error_code> write_local_reply(timed_stream& stream,
 
 /**
  * Reads and drops the rest of a request body, if it is small enough (`max_discard_bytes`, known
- * length) to be cheaper than a new connection. Returns true when the connection can carry
- * another request.
+ * length) to be cheaper than a new connection, all of it by `deadline`: one deadline for the
+ * whole body, so that a client trickling a byte now and then cannot hold the connection (each
+ * read within its own timeout, 64 KiB could take weeks). Returns true when the connection can
+ * carry another request.
  */
 awaitable<bool> discard_body(timed_stream& stream,
                              beast::flat_buffer& buffer,
                              request_parser& parser,
-                             milliseconds timeout);
+                             std::chrono::steady_clock::time_point deadline);
 
 /**
  * Closes a connection after a final response without losing it: shut down the sending side,

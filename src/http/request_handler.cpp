@@ -33,8 +33,15 @@ answer(connection_state& c, request_state& r, const local_reply& reply, bool mus
         keep_alive = !r.expect_continue && r.parser.content_length() &&
                      *r.parser.content_length() <= max_discard_bytes;
         if (keep_alive) {
-            keep_alive =
-                co_await discard_body(c.stream, c.buffer, r.parser, r.cfg->server.idle_timeout);
+            // Within body-timeout, counted from the body's first read if one was made, and
+            // idle-timeout: the whole body, not each read.
+            const auto& server = r.cfg->server;
+            const auto now = steady_clock::now();
+            const auto spent =
+                std::chrono::duration_cast<milliseconds>(now - r.body_started.value_or(now));
+            const auto budget =
+                std::clamp(server.body_timeout - spent, milliseconds{0}, server.idle_timeout);
+            keep_alive = co_await discard_body(c.stream, c.buffer, r.parser, now + budget);
         }
     }
     r.record.status = static_cast<unsigned>(reply.status);

@@ -134,6 +134,31 @@ TEST(SlowBody, TrickledBodyIsCutOffAtBodyTimeout) {
     EXPECT_EQ(upstream.requests().size(), 0u);
 }
 
+// A request refused before its body was read (a bad path: 400) keeps its connection when its
+// small body can be read and dropped; one trickled a byte every 100 ms (each read well inside
+// idle-timeout) is dropped only until body-timeout (1 s): the answer comes then, and the
+// connection closes. It used to be read for as long as the client kept trickling.
+TEST(SlowBody, ARefusedRequestsTrickledBodyIsReadOnlyUntilBodyTimeout) {
+    recording_upstream upstream;
+    sluice_process sluice(slow_config(upstream, "1s", 8, "30s"));
+
+    http_connection client(sluice.port(), 10s);
+    const auto sent = clock_type::now();
+    client.send_raw("POST /%zz HTTP/1.1\r\nHost: test\r\nContent-Length: 1000\r\n\r\n");
+    error_code ec;
+    std::optional<http_response> response;
+    {
+        trickler bytes({&client}, 100ms);
+        response = client.try_read_response(ec);
+    }
+    ASSERT_TRUE(response) << ec.message();
+    EXPECT_EQ(response->status, 400u);
+    EXPECT_GE(response->received - sent, 1s);
+    EXPECT_LT(response->received - sent, 3s); // 1 s, and 2 s of scheduling slack
+    EXPECT_TRUE(client.wait_closed(5s));
+    EXPECT_EQ(upstream.stats().connections, 0u);
+}
+
 // Ten clients trickle bodies into one worker capped at 3 upstream connections: 3 get one (and
 // 408 at body-timeout, 3 s), the other 7 wait for one for upstream.timeout (1 s) and get 503.
 // The upstream never sees more than 3 connections (it used to see one per client).
