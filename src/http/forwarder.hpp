@@ -13,6 +13,7 @@
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/container/small_vector.hpp>
+
 #include <optional>
 #include <span>
 #include <string>
