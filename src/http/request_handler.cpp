@@ -301,6 +301,9 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     // One `early` and one answer for every end before the limiter, the refusal's included: each
     // would be a slot of its own in this frame, which every request in flight holds.
     auto early = check_header(c, r, ec);
+    if (!early && r.limiter.repeats_a_header_it_reads(*r.cfg, r.limited(c.peer, c.peer_text))) {
+        early = early_end{local_reply{bhttp::status::bad_request, {}, 0}, false};
+    }
     if (!early) {
         if (const auto wanted = r.limiter.body_wanted(*r.cfg, r.limited(c.peer, c.peer_text));
             wanted > 0 && !r.parser.is_done()) {

@@ -114,6 +114,14 @@ public:
     std::uint64_t body_wanted(const config::config& cfg, const limited_request& req);
 
     /**
+     * Finds the rule (unless `body_wanted` did) and says whether the request carries a header
+     * one of its limits reads (a `header:` key part, a `cost.request` header) on more than one
+     * line. Such a request is refused (400): which line counts would be a guess, and an upstream
+     * guessing otherwise would let a client rotate the line the limit reads and escape it.
+     */
+    bool repeats_a_header_it_reads(const config::config& cfg, const limited_request& req);
+
+    /**
      * Finds the rule (unless `body_wanted` did), derives the store keys, takes a place among the
      * held requests when a limit may hold the request (`rate-limit.max-held`, checked before
      * anything is charged), and has the store decide at once when it can. True: decided, or nothing

@@ -193,9 +193,30 @@ void wait_held(std::unique_ptr<connection> conn) {
     stream.async_wait_readable(resume_held{std::move(conn)});
 }
 
+// Closes the connection when an exception leaves `serve` (a bug: log_session_exception says
+// so), so that the connection gauge, the balancer's count and a drain's tally stay true whatever
+// ends a session. A coroutine destroyed unrun at shutdown unwinds no exception: nothing counts.
+struct close_on_exception {
+    explicit close_on_exception(std::unique_ptr<connection>& owned) noexcept
+        : conn(owned) {}
+
+    close_on_exception(const close_on_exception&) = delete;
+    close_on_exception& operator=(const close_on_exception&) = delete;
+
+    ~close_on_exception() {
+        if (conn && std::uncaught_exceptions() > exceptions) {
+            close_connection(*conn);
+        }
+    }
+
+    std::unique_ptr<connection>& conn;
+    int exceptions = std::uncaught_exceptions();
+};
+
 // Serves a connection's requests until it closes, or parks it once it idles; a connection whose
 // request is held by shaping waits (`wait_held`) and is served on by a new call.
 awaitable<void> serve(std::unique_ptr<connection> conn) {
+    const close_on_exception guard{conn};
     auto& c = conn->c;
     auto& worker = c.w;
     auto& stream = conn->stream;

@@ -7,9 +7,7 @@
 
 namespace sluice::key {
 
-namespace {
-
-bool is_trusted(const ip_address& address, std::span<const cidr> trusted) noexcept {
+bool is_trusted_proxy(const ip_address& address, std::span<const cidr> trusted) noexcept {
     for (const cidr& block : trusted) {
         if (block.contains(address)) {
             return true;
@@ -17,6 +15,8 @@ bool is_trusted(const ip_address& address, std::span<const cidr> trusted) noexce
     }
     return false;
 }
+
+namespace {
 
 std::string_view trim(std::string_view s) noexcept {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
@@ -81,7 +81,7 @@ std::optional<ip_address> parse_forwarded_entry(std::string_view entry) noexcept
 ip_address client_address(const ip_address& peer,
                           std::string_view x_forwarded_for,
                           std::span<const cidr> trusted) noexcept {
-    if (!is_trusted(peer, trusted)) {
+    if (!is_trusted_proxy(peer, trusted)) {
         return peer;
     }
     ip_address last_trusted = peer;
@@ -99,7 +99,7 @@ ip_address client_address(const ip_address& peer,
         if (!hop) {
             return last_trusted;
         }
-        if (!is_trusted(*hop, trusted)) {
+        if (!is_trusted_proxy(*hop, trusted)) {
             return *hop;
         }
         last_trusted = *hop;

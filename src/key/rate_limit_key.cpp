@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 
 namespace sluice::key {
 
@@ -89,15 +90,55 @@ struct piece {
     std::string_view text;
 };
 
-// A JSON field's text as a key part: a short printable one only. A body's string can be a
-// megabyte long or hold a newline (which would break the access log's line); leaving it out
-// falls back to the client, as a missing field does, so nothing escapes the limit by it.
+// A JSON field's text as a key part: a printable one only. A body's string can hold a newline,
+// which would break the access log's line; leaving it out falls back to the client, as a
+// missing field does, so nothing escapes the limit by it.
 bool usable_json_part(std::string_view text) noexcept {
-    return !text.empty() && text.size() <= max_json_key_part &&
-           std::none_of(text.begin(), text.end(), [](char c) {
-               const auto u = static_cast<unsigned char>(c);
-               return u < 0x20 || u == 0x7f;
-           });
+    return !text.empty() && std::none_of(text.begin(), text.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u < 0x20 || u == 0x7f;
+    });
+}
+
+// A part longer than max_key_part is written as its first `shortened_head` bytes, '~' and the
+// 16 hex digits of its digest: 257 bytes, longer than any part written whole, so a shortened
+// part never equals one written whole.
+constexpr std::size_t shortened_head = 240;
+constexpr std::size_t shortened_size = shortened_head + 1 + 16;
+static_assert(shortened_size > max_key_part);
+
+// FNV-1a, 64 bits: the same on every instance and build (std::hash is neither promised), so
+// that instances sharing a Redis agree on the key. Not a secret: whoever could make another
+// client's digest knows that client's whole value, and could send it as it is.
+std::uint64_t digest(std::string_view text) noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char c : text) {
+        h ^= static_cast<unsigned char>(c);
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+std::size_t written_size(std::string_view part) noexcept {
+    return part.size() <= max_key_part ? part.size() : shortened_size;
+}
+
+// Appends a key part, shortened when it is long: a path or a header value can be as long as
+// the client's limits allow (8 KiB, 16 KiB by default), and the memory store holds up to
+// max-keys of them.
+void append_part(std::string& out, std::string_view part) {
+    if (part.size() <= max_key_part) {
+        out.append(part);
+        return;
+    }
+    out.append(part.substr(0, shortened_head));
+    out.push_back('~');
+    std::array<char, 16> hex{};
+    std::uint64_t h = digest(part);
+    for (auto it = hex.rbegin(); it != hex.rend(); ++it, h >>= 4) {
+        *it = "0123456789abcdef"[h & 0xf];
+    }
+    out.append(hex.data(), hex.size());
 }
 
 piece resolve(const config::key_part& part,
@@ -164,11 +205,11 @@ limit_keys request_limit_keys(const config::rule* rule,
 
 std::string make_key(std::string_view client, std::string_view endpoint) {
     std::string out;
-    out.reserve(key_prefix.size() + client.size() + 1 + endpoint.size());
+    out.reserve(key_prefix.size() + written_size(client) + 1 + written_size(endpoint));
     out.append(key_prefix);
-    out.append(client);
+    append_part(out, client);
     out.push_back(':');
-    out.append(endpoint);
+    append_part(out, endpoint);
     return out;
 }
 
@@ -212,7 +253,7 @@ std::string limit_key(const config::limit& limit,
         if (cached) {
             cache[i] = p;
         }
-        size += p.tag.size() + p.text.size();
+        size += p.tag.size() + written_size(p.text);
     }
     std::string out;
     out.reserve(size);
@@ -224,7 +265,7 @@ std::string limit_key(const config::limit& limit,
             out.push_back(':');
         }
         out.append(p.tag);
-        out.append(p.text);
+        append_part(out, p.text);
     }
     return out;
 }

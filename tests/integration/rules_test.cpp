@@ -396,6 +396,60 @@ TEST(RulesHeaderKey, ApiKeysSeparateBucketsAndMissingHeaderFallsBackToIp) {
     EXPECT_TRUE(sluice.wait_for_log("key=rate-limit:api#0:127.0.0.1 ", 5s));
 }
 
+// A header a limit reads, on two lines, is a 400 that never reaches the upstream: a client
+// rotating the line the limit reads, while the upstream reads the other, would escape it. A
+// header no limit of the request's rule reads may repeat as before.
+TEST(RulesHeaderKey, AKeyHeaderOnTwoLinesGets400AndNeverReachesTheUpstream) {
+    recording_upstream upstream;
+    const std::string rules = fmt::format(R"(  fallback: {{ capacity: 100, {} }}
+  rules:
+    - name: api
+      match: {{ path: /api/* }}
+      limits:
+        - {{ capacity: 100, {}, key: ["header:X-Api-Key"] }}
+)",
+                                          no_leak,
+                                          no_leak);
+    sluice_process sluice(make_yaml(upstream, rules));
+    const auto port = sluice.port();
+    const header_list twice = {{"X-Api-Key", "rotated"}, {"x-api-key", "alice"}};
+    EXPECT_EQ(probe(port, "GET", "/api/a", twice).status, 400u);
+    EXPECT_EQ(probe(port, "GET", "/other", twice).status, 200u) << "the fallback reads no header";
+    EXPECT_EQ(probe(port, "GET", "/api/b", {{"X-Api-Key", "alice"}}).status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(2, 5s));
+    ASSERT_TRUE(upstream.wait_quiet(2s));
+    const auto seen = upstream.requests();
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0].target, "/other");
+    EXPECT_EQ(seen[1].target, "/api/b");
+    EXPECT_TRUE(sluice.wait_for_log("path=/api/a key=- decision=- status=400", 5s))
+        << sluice.log_text();
+}
+
+// A key header longer than 256 bytes (a JWT, say) is keyed by its first 240 bytes and a digest
+// of the whole (FNV-1a 64 of 1,000 'k's, computed apart with python3): two such keys differing
+// only at their end have buckets of their own.
+TEST(RulesHeaderKey, LongKeyHeadersAreKeyedByTheirDigest) {
+    recording_upstream upstream;
+    const std::string rules = fmt::format(R"(  rules:
+    - name: api
+      match: {{ path: /api/* }}
+      limits:
+        - {{ capacity: 1, {}, key: ["header:X-Api-Key"] }}
+)",
+                                          no_leak);
+    sluice_process sluice(make_yaml(upstream, rules));
+    const auto port = sluice.port();
+    const std::string one(1000, 'k');
+    const std::string other = std::string(999, 'k') + "z";
+    EXPECT_EQ(probe(port, "GET", "/api/a", {{"X-Api-Key", one}}).status, 200u);
+    EXPECT_EQ(probe(port, "GET", "/api/a", {{"X-Api-Key", one}}).status, 429u);
+    EXPECT_EQ(probe(port, "GET", "/api/a", {{"X-Api-Key", other}}).status, 200u);
+    EXPECT_TRUE(sluice.wait_for_log(
+        "key=rate-limit:api#0:h=" + std::string(240, 'k') + "~156dfe4694b8e4fd ", 5s))
+        << sluice.log_text();
+}
+
 TEST(RulesDryRun, ForwardsEverythingAndCountsWouldBeRejections) {
     recording_upstream upstream;
     const std::string rules =

@@ -10,6 +10,10 @@
 
 namespace sluice::key {
 
+/// Whether `address` lies inside one of the `trusted` proxy blocks: only such a peer's
+/// X-Forwarded-For is read. Cost: O(trusted), no allocation.
+bool is_trusted_proxy(const ip_address& address, std::span<const cidr> trusted) noexcept;
+
 /**
  * The address a request is limited by.
  *

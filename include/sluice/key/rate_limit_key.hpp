@@ -16,8 +16,8 @@ namespace sluice::key {
 
 /**
  * The page's key, "rate-limit:<client>:<endpoint>", e.g. "rate-limit:203.0.113.7:/v1/infer".
- * `client` comes from client_key_part(), `endpoint` from normalize_path() (or a rule's pattern).
- * One allocation.
+ * `client` comes from client_key_part(), `endpoint` from normalize_path() (or a rule's pattern);
+ * a part longer than max_key_part is shortened as limit_key() says. One allocation.
  */
 std::string make_key(std::string_view client, std::string_view endpoint);
 
@@ -95,8 +95,13 @@ const config::rule* match_rule(std::span<const config::rule> rules,
  *   part instead, so that leaving the header out does not escape the limit;
  * - global: "*";
  * - json: "j=<value>" of the request body's field at the part's path, as `json_fields` finds it
- *   by the path's text (a string unescaped, a number as written); when it is missing, longer
- *   than max_json_key_part bytes or holds a control character, the client part instead.
+ *   by the path's text (a string unescaped, a number as written); when it is missing or holds
+ *   a control character, the client part instead.
+ *
+ * A part (its text, after "h=" or "j=") longer than max_key_part bytes is written as its first
+ * 240 bytes, '~' and 16 hex digits of a 64-bit FNV-1a digest of the whole: 257 bytes. So a key
+ * stays short however long the path or header a client sends, and distinct values keep
+ * distinct keys (but for a 2^-64 chance), the same on every instance.
  *
  * The default key [ip, endpoint] gives exactly make_key(client_part, endpoint). An empty key
  * list gives "rate-limit:*" (one bucket). Cost: one allocation, sized up front; each header is
@@ -108,8 +113,8 @@ std::string limit_key(const config::limit& limit,
                       header_lookup headers,
                       header_lookup json_fields = {});
 
-/// The longest JSON field value a key part takes (a model name, a tenant id).
-inline constexpr std::size_t max_json_key_part = 256;
+/// The longest key part written whole (a path, an API key, a model name); see limit_key().
+inline constexpr std::size_t max_key_part = 256;
 
 /// One store key per limit of the rule that decides a request, in the limits' order.
 using limit_keys = boost::container::small_vector<std::string, 2>;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -108,6 +109,41 @@ TEST_F(RequestLimiter, ThePeersTextKeysARequestAsItsAddressDoes) {
     const auto second = request(cfg, "/x");
     ASSERT_NE(second->response_fields().decision, nullptr);
     EXPECT_EQ(second->response_fields().decision->remaining, 0);
+}
+
+// Behind a trusted proxy, X-Forwarded-For's lines are read as one list, the client found from
+// its right-hand end; each line copied once. Copying the list so far for every line, as a
+// build before did, made the 100,000 lines here 7e10 bytes of copying (tens of seconds); once
+// each they are 1.4 MB, milliseconds even under the sanitizers: 2 s leaves a wide margin.
+TEST_F(RequestLimiter, ManyForwardedForLinesAreJoinedInLinearTime) {
+    config::config cfg;
+    cfg.logging.access_log = true; // so the limiter keeps the client's address as text
+    cfg.rate_limit.fallback = leaky(2, 1, config::shaping_mode::police);
+    cfg.server.trusted_proxies = {*key::cidr::parse("203.0.113.0/24")};
+    get_request req("/x");
+    req.parser.get().insert("X-Forwarded-For", "198.51.100.9");
+    for (int i = 0; i < 99'999; ++i) {
+        req.parser.get().insert("X-Forwarded-For", "203.0.113.1");
+    }
+    request_limiter limiter;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(limiter.try_now(worker_, cfg, req.limited()));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    EXPECT_EQ(limiter.client(), "198.51.100.9");
+}
+
+// From a peer that is no trusted proxy, X-Forwarded-For is not read at all.
+TEST_F(RequestLimiter, AnUntrustedPeersForwardedForIsIgnored) {
+    config::config cfg;
+    cfg.logging.access_log = true;
+    cfg.rate_limit.fallback = leaky(2, 1, config::shaping_mode::police);
+    cfg.server.trusted_proxies = {*key::cidr::parse("10.0.0.0/8")};
+    get_request req("/x");
+    req.parser.get().insert("X-Forwarded-For", "198.51.100.9");
+    req.parser.get().insert("X-Forwarded-For", "198.51.100.10");
+    request_limiter limiter;
+    ASSERT_TRUE(limiter.try_now(worker_, cfg, req.limited()));
+    EXPECT_EQ(limiter.client(), "203.0.113.7");
 }
 
 TEST_F(RequestLimiter, ShapingDelaysAndKeepsItsHeldPlaceUntilTheHoldEnds) {

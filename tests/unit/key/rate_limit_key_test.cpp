@@ -188,11 +188,11 @@ TEST(LimitKey, EachDimension) {
     }
 }
 
-// A `json:` part takes the body field's text as the JSON finder gave it, unless it is missing,
-// empty, longer than max_json_key_part or holds a control character: then the client's part.
-TEST(LimitKey, JsonPartsTakeShortPrintableValuesOnly) {
-    const std::string long_value(max_json_key_part + 1, 'm');
-    const std::string longest(max_json_key_part, 'm');
+// A `json:` part takes the body field's text as the JSON finder gave it (shortened when long),
+// unless it is missing, empty or holds a control character: then the client's part.
+TEST(LimitKey, JsonPartsTakePrintableValuesOnly) {
+    const std::string long_value(max_key_part + 1, 'm');
+    const std::string longest(max_key_part, 'm');
     auto fields = [&](std::string_view path) -> std::optional<std::string_view> {
         if (path == "model") {
             return "gpt-x";
@@ -226,7 +226,8 @@ TEST(LimitKey, JsonPartsTakeShortPrintableValuesOnly) {
         {"model", "rate-limit:j=gpt-x"},
         {"tenant.id", "rate-limit:j=42"},
         {"longest", "rate-limit:j=" + longest},
-        {"long", "rate-limit:203.0.113.7"},
+        // FNV-1a 64 of 257 'm's, computed apart (python3).
+        {"long", "rate-limit:j=" + std::string(240, 'm') + "~615a56108e2af258"},
         {"newline", "rate-limit:203.0.113.7"},
         {"empty", "rate-limit:203.0.113.7"},
         {"missing", "rate-limit:203.0.113.7"},
@@ -238,6 +239,34 @@ TEST(LimitKey, JsonPartsTakeShortPrintableValuesOnly) {
     }
     // Without a JSON lookup (no body read), the client's part.
     EXPECT_EQ(limit_key(limit_with({json("model")}), ip, "/", {}), "rate-limit:203.0.113.7");
+}
+
+// A header value or path longer than max_key_part is written as its first 240 bytes, '~' and
+// its 64-bit FNV-1a digest (the figures below computed apart, with python3): a key stays short
+// whatever a client sends, and distinct values keep distinct keys.
+TEST(LimitKey, LongPartsAreShortenedToTheirDigest) {
+    const std::string key_1000(1000, 'k');
+    const std::string key_999z = std::string(999, 'k') + "z";
+    const std::string path_300 = "/" + std::string(299, 'p');
+    const std::string longest(max_key_part, 'k');
+    const fake_headers one{{{"X-Api-Key", key_1000}}};
+    const fake_headers other{{{"X-Api-Key", key_999z}}};
+    const fake_headers whole{{{"X-Api-Key", longest}}};
+    const auto by_key = limit_with({part{part::kind::header, "X-Api-Key", {}}});
+    const auto by_path =
+        limit_with({part{part::kind::ip, {}, {}}, part{part::kind::endpoint, {}, {}}});
+
+    const std::string head(240, 'k');
+    EXPECT_EQ(limit_key(by_key, "203.0.113.7", "/", one),
+              "rate-limit:h=" + head + "~156dfe4694b8e4fd");
+    EXPECT_EQ(limit_key(by_key, "203.0.113.7", "/", other),
+              "rate-limit:h=" + head + "~156e0d4694b8fe7a");
+    EXPECT_EQ(limit_key(by_key, "203.0.113.7", "/", whole), "rate-limit:h=" + longest);
+
+    const std::string shortened_path = path_300.substr(0, 240) + "~df612a815a02b7da";
+    EXPECT_EQ(limit_key(by_path, "203.0.113.7", path_300, {}),
+              "rate-limit:203.0.113.7:" + shortened_path);
+    EXPECT_EQ(make_key("203.0.113.7", path_300), "rate-limit:203.0.113.7:" + shortened_path);
 }
 
 TEST(LimitKey, ManyPartsBeyondTheCache) {
