@@ -16,7 +16,8 @@ TEST(LogExcerpt, ShortPrintableTextIsLeftAsItIs) {
 
 // A line must stay one line, whatever bytes a peer put in it.
 TEST(LogExcerpt, BytesOutsidePrintableAsciiAreEscaped) {
-    EXPECT_EQ(log_excerpt(std::string("a\r\nb\0c\x7f\xff\\", 9)), "a\\x0d\\x0ab\\x00c\\x7f\\xff\\\\");
+    EXPECT_EQ(log_excerpt(std::string("a\r\nb\0c\x7f\xff\\", 9)),
+              "a\\x0d\\x0ab\\x00c\\x7f\\xff\\\\");
 }
 
 // Issue (review, Redis store log lines): a reply of any length costs a bounded line.
