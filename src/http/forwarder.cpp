@@ -6,11 +6,13 @@
 // re-chunks chunked bodies.
 //
 // Retry: a pooled connection can be closed by the upstream between our liveness check (if any:
-// see upstream::pool::try_take) and our write. When the first write fails, or the response header
-// read finds the connection closed before a single byte, on a reused connection whose request has
-// no body (or whose body has not been read past its first block), the request goes once more on
-// a new connection. Nothing else is retried: once a body has been streamed it cannot be sent
-// again.
+// see upstream::pool::try_take) and our write, or as our request arrives (its keep-alive timeout
+// ending then). On a reused connection the request goes once more, on a new connection, when the
+// first write fails (the request never left whole, so the upstream cannot have acted on it;
+// its body, if any, not read past its first block), or when the response header read finds the
+// connection closed before a single byte and the request is safe to repeat: no body, and an
+// idempotent method (RFC 9110 9.2.2; see safe_to_repeat). Nothing else is retried: once a body
+// has been streamed it cannot be sent again.
 //
 // WebSocket: a bodyless upgrade request (is_websocket_upgrade) goes upstream with its Upgrade and
 // Connection fields; an upstream that answers 101 gets the connection as a tunnel (tunnel.cpp)
@@ -48,6 +50,25 @@ failure classify_client_read(const error_code& ec) {
         return failure::client_too_large;
     }
     return is_parse_error(ec) ? failure::client_bad_body : failure::client_gone;
+}
+
+// Whether a request that left whole may be sent again after its connection closed unanswered:
+// RFC 9110 9.2.2's idempotent methods only. The upstream may have read the request and acted on
+// it before closing (a crash mid-request, a keep-alive timeout racing it): a second POST could
+// place an order twice, whatever its length, Content-Length: 0 included. nginx's default is the
+// same (proxy_next_upstream without non_idempotent). An unknown method is not known to be safe.
+bool safe_to_repeat(bhttp::verb method) noexcept {
+    switch (method) {
+    case bhttp::verb::get:
+    case bhttp::verb::head:
+    case bhttp::verb::options:
+    case bhttp::verb::trace:
+    case bhttp::verb::put:
+    case bhttp::verb::delete_:
+        return true;
+    default:
+        return false;
+    }
 }
 
 void close_connection(upstream::connection_ptr& conn) noexcept {
@@ -170,10 +191,12 @@ awaitable<failure> exchange(forward_args& a,
                             bool upgrade,
                             bool first) {
     const auto& up = a.config.upstream;
+    // Sent again if the connection proves stale after the request left whole (see
+    // safe_to_repeat); any request is sent again when its first write fails.
+    const bool repeatable = !has_body && safe_to_repeat(a.parser.get().method());
     if (first) {
-        // A bodyless request is resent when the connection proves stale; one with a body only
-        // when its first write fails, so that one gets a checked connection.
-        conn = a.pool.try_take(up, !has_body);
+        // A request that may not be repeated gets a checked connection.
+        conn = a.pool.try_take(up, repeatable);
     }
     if (!conn) {
         auto [ec, c] = co_await a.pool.connect(up);
@@ -214,7 +237,7 @@ awaitable<failure> exchange(forward_args& a,
         ec = co_await read_message(
             conn->stream, conn->buffer, *rp, true, chunk_limits{}, response_read);
         response_read = first_read::tried; // after an interim response: bytes may be there
-        const auto f = judge_response_header(ec, *rp, *conn, first && !has_body, upgrade);
+        const auto f = judge_response_header(ec, *rp, *conn, first && repeatable, upgrade);
         if (f != failure::interim) {
             co_return f;
         }
@@ -437,8 +460,8 @@ awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::ui
 awaitable<void> forward(forward_args& a, forward_result& result) {
     const auto start = clock_type::now();
     auto& req = a.parser.get();
-    // A request without a body can be sent again after the upstream read failed; one with a
-    // body only while the body is still unread, i.e. when the header write failed.
+    // A request without a body (and a safe method) can be sent again after the upstream read
+    // failed; one with a body only while the body is still unread, when the header write failed.
     const bool bodyless = a.parser.is_done() && !a.body_read_ahead;
     // An upgrade with a body is none: the body's end could not be told from the new protocol's
     // first bytes.

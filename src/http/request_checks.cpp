@@ -24,6 +24,7 @@ struct checked_fields {
     std::size_t hosts = 0;
     std::size_t lengths = 0;
     std::size_t encodings = 0;
+    const header_fields::value_type* first_host = nullptr;
     const header_fields::value_type* first_length = nullptr;
     const header_fields::value_type* first_expect = nullptr;
 };
@@ -33,7 +34,7 @@ checked_fields gather(const header_fields& fields) {
     for (const auto& f : fields) {
         switch (f.name()) {
         case bhttp::field::host:
-            ++out.hosts;
+            out.first_host = out.hosts++ == 0 ? &f : out.first_host;
             break;
         case bhttp::field::content_length:
             out.first_length = out.lengths++ == 0 ? &f : out.first_length;
@@ -119,17 +120,45 @@ std::optional<error_code> check_request_line(std::string_view data) {
     return std::nullopt;
 }
 
-// Whether `authority` is a host with an optional port, and nothing else: no user info, no
-// characters a Host field could not carry.
-bool is_plain_authority(std::string_view authority) {
-    if (authority.empty() || authority.front() == ':') {
-        return false;
+// RFC 3986's unreserved characters: a reg-name's, without its sub-delims and percent-encoding,
+// which no host name needs and which let two parsers read one host differently. An IPv4
+// address is made of them too.
+bool is_host_char(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || c == '-' ||
+           c == '.' || c == '_' || c == '~';
+}
+
+// Whether `authority` is uri-host [ ":" port ] (RFC 9110 7.2, RFC 3986 3.2.2), and nothing
+// else: a reg-name or IPv4 address of host characters, or an IP literal in brackets (host
+// characters and colons: IPv6, IPvFuture), then an optional port of digits only. No user info,
+// no characters a Host field could not carry. The rule of an absolute-form target's authority
+// and of a Host field alike.
+bool is_host_and_port(std::string_view authority) {
+    std::size_t host_end = 0;
+    if (!authority.empty() && authority.front() == '[') {
+        const auto close = authority.find(']');
+        if (close == std::string_view::npos || close == 1) {
+            return false;
+        }
+        const auto literal = authority.substr(1, close - 1);
+        if (!std::all_of(literal.begin(), literal.end(), [](char c) {
+                return c == ':' || is_host_char(c);
+            })) {
+            return false;
+        }
+        host_end = close + 1;
+    } else {
+        host_end = std::min(authority.find(':'), authority.size());
+        const auto host = authority.substr(0, host_end);
+        if (host.empty() || !std::all_of(host.begin(), host.end(), is_host_char)) {
+            return false;
+        }
     }
-    return std::all_of(authority.begin(), authority.end(), [](char c) {
-        const auto u = static_cast<unsigned char>(c);
-        return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
-               std::string_view("-._~:[]").find(c) != std::string_view::npos;
-    });
+    const auto port = authority.substr(host_end);
+    return port.empty() ||
+           (port.front() == ':' &&
+            std::all_of(port.begin() + 1, port.end(), [](char c) { return c >= '0' && c <= '9'; }));
 }
 
 } // namespace
@@ -200,8 +229,20 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
     if (fields.hosts > 1 || (req.version() >= 11 && fields.hosts == 0)) {
         return bhttp::status::bad_request;
     }
+    // RFC 9110 7.2: a Host is uri-host [ ":" port ]. One with a space, a '/', an '@', a control
+    // byte or a list in it could make the upstream, a cache or a log take the request for another
+    // host's; nginx refuses it too ("client sent invalid host header"). HTTP/1.0 needs no Host,
+    // and may send an empty one.
+    if (fields.first_host != nullptr) {
+        const std::string_view host = fields.first_host->value();
+        if (!is_host_and_port(host) && !(host.empty() && req.version() < 11)) {
+            return bhttp::status::bad_request;
+        }
+    }
     // Beast accepts repeated equal Content-Length values ("5, 5"); the next hop might not agree
-    // on what they mean, so refuse them (RFC 9112 6.3 allows either).
+    // on what they mean, so refuse them (RFC 9112 6.3 allows either). An upstream's response
+    // gets the other choice, its one value passed on (prepare_response): refusing it would cost
+    // the client a response the upstream gave, where a client can send its request again.
     if (fields.lengths > 1 ||
         (fields.first_length != nullptr &&
          std::string_view(fields.first_length->value()).find(',') != std::string_view::npos)) {
@@ -232,7 +273,7 @@ std::optional<absolute_target> split_absolute_form(std::string_view target) {
     const auto authority_end = std::min(rest.find_first_of("/?#"), rest.size());
     absolute_target out;
     out.authority = rest.substr(0, authority_end);
-    if (!is_plain_authority(out.authority)) {
+    if (!is_host_and_port(out.authority)) {
         return std::nullopt;
     }
     rest.remove_prefix(authority_end);

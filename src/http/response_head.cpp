@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -162,6 +163,22 @@ void response_head::set_chunked(bool chunked) {
     if (list && !list->empty()) {
         add(bhttp::field::transfer_encoding, "Transfer-Encoding", *list);
     }
+}
+
+void response_head::set_single_content_length(std::uint64_t length) {
+    const auto is_length = [](const head_field& f) {
+        return f.name() == bhttp::field::content_length;
+    };
+    const auto first = std::find_if(fields_.begin(), fields_.end(), is_length);
+    if (first == fields_.end()) {
+        return;
+    }
+    const auto later = std::find_if(std::next(first), fields_.end(), is_length);
+    if (later == fields_.end() && first->value().find(',') == std::string_view::npos) {
+        return; // one plain value: nearly every head
+    }
+    *first = head_field(first->name(), first->name_string(), keep(std::to_string(length)));
+    fields_.erase(std::remove_if(later, fields_.end(), is_length), fields_.end());
 }
 
 } // namespace sluice::http

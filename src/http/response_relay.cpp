@@ -210,6 +210,13 @@ bool prepare_response(forward_args& a, response_parser& rp) {
     bool keep_alive = a.client_keep_alive && !*a.draining;
     const bool http11 = a.reply.version >= 11;
     res.version = http11 ? 11 : 10;
+    if (const auto length = rp.content_length()) {
+        // Beast's parser takes a list of equal values ("5, 5", or 5 on two lines) as that one
+        // length, and refuses values that differ (a 502). A proxy must then send the one value
+        // (RFC 9112 6.3): a client, or a cache beyond it, may refuse the list, or read the two
+        // lines otherwise, and frame the body otherwise than sluice did.
+        res.set_single_content_length(*length);
+    }
     if (carries_body(a, rp) && !rp.content_length()) {
         // Chunked or ended by the upstream's close: chunk it for HTTP/1.1, which keeps the
         // connection; HTTP/1.0 knows no chunking, so the body ends when we close.

@@ -4,6 +4,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include <array>
+
 namespace sluice::redis {
 
 namespace detail {
@@ -41,6 +43,27 @@ reply copy_reply(const redisReply& r) {
 }
 
 } // namespace detail
+
+std::string_view reply::error_kind() const noexcept {
+    // The codes Redis 5 to 7 start its error replies with (a script's own error_reply may start
+    // with anything: "other").
+    static constexpr std::array<std::string_view, 22> codes = {
+        "ERR",        "WRONGTYPE", "NOSCRIPT", "BUSY",      "OOM",       "READONLY",
+        "MASTERDOWN", "LOADING",   "NOAUTH",   "NOPERM",    "WRONGPASS", "MISCONF",
+        "NOREPLICAS", "EXECABORT", "MOVED",    "ASK",       "TRYAGAIN",  "CLUSTERDOWN",
+        "CROSSSLOT",  "UNBLOCKED", "NOTBUSY",  "UNKILLABLE"};
+    if (type != kind::error) {
+        return "other";
+    }
+    const std::string_view text(str);
+    const auto code = text.substr(0, text.find(' '));
+    for (const auto known : codes) {
+        if (code == known) {
+            return known;
+        }
+    }
+    return "other";
+}
 
 std::string reply::describe() const {
     switch (type) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/store/redis_store.hpp"
 
+#include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/core/saturate.hpp"
 #include "sluice/limiter/algorithm.hpp"
@@ -1009,7 +1010,7 @@ void redis_store::give_up_functions(std::string_view why) {
                   ++functions_given_up_ == 1 ? spdlog::level::info : spdlog::level::debug,
                   "redis store: Redis Functions unusable ({}): deciding with EVALSHA, trying "
                   "them again in {} s",
-                  why,
+                  log_excerpt(why),
                   std::chrono::ceil<std::chrono::seconds>(functions_retry_after_).count());
 }
 
@@ -1067,18 +1068,23 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
         }
         // Unavailability is the client's to report (once per outage); a bad reply is a bug or
         // a misconfiguration an operator must see, but not once per request. An error reply:
-        // each distinct one once per 10 s (one must not hide another), with its count. A
-        // malformed one (whose text may differ every time): one line per 10 s in all.
+        // each kind (OOM, BUSY, ERR, ...) once per 10 s, so one does not hide another, with its
+        // count; by kind, not by text, which may differ every time (a number, a key, a line)
+        // and would give each reply a line. A malformed one: one line per 10 s in all. Either
+        // shows at most 128 bytes of the reply: a reply may be as large as Redis allows.
         if (ec == errc::bad_reply && r.is_error()) {
-            static keyed_log_throttle by_error{std::chrono::seconds(10)};
-            log_throttled(
-                by_error, spdlog::level::warn, "redis store: the limits script failed: {}", r.str);
+            static keyed_log_throttle by_kind{std::chrono::seconds(10)};
+            log_throttled_by(by_kind,
+                             r.error_kind(),
+                             spdlog::level::warn,
+                             "redis store: the limits script failed: {}",
+                             log_excerpt(r.str));
         } else if (ec == errc::bad_reply) {
             static log_throttle malformed{std::chrono::seconds(10)};
             log_throttled(malformed,
                           spdlog::level::warn,
                           "redis store: unexpected reply to the limits script: {}",
-                          r.describe());
+                          log_excerpt(r.describe()));
         }
         for (auto& w : b.waiters) {
             if (w.part) {
@@ -1202,13 +1208,17 @@ void redis_store::run_script(std::uint16_t slot,
                  (*self)->run_script(slot, *s, *next, std::move(args), what, otherwise);
                  return;
              }
+             // Per script and kind of failure (an error reply's kind, as in answer()): a key per
+             // text would let each new text through.
              static keyed_log_throttle failures{std::chrono::seconds(10)};
-             log_throttled(failures,
-                           spdlog::level::warn,
-                           "redis store: could not {} ({}): {}",
-                           what,
-                           ec == errc::bad_reply ? r.str : ec.message(),
-                           otherwise);
+             const auto kind = ec == errc::bad_reply ? r.error_kind() : "unanswered";
+             log_throttled_by(failures,
+                              std::string(what) + ": " + std::string(kind),
+                              spdlog::level::warn,
+                              "redis store: could not {} ({}): {}",
+                              what,
+                              ec == errc::bad_reply ? log_excerpt(r.str) : ec.message(),
+                              otherwise);
          });
 }
 

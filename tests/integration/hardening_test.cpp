@@ -93,6 +93,11 @@ TEST_P(Malformed, Gets400AndNothingReachesUpstream) {
 
 const std::string post = "POST /smuggle HTTP/1.1\r\nHost: 127.0.0.1\r\n";
 
+/// A GET whose Host field has the value `host`.
+std::string host_line(const std::string& host) {
+    return "GET /host HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Hardening,
     Malformed,
@@ -110,7 +115,26 @@ INSTANTIATE_TEST_SUITE_P(
                        "GET /fold HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Folded: a\r\n b\r\n\r\n"},
         malformed_case{"BareLineFeedRequestLine", "GET /lf HTTP/1.1\nHost: 127.0.0.1\r\n\r\n"},
         malformed_case{"SpaceBeforeColon",
-                       "GET /space HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Foo : bar\r\n\r\n"}),
+                       "GET /space HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Foo : bar\r\n\r\n"},
+        // A Host must be uri-host [ ":" port ] (RFC 9110 7.2): nginx's "client sent invalid
+        // host header". Anything else could route, cache or log the request as another host.
+        malformed_case{"HostWithSpace", host_line("a b")},
+        malformed_case{"HostWithTab", host_line("a\tb")},
+        malformed_case{"HostWithControlByte", host_line("a\x01-b")},
+        malformed_case{"HostWithSlash", host_line("evil.example/x")},
+        malformed_case{"HostWithUserInfo", host_line("user@evil.example")},
+        malformed_case{"HostWithQuery", host_line("evil.example?x")},
+        malformed_case{"HostWithFragment", host_line("evil.example#x")},
+        malformed_case{"HostWithBackslash", host_line("evil.example\\x")},
+        malformed_case{"HostNonAscii", host_line("\xc3\xa9vil.example")},
+        malformed_case{"HostList", host_line("a.example, b.example")},
+        malformed_case{"HostPortNotDigits", host_line("a.example:8o")},
+        malformed_case{"HostTwoPorts", host_line("a.example:80:81")},
+        malformed_case{"HostPortAlone", host_line(":80")},
+        malformed_case{"HostUnclosedBracket", host_line("[::1")},
+        malformed_case{"HostEmpty", host_line("")},
+        malformed_case{"TwoHostLines",
+                       "GET /host HTTP/1.1\r\nHost: a.example\r\nHost: a.example\r\n\r\n"}),
     case_name);
 
 TEST(Hardening, HugeHeaderGets431) {

@@ -455,8 +455,49 @@ INSTANTIATE_TEST_SUITE_P(
                            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello"},
         upstream_head_case{"GzipThenChunked",
                            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
-                           "5\r\nhello\r\n0\r\n\r\n"}),
+                           "5\r\nhello\r\n0\r\n\r\n"},
+        upstream_head_case{"DifferentLengthsInAList",
+                           "HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello!"},
+        upstream_head_case{"DifferentLengthsOnTwoLines",
+                           "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"
+                           "hello!"}),
     upstream_head_name);
+
+// RFC 9110 8.6: a Content-Length of identical values, in a list or on several lines, may be
+// taken as the one value, and a proxy must then send that value alone (RFC 9112 6.3): a client
+// (or a cache behind it) that refuses the list, or reads the two lines otherwise, must get one
+// valid field. The body is relayed whole, and the connection stays in step.
+TEST(HostileInput, RepeatedIdenticalUpstreamContentLengthsReachTheClientAsOne) {
+    const std::vector<header_list> lengths = {
+        {{"Content-Length", "5, 5"}},
+        {{"Content-Length", "5"}, {"Content-Length", "5"}},
+        {{"Content-Length", "5,5 , 5"}, {"Content-Length", "5"}},
+    };
+    for (const auto& fields : lengths) {
+        recording_upstream upstream([&fields](const recorded_request&) {
+            response_plan plan;
+            plan.headers = fields;
+            plan.body = "hello";
+            plan.close_delimited = true; // no Content-Length of the upstream helper's own
+            return plan;
+        });
+        sluice_process sluice(yaml_for(upstream));
+        http_connection connection(sluice.port(), 5s);
+        connection.send("GET", "/twice");
+        error_code ec;
+        const auto response = connection.try_read_response(ec);
+        const auto what = fields.front().second + " on " + std::to_string(fields.size()) + " lines";
+        ASSERT_TRUE(response) << what << ": no response: " << ec.message();
+        EXPECT_EQ(response->status, 200u) << what;
+        EXPECT_EQ(response->body, "hello") << what;
+        EXPECT_EQ(count_header(response->headers, "Content-Length"), 1u) << what;
+        EXPECT_EQ(response->header("Content-Length"), "5") << what;
+        connection.send("GET", "/after");
+        const auto after = connection.try_read_response(ec);
+        ASSERT_TRUE(after) << what << ": no response: " << ec.message();
+        EXPECT_EQ(after->header("X-Upstream-Target"), "/after") << what;
+    }
+}
 
 // --- Interim responses: one deadline, a bounded number -------------------------------------------
 

@@ -9,9 +9,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <ostream>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sluice::test {
@@ -338,6 +343,66 @@ TEST(Proxy, AKeptConnectionTheUpstreamClosedIsRetriedOnANewOne) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
     EXPECT_EQ(upstream.stats().connections, 2u);
     EXPECT_EQ(upstream.requests().size(), 2u);
+}
+
+/// How many of the requests the upstream saw were `method target`.
+std::size_t
+seen(const recording_upstream& upstream, std::string_view method, std::string_view target) {
+    const auto requests = upstream.requests();
+    return static_cast<std::size_t>(
+        std::count_if(requests.begin(), requests.end(), [&](const recorded_request& r) {
+            return r.method == method && r.target == target;
+        }));
+}
+
+/// An upstream's answers: the first request to each `/unanswered-...` target is read, and its
+/// connection closed without an answer; any other request gets 200.
+recording_upstream::handler close_unanswered_on_first_sight() {
+    return [targets = std::make_shared<std::set<std::string>>(),
+            mutex = std::make_shared<std::mutex>()](const recorded_request& r) {
+        response_plan plan;
+        const std::lock_guard lock(*mutex);
+        plan.close_unanswered =
+            r.target.starts_with("/unanswered") && targets->insert(r.target).second;
+        return plan;
+    };
+}
+
+// RFC 9110 9.2.2: only a request whose method is idempotent may be sent again after its
+// connection closed unanswered, since the upstream may have acted on it before closing. A POST
+// or a PATCH without a body (Content-Length: 0) is no exception: it gets a 502, and the upstream
+// sees it once (nginx's default, proxy_next_upstream without non_idempotent).
+TEST(Proxy, ANonIdempotentRequestWhoseKeptConnectionClosedUnansweredIsNotSentAgain) {
+    recording_upstream upstream(close_unanswered_on_first_sight());
+    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
+    // One worker: one pool, which every request draws from.
+    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  workers: 1\n"));
+    for (const std::string method : {"POST", "PATCH"}) {
+        const auto target = "/unanswered-" + method;
+        // A connection for the pool, kept by sluice and the upstream.
+        ASSERT_EQ(get(sluice.port(), "/warm").status, 200u);
+        ASSERT_TRUE(upstream.wait_quiet(5s));
+        const auto response = request(sluice.port(), method, target, {{"Content-Length", "0"}});
+        EXPECT_EQ(response.status, 502u) << method;
+        ASSERT_TRUE(upstream.wait_quiet(5s));
+        EXPECT_EQ(seen(upstream, method, target), 1u) << method << " was sent again";
+    }
+}
+
+// The same close, for methods that may be repeated: sent again, at once, on a new connection.
+TEST(Proxy, AnIdempotentRequestWhoseKeptConnectionClosedUnansweredIsSentAgain) {
+    recording_upstream upstream(close_unanswered_on_first_sight());
+    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
+    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  workers: 1\n"));
+    for (const std::string method : {"GET", "PUT", "DELETE", "OPTIONS"}) {
+        const auto target = "/unanswered-" + method;
+        ASSERT_EQ(get(sluice.port(), "/warm").status, 200u);
+        ASSERT_TRUE(upstream.wait_quiet(5s));
+        const auto response = request(sluice.port(), method, target, {{"Content-Length", "0"}});
+        EXPECT_EQ(response.status, 200u) << method;
+        EXPECT_EQ(response.header("X-Upstream-Target"), target);
+        EXPECT_EQ(seen(upstream, method, target), 2u) << method;
+    }
 }
 
 // An upstream that sends a second response unasked, after the first: the connection must not

@@ -288,6 +288,10 @@ bool recording_upstream::serve_one(fd_stream& stream,
     }
     changed_.notify_all();
 
+    if (plan.close_unanswered) {
+        stream.shutdown_send();
+        return false;
+    }
     if (plan.delay.count() > 0 && !pause(plan.delay)) {
         return false;
     }

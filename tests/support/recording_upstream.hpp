@@ -62,6 +62,9 @@ struct response_plan {
     /// Close it after this response without saying so (no `Connection: close`), as an upstream
     /// whose keep-alive timeout ends just after a response.
     bool close_silently = false;
+    /// Read the request whole, then close the connection without answering it: an upstream
+    /// whose keep-alive timeout ended as the request came, or one that died processing it.
+    bool close_unanswered = false;
     /// Raw bytes sent before the response, e.g. a complete 1xx interim response.
     std::string interim;
     /// When set, `interim` is sent again every this long until the server stops or the peer

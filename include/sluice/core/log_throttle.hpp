@@ -9,6 +9,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -59,6 +60,23 @@ private:
     std::atomic<std::uint64_t> suppressed_{0};
 };
 
+namespace detail {
+
+/// Writes a line a throttle let through, saying how many like it the throttle held back before.
+template <typename... Args>
+void write_allowed_line(spdlog::level::level_enum level,
+                        std::uint64_t suppressed,
+                        fmt::format_string<Args...> format,
+                        Args&&... args) {
+    auto line = fmt::format(format, std::forward<Args>(args)...);
+    if (suppressed > 0) {
+        line += fmt::format(" ({} similar lines suppressed)", suppressed);
+    }
+    spdlog::log(level, "{}", line);
+}
+
+} // namespace detail
+
 /**
  * Logs through `throttle`: the line is written only when the throttle allows it, and then says
  * how many like it were held back since the previous one.
@@ -75,11 +93,7 @@ void log_throttled(log_throttle& throttle,
     if (!throttle.allow(suppressed)) {
         return;
     }
-    auto line = fmt::format(format, std::forward<Args>(args)...);
-    if (suppressed > 0) {
-        line += fmt::format(" ({} similar lines suppressed)", suppressed);
-    }
-    spdlog::log(level, "{}", line);
+    detail::write_allowed_line(level, suppressed, format, std::forward<Args>(args)...);
 }
 
 /**
@@ -177,6 +191,28 @@ void log_throttled(keyed_log_throttle& throttle,
         line += fmt::format(" ({} identical lines suppressed)", suppressed);
     }
     spdlog::log(level, "{}", line);
+}
+
+/**
+ * Logs through `throttle`, keyed by `key` (a kind of line, from a fixed set) rather than by the
+ * formatted line: for lines whose text varies without bound (a reply's), where a key per text
+ * would let every new text through. Each key at most once per interval, then with the number of
+ * lines of its kind held back.
+ */
+template <typename... Args>
+void log_throttled_by(keyed_log_throttle& throttle,
+                      std::string_view key,
+                      spdlog::level::level_enum level,
+                      fmt::format_string<Args...> format,
+                      Args&&... args) {
+    if (!spdlog::should_log(level)) {
+        return;
+    }
+    std::uint64_t suppressed = 0;
+    if (!throttle.allow(std::string(key), suppressed)) {
+        return;
+    }
+    detail::write_allowed_line(level, suppressed, format, std::forward<Args>(args)...);
 }
 
 } // namespace sluice

@@ -9,6 +9,7 @@
 #include <boost/beast/http/field.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory_resource>
 #include <string_view>
 #include <vector>
@@ -121,6 +122,13 @@ public:
      * Content-Length field goes.
      */
     void set_chunked(bool chunked);
+
+    /**
+     * Leaves one Content-Length field, of value `length`, in the first one's place, when the
+     * head has several, or a list in one: the parser took them as `length`, which it does only
+     * when they all say it (RFC 9110 8.6). A head with one plain value is left as it came.
+     */
+    void set_single_content_length(std::uint64_t length);
 
 private:
     std::string_view keep(std::string_view text);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sluice::redis {
@@ -35,6 +36,15 @@ struct reply {
 
     /// A one-line rendering for logs and test messages, e.g. `[1, "a", nil]`.
     std::string describe() const;
+
+    /**
+     * The kind of an error reply: the code it starts with ("ERR", "NOSCRIPT", "OOM", ...) when
+     * that is one of the codes Redis sends, else "other" (and for a reply that is no error). A
+     * fixed set, whatever the text: what a log line about error replies is throttled by, where
+     * the text (which may name a key, a line, a number) would give each a throttle of its own.
+     * The view is into static storage.
+     */
+    std::string_view error_kind() const noexcept;
 
     friend bool operator==(const reply&, const reply&) = default;
 };

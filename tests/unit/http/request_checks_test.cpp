@@ -96,6 +96,65 @@ TEST(TakeHeader, CopiesTheHeaderAsItCameAndParsesTheCopyAlike) {
     EXPECT_TRUE(copy.empty());
 }
 
+// --- check_request: the Host field -----------------------------------------------------------
+
+/// check_request's answer to `bytes`, a whole request header.
+std::optional<bhttp::status> checked(const std::string& bytes) {
+    parsed_request r;
+    auto buffer = buffer_of(bytes);
+    const auto ec = take_header(buffer, *r.parser, 16 * 1024);
+    EXPECT_EQ(ec, error_code{}) << bytes;
+    return check_request(*r.parser, config::config{});
+}
+
+// RFC 9110 7.2: Host = uri-host [ ":" port ], where uri-host is a reg-name (of the characters an
+// absolute-form authority may have), an IPv4 address or an IP literal in brackets, and the port
+// digits only. Anything else is a 400, as nginx's "client sent invalid host header".
+TEST(CheckRequest, AHostFieldMustBeAHostAndAnOptionalPort) {
+    for (const char* host : {"example.com",
+                             "EXAMPLE.com:8080",
+                             "a-b_c~d.e",
+                             "127.0.0.1",
+                             "127.0.0.1:80",
+                             "[::1]",
+                             "[::1]:8443",
+                             "[2001:db8::7]:1",
+                             "example.com:"}) {
+        EXPECT_EQ(checked(std::string("GET / HTTP/1.1\r\nHost: ") + host + "\r\n\r\n"),
+                  std::nullopt)
+            << host;
+    }
+    for (const char* host : {"a b",
+                             "a\tb",
+                             "evil.example/x",
+                             "user@evil.example",
+                             "evil.example?x",
+                             "evil.example#x",
+                             "evil.example\\x",
+                             "\xc3\xa9vil.example",
+                             "a.example, b.example",
+                             "a.example:8o",
+                             "a.example:80:81",
+                             ":80",
+                             "[::1",
+                             "::1",
+                             "[::1]x",
+                             "[::1]:8o",
+                             "[]",
+                             "a]",
+                             ""}) {
+        EXPECT_EQ(checked(std::string("GET / HTTP/1.1\r\nHost: ") + host + "\r\n\r\n"),
+                  bhttp::status::bad_request)
+            << host;
+    }
+    // One Host only, and one in HTTP/1.1.
+    EXPECT_EQ(checked("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"), bhttp::status::bad_request);
+    EXPECT_EQ(checked("GET / HTTP/1.1\r\n\r\n"), bhttp::status::bad_request);
+    // HTTP/1.0 needs none; one it sends is held to the same rules.
+    EXPECT_EQ(checked("GET / HTTP/1.0\r\n\r\n"), std::nullopt);
+    EXPECT_EQ(checked("GET / HTTP/1.0\r\nHost: a/b\r\n\r\n"), bhttp::status::bad_request);
+}
+
 // --- absolute-form ---------------------------------------------------------------------------
 
 TEST(SplitAbsoluteForm, TakesTheAuthorityAndKeepsPathAndQuery) {

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <string_view>
 
 namespace sluice::redis {
 namespace {
@@ -80,6 +82,29 @@ TEST(ScriptCall, RefusalsAreReadFromTheReplyToTheWayTheCallWasMade) {
     ok.type = reply::kind::string;
     ok.str = "NOSCRIPT"; // a string reply, not an error
     EXPECT_EQ(refusal_of(script_call::evalsha, ok), script_refusal::none);
+}
+
+// An error reply's kind is the code Redis starts it with, one of a fixed set: a log line
+// throttled by kind has a bounded number of throttles, whatever texts Redis (or a script) sends.
+TEST(ReplyErrorKind, IsTheLeadingCodeOfAFixedSetOrOther) {
+    EXPECT_EQ(error("ERR Error running script (call to f_1): @user_script:3: boom").error_kind(),
+              "ERR");
+    EXPECT_EQ(error("NOSCRIPT No matching script. Please use EVAL.").error_kind(), "NOSCRIPT");
+    EXPECT_EQ(error("OOM command not allowed when used memory > 'maxmemory'.").error_kind(), "OOM");
+    EXPECT_EQ(error("BUSY Redis is busy running a script.").error_kind(), "BUSY");
+    EXPECT_EQ(error("NOPERM this user has no permissions").error_kind(), "NOPERM");
+    EXPECT_EQ(error("READONLY You can't write against a read only replica.").error_kind(),
+              "READONLY");
+    EXPECT_EQ(error("ERR").error_kind(), "ERR");
+    EXPECT_EQ(error("").error_kind(), "other");
+    EXPECT_EQ(error("err lowercase is not Redis's").error_kind(), "other");
+    EXPECT_EQ(error("ERRX close but not a code").error_kind(), "other");
+    std::set<std::string_view> kinds;
+    for (int i = 0; i < 1000; ++i) {
+        kinds.insert(error("CODE" + std::to_string(i) + " text").error_kind());
+        kinds.insert(error("ERR text " + std::to_string(i)).error_kind());
+    }
+    EXPECT_EQ(kinds, (std::set<std::string_view>{"ERR", "other"}));
 }
 
 } // namespace

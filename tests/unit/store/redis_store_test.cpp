@@ -10,6 +10,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +25,9 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -583,6 +588,77 @@ TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
     // A limit that never shapes is never delayed.
     l.mode = config::shaping_mode::police;
     EXPECT_EQ(decide_with(1).ec, errc::bad_reply);
+}
+
+/// What the default logger writes while this lives, one message a line (no pattern).
+class captured_log {
+public:
+    captured_log()
+        : previous_(spdlog::default_logger()) {
+        auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+        sink->set_pattern("%v");
+        spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+    }
+
+    captured_log(const captured_log&) = delete;
+    captured_log& operator=(const captured_log&) = delete;
+
+    ~captured_log() { spdlog::set_default_logger(previous_); }
+
+    std::string text() const { return text_.str(); }
+
+    /// The lines that contain `part`.
+    std::vector<std::string> lines_with(std::string_view part) const {
+        std::vector<std::string> lines;
+        std::istringstream in(text_.str());
+        for (std::string line; std::getline(in, line);) {
+            if (line.find(part) != std::string::npos) {
+                lines.push_back(line);
+            }
+        }
+        return lines;
+    }
+
+private:
+    std::ostringstream text_;
+    std::shared_ptr<spdlog::logger> previous_;
+};
+
+// Review (Redis store log lines): the limits script's error replies were throttled per text, so
+// each new text (a script error naming a number, a key, a line) got a line of its own; and a
+// malformed reply was logged whole, however long. Now one line per kind of error per 10 s, and
+// at most 128 bytes of a reply, escaped, with its length.
+TEST_F(RedisStore, RepliesAreLoggedBoundedInNumberAndLength) {
+    const auto l = leaky(10, 1);
+    EXPECT_TRUE(acquire_one("warm", l, t0).allowed); // the store's own library, loaded
+    const auto name = std::string(redis::limits_script.function_name);
+    const auto answer_with = [&](const std::string& body) {
+        // The function the store calls, replaced by one that runs `body`.
+        command({"FUNCTION",
+                 "LOAD",
+                 "REPLACE",
+                 "#!lua name=" + name + "\nredis.register_function('" + name + "', function() " +
+                     body + " end)\n"});
+    };
+    captured_log log;
+    answer_with("return redis.error_reply('ERR refused, call ' .. redis.call('INCR', 'calls'))");
+    for (int i = 0; i < 100; ++i) {
+        EXPECT_EQ(acquire(one("erring", l), t0).ec, errc::bad_reply);
+    }
+    EXPECT_EQ(command({"GET", "calls"}).str, "100");
+    const auto failed = log.lines_with("the limits script failed");
+    ASSERT_EQ(failed.size(), 1u) << log.text().substr(0, 4096);
+    EXPECT_NE(failed[0].find("ERR refused, call 1"), std::string::npos) << failed[0];
+
+    answer_with("return string.rep('\\1', 100000)");
+    EXPECT_EQ(acquire(one("malformed", l), t0).ec, errc::bad_reply);
+    const auto unexpected = log.lines_with("unexpected reply to the limits script");
+    ASSERT_EQ(unexpected.size(), 1u) << log.text().substr(0, 4096);
+    // The reply in quotes: 100,002 bytes, of which the first 128 are logged, four bytes each
+    // once escaped (the quote one).
+    EXPECT_LT(unexpected[0].size(), 600u);
+    EXPECT_NE(unexpected[0].find("\"\\x01\\x01"), std::string::npos) << unexpected[0];
+    EXPECT_NE(unexpected[0].find("... (100002 bytes)"), std::string::npos) << unexpected[0];
 }
 
 // The script's packed request numbers: 32-bit little-endian (see src/redis/limits.lua).
