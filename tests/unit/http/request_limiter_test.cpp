@@ -146,6 +146,35 @@ TEST_F(RequestLimiter, AnUntrustedPeersForwardedForIsIgnored) {
     EXPECT_EQ(limiter.client(), "203.0.113.7");
 }
 
+// A header an enforced limit reads (a `header:` key part, a `cost.request` header) on more than
+// one line is refused; a header no limit reads may repeat, and a dry-run limit enforces nothing.
+TEST_F(RequestLimiter, AHeaderItsLimitsReadOnTwoLinesIsRefused) {
+    config::limit by_key = leaky(2, 1, config::shaping_mode::police);
+    by_key.key = {config::key_part{config::key_part::kind::header, "X-Api-Key", {}}};
+    config::limit by_cost = leaky(2, 1, config::shaping_mode::police);
+    by_cost.cost.emplace();
+    by_cost.cost->request.what = config::cost_source::kind::header;
+    by_cost.cost->request.header = "X-Cost";
+
+    const auto repeats = [](const config::limit& limit, const char* name, int lines) {
+        config::config cfg;
+        cfg.rate_limit.fallback = limit;
+        get_request req("/x");
+        for (int i = 0; i < lines; ++i) {
+            req.parser.get().insert(name, std::to_string(i + 1));
+        }
+        request_limiter limiter;
+        return limiter.repeats_a_header_it_reads(cfg, req.limited());
+    };
+    EXPECT_TRUE(repeats(by_key, "x-api-key", 2));
+    EXPECT_FALSE(repeats(by_key, "X-Api-Key", 1));
+    EXPECT_FALSE(repeats(by_key, "X-Other", 2));
+    EXPECT_TRUE(repeats(by_cost, "X-Cost", 2));
+    EXPECT_FALSE(repeats(by_cost, "X-Cost", 1));
+    by_cost.dry_run = true;
+    EXPECT_FALSE(repeats(by_cost, "X-Cost", 2));
+}
+
 TEST_F(RequestLimiter, ShapingDelaysAndKeepsItsHeldPlaceUntilTheHoldEnds) {
     config::config cfg;
     cfg.rate_limit.fallback = leaky(5, 10, config::shaping_mode::shape);
