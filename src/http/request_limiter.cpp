@@ -71,8 +71,8 @@ forwarded_for(const limited_request& req, const config::config& cfg, std::string
             xff = value;
             continue;
         }
-        if (xff.data() != joined.data()) {
-            joined.assign(xff);
+        if (joined.empty()) {
+            joined.assign(xff); // the second line: the list goes on in `joined`
         }
         joined += ", ";
         joined += value;

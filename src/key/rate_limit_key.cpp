@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 namespace sluice::key {
 
@@ -132,13 +133,7 @@ void append_part(std::string& out, std::string_view part) {
         return;
     }
     out.append(part.substr(0, shortened_head));
-    out.push_back('~');
-    std::array<char, 16> hex{};
-    std::uint64_t h = digest(part);
-    for (auto it = hex.rbegin(); it != hex.rend(); ++it, h >>= 4) {
-        *it = "0123456789abcdef"[h & 0xf];
-    }
-    out.append(hex.data(), hex.size());
+    fmt::format_to(std::back_inserter(out), "~{:016x}", digest(part));
 }
 
 piece resolve(const config::key_part& part,

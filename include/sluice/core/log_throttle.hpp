@@ -97,10 +97,12 @@ void log_throttled(log_throttle& throttle,
 }
 
 /**
- * A `log_throttle` per distinct line: each different text may be written once per interval, and
- * the next time it is written it says how many times it was held back. For errors whose text
- * varies (a Redis error reply, the step that failed): one call site then reports each distinct
- * error, where a plain throttle would let the first one hide the others. Thread-safe (a mutex:
+ * A `log_throttle` per distinct line (`log_throttled`) or per kind of line (`log_throttled_by`):
+ * each may be written once per interval, and the next time it is written it says how many times
+ * it was held back. For errors of several kinds (the step that failed, a Redis error's code): one
+ * call site then reports each kind, where a plain throttle would let the first hide the others.
+ * Keyed by line only where the texts come from a small set: a text a peer or a reply shapes
+ * would let every new one through. Thread-safe (a mutex:
  * only failure paths use it). At most `max_lines` texts are remembered; a new one beyond that
  * forgets the one seen least recently, with its count.
  */
