@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The request path's parsing on arbitrary bytes: the header checks (take_header, check_request,
-// absolute-form rewriting), then a chunked or sized body through put_buffered into a small
-// buffer_body, the bytes arriving in pieces as a socket would deliver them. Properties, beyond
-// "no crash, no sanitizer report": nothing throws (libFuzzer reports an escaping exception), and
-// the bytes held unparsed never exceed the header limit, or in a body the chunk limits, by more
-// than one piece: what sluice buffers is bounded whatever the peer sends.
+// absolute-form rewriting, the fields with underscores taken out), then a chunked or sized body
+// through put_buffered into a small buffer_body, the bytes arriving in pieces as a socket would
+// deliver them. Properties, beyond "no crash, no sanitizer report": nothing throws (libFuzzer
+// reports an escaping exception), the bytes held unparsed never exceed the header limit, or in a
+// body the chunk limits, by more than one piece (what sluice buffers is bounded whatever the
+// peer sends), and no field whose name has an underscore survives the default policy.
 #include "http/message_reader.hpp"
 #include "http/request_checks.hpp"
 
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string_view>
 
 namespace {
 
@@ -84,6 +86,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const sluice::config::config cfg;
     if (check_request(*parser, cfg) || !rewrite_absolute_form(parser->get())) {
         return 0;
+    }
+    // The default policy, drop: whatever fields go, none left may have an underscore.
+    if (!take_underscored_fields(parser->get(), cfg.server.headers_with_underscores)) {
+        fail("drop refused a request", buffer.size());
+    }
+    for (const auto& f : parser->get()) {
+        if (std::string_view(f.name_string()).find('_') != std::string_view::npos) {
+            fail("a field with an underscore stayed", buffer.size());
+        }
     }
 
     // The body, as the forwarder reads it: one put at a time into a small block.

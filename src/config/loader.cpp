@@ -74,6 +74,11 @@ void read_server(mapping& root, server_settings& out) {
     m.read_int("workers", out.workers, 0, 1024);
     m.read_size("max-header-size", out.max_header_bytes, 1, one_gib);
     m.read_size("max-uri-length", out.max_uri_bytes, 1, one_gib);
+    m.read_enum<underscore_headers>("headers-with-underscores",
+                                    out.headers_with_underscores,
+                                    {{"allow", underscore_headers::allow},
+                                     {"drop", underscore_headers::drop},
+                                     {"reject", underscore_headers::reject}});
     m.read_size("max-chunk-header-size", out.max_chunk_header_bytes, 1, one_gib);
     m.read_size("max-trailer-size", out.max_trailer_bytes, 1, one_gib);
     m.read_size("max-body-size", out.max_body_bytes, 0, max_size);
@@ -374,6 +379,58 @@ void check_ports(const config& cfg, mapping& root) {
     }
 }
 
+/// The request header a limit reads by name whose name has an underscore, if any: a key part
+/// (`header:NAME`) or `cost.request: header:NAME`.
+std::optional<std::string> underscored_header_read(const limit& l) {
+    const auto underscored = [](const std::string& name) {
+        return name.find('_') != std::string::npos;
+    };
+    for (const auto& part : l.key) {
+        if (part.what == key_part::kind::header && underscored(part.header)) {
+            return part.header;
+        }
+    }
+    if (l.cost && l.cost->request.what == cost_source::kind::header &&
+        underscored(l.cost->request.header)) {
+        return l.cost->request.header;
+    }
+    return std::nullopt;
+}
+
+/// A limit that reads a header `server.headers-with-underscores` takes out (or refuses) would
+/// never see it: every request would share one bucket, or reserve the fallback cost.
+void check_underscored_headers(const config& cfg, mapping& root) {
+    const auto policy = cfg.server.headers_with_underscores;
+    if (policy == underscore_headers::allow) {
+        return;
+    }
+    const auto check = [&](const limit& l, const std::string& path) {
+        const auto name = underscored_header_read(l);
+        if (!name) {
+            return;
+        }
+        YAML::Mark at;
+        at.line = l.line > 0 ? l.line - 1 : 0;
+        root.report().add(at,
+                          path,
+                          "reads header " + detail::quoted(*name) +
+                              ", whose name has '_': server.headers-with-underscores is " +
+                              (policy == underscore_headers::drop
+                                   ? "drop, which takes such a header out"
+                                   : "reject, which refuses such a request") +
+                              " before any limit reads it; name the header with '-', or set "
+                              "server.headers-with-underscores: allow");
+    };
+    const auto& rl = cfg.rate_limit;
+    check(rl.fallback, "rate-limit.fallback");
+    for (std::size_t i = 0; i < rl.rules.size(); ++i) {
+        for (std::size_t j = 0; j < rl.rules[i].limits.size(); ++j) {
+            check(rl.rules[i].limits[j],
+                  "rate-limit.rules[" + std::to_string(i) + "].limits[" + std::to_string(j) + "]");
+        }
+    }
+}
+
 /// What stands at a second document's start, for the message refusing it.
 std::string second_document_problem(std::string_view yaml, const YAML::Mark& at) {
     const auto pos = at.pos >= 0 ? static_cast<std::size_t>(at.pos) : yaml.size();
@@ -421,6 +478,7 @@ config load_string(std::string_view yaml, const std::string& source, const envir
         read_admin(root, cfg.admin);
         root.finish();
         check_ports(cfg, root);
+        check_underscored_headers(cfg, root);
     }
     if (!report.empty()) {
         throw config_error(report.joined());

@@ -260,6 +260,28 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
     return std::nullopt;
 }
 
+std::optional<std::size_t> take_underscored_fields(header_fields& fields,
+                                                   config::underscore_headers policy) {
+    if (policy == config::underscore_headers::allow) {
+        return 0;
+    }
+    std::size_t taken = 0;
+    for (auto it = fields.begin(); it != fields.end();) {
+        // No field Beast knows by name has an underscore: only the others need looking at.
+        if (it->name() != bhttp::field::unknown ||
+            std::string_view(it->name_string()).find('_') == std::string_view::npos) {
+            ++it;
+            continue;
+        }
+        if (policy == config::underscore_headers::reject) {
+            return std::nullopt;
+        }
+        it = fields.erase(it);
+        ++taken;
+    }
+    return taken;
+}
+
 std::optional<absolute_target> split_absolute_form(std::string_view target) {
     std::size_t scheme = 0;
     if (target.size() >= 7 && beast::iequals(target.substr(0, 7), "http://")) {

@@ -25,6 +25,14 @@ std::optional<bhttp::status> header_error_status(const error_code& ec, bool got_
  */
 std::optional<bhttp::status> check_request(const request_parser& parser, const config::config& cfg);
 
+/**
+ * Applies `server.headers-with-underscores` to a request's fields: a field whose name has an
+ * underscore stays (allow), is taken out (drop), or refuses the request (reject). Returns how
+ * many fields were taken out, or nullopt when the request is refused.
+ */
+std::optional<std::size_t> take_underscored_fields(header_fields& fields,
+                                                   config::underscore_headers policy);
+
 /// An absolute-form request target (RFC 9112 3.2.2) taken apart.
 struct absolute_target {
     /// host[:port]; points into the target.

@@ -124,8 +124,11 @@ struct early_end {
 };
 
 // Everything between reading the header (`ec`: how that went) and the limiter: the request's
-// facts, the checks Beast leaves to us, the path. nullopt: on to the limiter.
-std::optional<early_end> check_header(connection_state& c, request_state& r, const error_code& ec) {
+// facts, the checks Beast leaves to us, the path, the fields `server.headers-with-underscores`
+// takes out. nullopt: on to the limiter. `counted`: false for a held request's header parsed
+// again, whose fields were counted the first time.
+std::optional<early_end>
+check_header(connection_state& c, request_state& r, const error_code& ec, bool counted = true) {
     if (ec) {
         const auto status = header_error_status(ec, c.buffer.size() != 0);
         if (!status) {
@@ -156,6 +159,14 @@ std::optional<early_end> check_header(connection_state& c, request_state& r, con
         return early_end{local_reply{bhttp::status::bad_request, {}, 0}, false};
     }
     r.record.path = std::move(*path);
+    const auto taken =
+        take_underscored_fields(r.parser.get(), r.cfg->server.headers_with_underscores);
+    if (!taken) {
+        return early_end{local_reply{bhttp::status::bad_request, {}, 0}, false};
+    }
+    if (*taken > 0 && counted) {
+        metrics::bump(c.w.metrics->dropped_header_fields_total, *taken);
+    }
     return std::nullopt;
 }
 
@@ -260,7 +271,7 @@ std::optional<resumed_hold> resume_hold(connection_state& c, request_memory& m) 
     prepare_parser(r);
     const auto ec = take_header(c.buffer, r.parser, r.cfg->server.max_header_bytes, &m.header);
     c.entry.idle = false;
-    if (!ec || *ec || check_header(c, r, *ec)) {
+    if (!ec || *ec || check_header(c, r, *ec, false)) {
         return std::nullopt;
     }
     r.limiter.resume(c.w, *r.cfg, r.limited(c.peer, c.peer_text), std::move(held->decision));

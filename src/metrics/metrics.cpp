@@ -188,6 +188,10 @@ constexpr scalar_metric scalar_metrics[] = {
      "Requests answered 408 by sluice: the header did not arrive within server.header-timeout, "
      "or the body within server.body-timeout.",
      &registry::client_timeouts_total},
+    {"sluice_dropped_header_fields_total",
+     "Request header fields taken out because their name has an underscore "
+     "(server.headers-with-underscores: drop).",
+     &registry::dropped_header_fields_total},
     {"sluice_held_requests",
      "Requests held by shaping now (counted from before the limiter decides, so that "
      "rate-limit.max-held also bounds the requests being decided).",

@@ -426,6 +426,81 @@ TEST(RulesHeaderKey, AKeyHeaderOnTwoLinesGets400AndNeverReachesTheUpstream) {
         << sluice.log_text();
 }
 
+// server.headers-with-underscores: drop (the default). A CGI-style upstream reads X_Api_Key as
+// X-Api-Key, so a client could send its key under the spelling sluice does not read; such
+// fields are taken out before the limiter and never reach the upstream, and a held request's
+// (whose header is parsed again when its hold ends) are taken out again and counted once.
+TEST(RulesHeaderKey, FieldsWithUnderscoresAreDroppedByDefault) {
+    recording_upstream upstream;
+    const std::string rules = fmt::format(R"(  fallback: {{ capacity: 100, {} }}
+  rules:
+    - name: api
+      match: {{ path: /api/* }}
+      limits:
+        - {{ capacity: 1, {}, key: ["header:X-Api-Key"] }}
+    - name: held
+      match: {{ path: /held/* }}
+      limits:
+        - {{ capacity: 5, flowRate: 5 }}
+)",
+                                          no_leak,
+                                          no_leak);
+    sluice_process sluice(make_yaml(upstream, rules));
+    const auto port = sluice.port();
+    const auto admin = admin_port(sluice);
+    const header_list spoof = {{"X_Api_Key", "victim"}, {"X-Api-Key", "alice"}};
+    EXPECT_EQ(probe(port, "GET", "/api/a", spoof).status, 200u);
+    EXPECT_EQ(probe(port, "GET", "/api/a", {{"X-Api-Key", "alice"}}).status, 429u)
+        << "the limiter read X-Api-Key alone";
+    const header_list traced = {{"X_Trace", "1"}, {"X-Trace", "2"}, {"x_b", "3"}};
+    EXPECT_EQ(probe(port, "GET", "/held/a", traced).status, 200u);
+    EXPECT_EQ(probe(port, "GET", "/held/a", traced).status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(3, 5s));
+    ASSERT_TRUE(upstream.wait_quiet(1s));
+    const auto seen = upstream.requests();
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[0].header("X-Api-Key"), "alice");
+    EXPECT_EQ(seen[0].header("X_Api_Key"), std::nullopt);
+    for (std::size_t i = 1; i < 3; ++i) {
+        EXPECT_EQ(seen[i].header("X-Trace"), "2") << i;
+        EXPECT_EQ(seen[i].header("X_Trace"), std::nullopt) << i;
+        EXPECT_EQ(seen[i].header("x_b"), std::nullopt) << i;
+    }
+    bool met = false;
+    const std::string text = wait_for_metrics(
+        admin,
+        [](const std::string& t) { return metric_or_zero(t, "sluice_held_requests_total") >= 1; },
+        5s,
+        met);
+    ASSERT_TRUE(met) << "the second /held request was held: " << text;
+    EXPECT_EQ(metric_value(text, "sluice_dropped_header_fields_total"), 5) << text;
+}
+
+// headers-with-underscores: reject refuses such a request with 400 (never forwarded, and the
+// connection is kept); allow forwards it whole, as before there was a choice.
+TEST(RulesHeaderKey, FieldsWithUnderscoresAreRefusedOrAllowedAsConfigured) {
+    recording_upstream upstream;
+    const std::string rules = fmt::format("  fallback: {{ capacity: 100, {} }}\n", no_leak);
+    {
+        sluice_process sluice(make_yaml(upstream, rules, "  headers-with-underscores: reject\n"));
+        http_connection connection(sluice.port());
+        connection.send("GET", "/a", {{"X_Api_Key", "k"}});
+        EXPECT_EQ(connection.read_response().status, 400u);
+        connection.send("GET", "/b", {{"X-Api-Key", "k"}});
+        EXPECT_EQ(connection.read_response().status, 200u) << "the connection carries on";
+        ASSERT_TRUE(upstream.wait_for_count(1, 5s));
+        ASSERT_TRUE(upstream.wait_quiet(1s));
+        ASSERT_EQ(upstream.requests().size(), 1u);
+        EXPECT_EQ(upstream.requests()[0].target, "/b");
+        EXPECT_TRUE(sluice.wait_for_log("path=/a key=- decision=- status=400", 5s))
+            << sluice.log_text();
+    }
+    sluice_process sluice(make_yaml(upstream, rules, "  headers-with-underscores: allow\n"));
+    EXPECT_EQ(probe(sluice.port(), "GET", "/c", {{"X_Api_Key", "k"}}).status, 200u);
+    ASSERT_TRUE(upstream.wait_for_count(2, 5s));
+    EXPECT_EQ(upstream.requests()[1].header("X_Api_Key"), "k");
+}
+
 // A key header longer than 256 bytes (a JWT, say) is keyed by its first 240 bytes and a digest
 // of the whole (FNV-1a 64 of 1,000 'k's, computed apart with python3): two such keys differing
 // only at their end have buckets of their own.

@@ -39,6 +39,15 @@ enum class store_kind {
     redis,
 };
 
+/// `server.headers-with-underscores`: what becomes of a request header field whose name has an
+/// underscore. A CGI-style upstream (PHP, WSGI, Rack) reads `X_Api_Key` and `X-Api-Key` as one
+/// variable, so a client could send under one spelling what sluice reads under the other.
+enum class underscore_headers {
+    allow,  // forwarded as any other field
+    drop,   // taken out before the limiter reads the header (nginx's default)
+    reject, // the request gets 400 and is not forwarded
+};
+
 /// What to do with a request when the Redis store cannot decide it.
 enum class failure_mode {
     open,   // forward it, count it
@@ -230,6 +239,7 @@ struct server_settings {
     unsigned workers = 0;
     std::uint64_t max_header_bytes = 16 * 1024;
     std::uint64_t max_uri_bytes = 8 * 1024;
+    underscore_headers headers_with_underscores = underscore_headers::drop;
     /// A chunk-size line with its extensions, in request bodies and upstream responses.
     std::uint64_t max_chunk_header_bytes = 4 * 1024;
     /// The trailer section of a chunked request body or upstream response.

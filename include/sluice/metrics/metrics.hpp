@@ -128,6 +128,7 @@ public:
     gauge connections_parked{0};      // idle keep-alive connections parked without their buffers
     counter bad_requests_total{0};    // 400/413/414/431 answered by sluice itself (header or body)
     counter client_timeouts_total{0}; // 408: a header or body not in within its timeout
+    counter dropped_header_fields_total{0}; // names with '_': server.headers-with-underscores
 
     // Shaping.
     gauge held_now{0};

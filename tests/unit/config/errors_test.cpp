@@ -173,6 +173,42 @@ TEST(ConfigErrors, AdminCannotShareTheProxyPort) {
     EXPECT_TRUE(has_problem(p, 6, "admin.listen", "must differ from server.listen"));
 }
 
+// A limit reading a header that headers-with-underscores takes out (or refuses) would never see
+// it: refused at the limit's line, under drop (the default) and reject; allowed under allow.
+TEST(ConfigErrors, ALimitCannotReadAHeaderWithUnderscoresUnlessTheyAreAllowed) {
+    const std::string limits = R"(rate-limit:
+  fallback: { capacity: 5, flowRate: 1, key: ["header:X_Api_Key"] }
+  rules:
+    - name: llm
+      match: { path: /v1/* }
+      limits:
+        - { capacity: 5, flowRate: 1 }
+        - algorithm: TOKEN_BUCKET
+          capacity: 100
+          refillRate: 10
+          cost: { request: "header:X_Tokens", default: 1 }
+)";
+    for (const std::string policy : {"", "server:\n  headers-with-underscores: reject\n"}) {
+        const auto p = problems_of(base + policy + limits);
+        const int shift = policy.empty() ? 0 : 2;
+        ASSERT_EQ(p.size(), 2u) << policy;
+        EXPECT_TRUE(has_problem(
+            p, 4 + shift, "rate-limit.fallback", "reads header 'X_Api_Key', whose name has '_'"));
+        EXPECT_TRUE(has_problem(p,
+                                10 + shift,
+                                "rate-limit.rules[0].limits[1]",
+                                "reads header 'X_Tokens', whose name has '_': "
+                                "server.headers-with-underscores is " +
+                                    std::string(policy.empty() ? "drop" : "reject")));
+    }
+    EXPECT_NO_THROW(load(base + "server:\n  headers-with-underscores: allow\n" + limits));
+    const auto p = problems_of(base + "server:\n  headers-with-underscores: ignore\n");
+    EXPECT_TRUE(has_problem(p,
+                            4,
+                            "server.headers-with-underscores",
+                            "must be one of allow, drop, reject, got 'ignore'"));
+}
+
 TEST(ConfigErrors, BadTrustedProxy) {
     const auto p =
         problems_of(base + "server:\n  trusted-proxies:\n    - 10.0.0.0/8\n    - 10.0.0.0/33\n");

@@ -24,6 +24,7 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.server.workers, 0u);
     EXPECT_EQ(cfg.server.max_header_bytes, 16u * 1024);
     EXPECT_EQ(cfg.server.max_uri_bytes, 8u * 1024);
+    EXPECT_EQ(cfg.server.headers_with_underscores, underscore_headers::drop);
     EXPECT_EQ(cfg.server.max_chunk_header_bytes, 4u * 1024);
     EXPECT_EQ(cfg.server.max_trailer_bytes, 16u * 1024);
     EXPECT_EQ(cfg.server.max_body_bytes, 0u);
@@ -149,6 +150,7 @@ TEST(ConfigLoader, ReadsEveryKey) {
   workers: 3
   max-header-size: 32k
   max-uri-length: 1MiB
+  headers-with-underscores: reject
   max-chunk-header-size: 100
   max-trailer-size: 64KiB
   max-body-size: 2G
@@ -195,6 +197,7 @@ admin:
     EXPECT_EQ(cfg.server.workers, 3u);
     EXPECT_EQ(cfg.server.max_header_bytes, 32u * 1024); // k is 1024, as in nginx
     EXPECT_EQ(cfg.server.max_uri_bytes, 1024u * 1024);
+    EXPECT_EQ(cfg.server.headers_with_underscores, underscore_headers::reject);
     EXPECT_EQ(cfg.server.max_chunk_header_bytes, 100u);
     EXPECT_EQ(cfg.server.max_trailer_bytes, 64u * 1024);
     EXPECT_EQ(cfg.server.max_body_bytes, 2ull << 30); // G is 2^30
@@ -218,7 +221,7 @@ admin:
     EXPECT_EQ(rl.fallback.limit_count, 10);
     EXPECT_EQ(rl.fallback.window, 30s);
     EXPECT_TRUE(rl.fallback.dry_run);
-    EXPECT_EQ(rl.fallback.line, 26);
+    EXPECT_EQ(rl.fallback.line, 27);
     ASSERT_EQ(rl.fallback.key.size(), 1u);
     EXPECT_EQ(rl.fallback.key[0].what, key_part::kind::global);
     EXPECT_EQ(rl.redis.host, "/run/redis.sock");

@@ -155,6 +155,37 @@ TEST(CheckRequest, AHostFieldMustBeAHostAndAnOptionalPort) {
     EXPECT_EQ(checked("GET / HTTP/1.0\r\nHost: a/b\r\n\r\n"), bhttp::status::bad_request);
 }
 
+// --- server.headers-with-underscores ----------------------------------------------------------
+
+/// The field names left after take_underscored_fields with `policy`, in order, or "refused".
+std::string after_underscore_policy(config::underscore_headers policy) {
+    parsed_request r;
+    auto buffer = buffer_of("GET / HTTP/1.1\r\nHost: a\r\nX_Api_Key: v\r\nX-Api-Key: k\r\n"
+                            "_: x\r\nAccept: */*\r\nx_forwarded_for: 1.2.3.4\r\n\r\n");
+    EXPECT_EQ(take_header(buffer, *r.parser, 16 * 1024), error_code{});
+    auto& fields = r.parser->get();
+    const auto taken = take_underscored_fields(fields, policy);
+    if (!taken) {
+        return "refused";
+    }
+    std::string names = std::to_string(*taken) + ":";
+    for (const auto& f : fields) {
+        names += " " + std::string(f.name_string());
+    }
+    return names;
+}
+
+// A CGI-style upstream reads X_Api_Key as X-Api-Key: under `drop` (the default) every field
+// whose name has '_' goes, whatever its case or place, and the others stay in their order.
+TEST(TakeUnderscoredFields, DropsAllowsOrRefusesFieldsWhoseNameHasAnUnderscore) {
+    EXPECT_EQ(after_underscore_policy(config::underscore_headers::drop),
+              "3: Host X-Api-Key Accept");
+    EXPECT_EQ(after_underscore_policy(config::underscore_headers::allow),
+              "0: Host X_Api_Key X-Api-Key _ Accept x_forwarded_for");
+    EXPECT_EQ(after_underscore_policy(config::underscore_headers::reject), "refused");
+    EXPECT_EQ(config::server_settings{}.headers_with_underscores, config::underscore_headers::drop);
+}
+
 // --- absolute-form ---------------------------------------------------------------------------
 
 TEST(SplitAbsoluteForm, TakesTheAuthorityAndKeepsPathAndQuery) {

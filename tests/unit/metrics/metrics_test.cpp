@@ -71,6 +71,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
         {&r.connections_total, "sluice_connections_total"},
         {&r.bad_requests_total, "sluice_bad_requests_total"},
         {&r.client_timeouts_total, "sluice_client_timeouts_total"},
+        {&r.dropped_header_fields_total, "sluice_dropped_header_fields_total"},
         {&r.held_total, "sluice_held_requests_total"},
         {&r.held_overflow_total, "sluice_held_overflow_total"},
         {&r.held_abandoned_total, "sluice_held_abandoned_total"},
