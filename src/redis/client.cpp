@@ -3,6 +3,7 @@
 
 #include "redis/asio_adapter_detail.hpp"
 #include "redis/reply_detail.hpp"
+#include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/redis/backoff.hpp"
 #include "sluice/redis/command_writer.hpp"
@@ -597,8 +598,13 @@ struct client::state : std::enable_shared_from_this<client::state> {
     static handler_type checker(std::string what) {
         return [what = std::move(what)](error_code ec, reply r) {
             if (ec == errc::bad_reply) {
-                log_throttled(
-                    connection_log(), spdlog::level::err, "redis: {} failed: {}", what, r.str);
+                // Keyed by command and error kind, not by the reply's text (see redis_store).
+                log_throttled_by(connection_log(),
+                                 what + ' ' + std::string(r.error_kind()),
+                                 spdlog::level::err,
+                                 "redis: {} failed: {}",
+                                 what,
+                                 log_excerpt(r.str));
             }
         };
     }

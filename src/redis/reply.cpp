@@ -65,26 +65,57 @@ std::string_view reply::error_kind() const noexcept {
     return "other";
 }
 
-std::string reply::describe() const {
-    switch (type) {
-    case kind::nil:
-        return "nil";
-    case kind::integer:
-        return std::to_string(integer);
-    case kind::string:
-        return '"' + str + '"';
-    case kind::status:
-        return str;
-    case kind::error:
-        return "(error) " + str;
-    case kind::array:
+namespace {
+
+// Appends `r`'s rendering to `out`, stopping once `out` holds `max_bytes`: past that, at most a
+// closing quote or bracket (or a number, or "nil") per level.
+void render(const reply& r, std::string& out, std::size_t max_bytes) {
+    const auto append_bounded = [&](const std::string& text) {
+        out.append(text, 0, max_bytes > out.size() ? max_bytes - out.size() : 0);
+    };
+    switch (r.type) {
+    case reply::kind::nil:
+        out += "nil";
+        return;
+    case reply::kind::integer:
+        out += std::to_string(r.integer);
+        return;
+    case reply::kind::string:
+        out += '"';
+        append_bounded(r.str);
+        out += '"';
+        return;
+    case reply::kind::status:
+        append_bounded(r.str);
+        return;
+    case reply::kind::error:
+        out += "(error) ";
+        append_bounded(r.str);
+        return;
+    case reply::kind::array:
         break;
     }
-    std::string out = "[";
-    for (std::size_t i = 0; i < elements.size(); ++i) {
-        out += (i == 0 ? "" : ", ") + elements[i].describe();
+    out += '[';
+    for (std::size_t i = 0; i < r.elements.size() && out.size() < max_bytes; ++i) {
+        if (i != 0) {
+            out += ", ";
+        }
+        render(r.elements[i], out, max_bytes);
     }
-    return out + "]";
+    out += ']';
+}
+
+} // namespace
+
+std::string reply::describe(std::size_t max_bytes) const {
+    std::string out;
+    render(*this, out, max_bytes);
+    if (out.size() > max_bytes) {
+        constexpr std::string_view cut = "...";
+        out.resize(max_bytes > cut.size() ? max_bytes - cut.size() : 0);
+        out += cut;
+    }
+    return out;
 }
 
 } // namespace sluice::redis

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/redis/sentinel.hpp"
 
+#include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/redis/backoff.hpp"
 
@@ -100,11 +101,12 @@ connect_check primary_role_check(std::string master) {
                                        where,
                                        master);
                 }
-                return fmt::format("redis: {} answers ROLE {}, not the primary of '{}'; asking the "
-                                   "Sentinels again",
-                                   where,
-                                   shaped ? r.elements[0].str : r.describe(),
-                                   master);
+                return fmt::format(
+                    "redis: {} answers ROLE {}, not the primary of '{}'; asking the "
+                    "Sentinels again",
+                    where,
+                    log_excerpt(shaped ? r.elements[0].str : r.describe(log_excerpt_bytes)),
+                    master);
             }};
 }
 
@@ -220,7 +222,7 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
                 spdlog::debug("sentinel: {} did not answer: {}{}",
                               where,
                               ec.message(),
-                              r.str.empty() ? "" : " (" + r.str + ")");
+                              r.str.empty() ? "" : " (" + log_excerpt(r.str) + ")");
                 continue;
             }
             const auto address = parse_master_address(r);
@@ -230,7 +232,7 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
                               "sentinel: {} does not know the primary of '{}' (it answered {})",
                               where,
                               opts_.master,
-                              r.describe());
+                              log_excerpt(r.describe(log_excerpt_bytes)));
                 continue;
             }
             if (epoch == epoch_) {

@@ -1084,7 +1084,7 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
             log_throttled(malformed,
                           spdlog::level::warn,
                           "redis store: unexpected reply to the limits script: {}",
-                          log_excerpt(r.describe()));
+                          log_excerpt(r.describe(log_excerpt_bytes)));
         }
         for (auto& w : b.waiters) {
             if (w.part) {

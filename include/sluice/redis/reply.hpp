@@ -5,6 +5,7 @@
 // cluster slot map) builds and fuzzes without either.
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,8 +35,12 @@ struct reply {
 
     bool is_error() const noexcept { return type == kind::error; }
 
-    /// A one-line rendering for logs and test messages, e.g. `[1, "a", nil]`.
-    std::string describe() const;
+    /**
+     * A one-line rendering for test messages and (through log_excerpt, which escapes it) logs,
+     * e.g. `[1, "a", nil]`. One longer than `max_bytes` is cut to that and ends in "...";
+     * rendering stops there, so a reply as large as Redis allows costs a log line no more.
+     */
+    std::string describe(std::size_t max_bytes = std::numeric_limits<std::size_t>::max()) const;
 
     /**
      * The kind of an error reply: the code it starts with ("ERR", "NOSCRIPT", "OOM", ...) when

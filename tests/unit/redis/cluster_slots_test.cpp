@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "reply_builders.hpp"
 #include "sluice/redis/cluster_slots.hpp"
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
@@ -11,6 +12,10 @@
 
 namespace sluice::redis {
 namespace {
+
+using test::array_reply;
+using test::integer_reply;
+using test::string_reply;
 
 TEST(ClusterSlots, Crc16IsTheSpecificationsXmodem) {
     EXPECT_EQ(crc16("123456789"), 0x31C3);
@@ -61,41 +66,22 @@ TEST(ClusterSlots, AgreeWithClusterKeyslotOverRandomKeys) {
     }
 }
 
-reply integer(std::int64_t v) {
-    reply r;
-    r.type = reply::kind::integer;
-    r.integer = v;
-    return r;
-}
-
-reply string(std::string s) {
-    reply r;
-    r.type = reply::kind::string;
-    r.str = std::move(s);
-    return r;
-}
-
-reply array(std::vector<reply> elements) {
-    reply r;
-    r.type = reply::kind::array;
-    r.elements = std::move(elements);
-    return r;
-}
-
 reply node(std::string host, std::int64_t port, std::string id = "") {
-    return array({string(std::move(host)), integer(port), string(std::move(id))});
+    return array_reply(
+        {string_reply(std::move(host)), integer_reply(port), string_reply(std::move(id))});
 }
 
 reply range(std::int64_t start, std::int64_t end, std::vector<reply> nodes) {
-    std::vector<reply> e{integer(start), integer(end)};
+    std::vector<reply> e{integer_reply(start), integer_reply(end)};
     e.insert(e.end(), nodes.begin(), nodes.end());
-    return array(std::move(e));
+    return array_reply(std::move(e));
 }
 
 TEST(ClusterSlots, AMapOfThreePrimariesCoversEverySlot) {
-    const auto r = array({range(0, 5460, {node("10.0.0.1", 7000, "a"), node("10.0.0.4", 7003)}),
-                          range(5461, 10922, {node("10.0.0.2", 7001, "b")}),
-                          range(10923, 16383, {node("", 7002, "c"), node("10.0.0.6", 7005)})});
+    const auto r =
+        array_reply({range(0, 5460, {node("10.0.0.1", 7000, "a"), node("10.0.0.4", 7003)}),
+                     range(5461, 10922, {node("10.0.0.2", 7001, "b")}),
+                     range(10923, 16383, {node("", 7002, "c"), node("10.0.0.6", 7005)})});
     const auto result = parse_cluster_slots(r, "10.0.0.9");
     ASSERT_TRUE(result.map) << result.error;
     const auto& map = *result.map;
@@ -108,9 +94,9 @@ TEST(ClusterSlots, AMapOfThreePrimariesCoversEverySlot) {
 }
 
 TEST(ClusterSlots, APrimaryWithSeveralRangesIsOneNodeAndGapsHaveNoOwner) {
-    const auto r = array({range(0, 99, {node("10.0.0.1", 7000)}),
-                          range(200, 299, {node("10.0.0.1", 7000)}),
-                          range(100, 100, {node("10.0.0.2", 7001)})});
+    const auto r = array_reply({range(0, 99, {node("10.0.0.1", 7000)}),
+                                range(200, 299, {node("10.0.0.1", 7000)}),
+                                range(100, 100, {node("10.0.0.2", 7001)})});
     const auto result = parse_cluster_slots(r, "x");
     ASSERT_TRUE(result.map) << result.error;
     EXPECT_EQ(result.map->primaries.size(), 2u);
@@ -130,18 +116,22 @@ TEST(ClusterSlots, MalformedRepliesAreRefusedNamingTheFault) {
         std::string_view words;
     } cases[] = {
         {error, "not an array"},
-        {array({integer(1)}), "not [start, end, primary"},
-        {array({array({integer(0), integer(1)})}), "not [start, end, primary"},
-        {array({range(-1, 5, {node("h", 1)})}), "outside 0..16383"},
-        {array({range(0, 16384, {node("h", 1)})}), "outside 0..16383"},
-        {array({range(9, 5, {node("h", 1)})}), "ends before it starts"},
-        {array({range(0, 10, {node("h", 1)}), range(10, 20, {node("g", 2)})}), "share slot 10"},
-        {array({range(0, 10, {node("h", 0)})}), "port is outside"},
-        {array({range(0, 10, {node("h", 65536)})}), "port is outside"},
-        {array({range(0, 10, {node("?", 7000)})}), "address is unknown"},
-        {array({range(0, 10, {array({nil, integer(7000)})})}), "address is unknown"},
-        {array({range(0, 10, {array({integer(1), integer(7000)})})}), "host is not a string"},
-        {array({range(0, 10, {node("h", 1), integer(3)})}), "not [host, port"},
+        {array_reply({integer_reply(1)}), "not [start, end, primary"},
+        {array_reply({array_reply({integer_reply(0), integer_reply(1)})}),
+         "not [start, end, primary"},
+        {array_reply({range(-1, 5, {node("h", 1)})}), "outside 0..16383"},
+        {array_reply({range(0, 16384, {node("h", 1)})}), "outside 0..16383"},
+        {array_reply({range(9, 5, {node("h", 1)})}), "ends before it starts"},
+        {array_reply({range(0, 10, {node("h", 1)}), range(10, 20, {node("g", 2)})}),
+         "share slot 10"},
+        {array_reply({range(0, 10, {node("h", 0)})}), "port is outside"},
+        {array_reply({range(0, 10, {node("h", 65536)})}), "port is outside"},
+        {array_reply({range(0, 10, {node("?", 7000)})}), "address is unknown"},
+        {array_reply({range(0, 10, {array_reply({nil, integer_reply(7000)})})}),
+         "address is unknown"},
+        {array_reply({range(0, 10, {array_reply({integer_reply(1), integer_reply(7000)})})}),
+         "host is not a string"},
+        {array_reply({range(0, 10, {node("h", 1), integer_reply(3)})}), "not [host, port"},
     };
 
     for (const auto& c : cases) {
@@ -151,7 +141,8 @@ TEST(ClusterSlots, MalformedRepliesAreRefusedNamingTheFault) {
             << c.r.describe() << ": " << result.error;
     }
     // A replica whose address is unknown is no fault: only primaries are routed to.
-    EXPECT_TRUE(parse_cluster_slots(array({range(0, 10, {node("h", 1), node("?", 2)})}), "a").map);
+    EXPECT_TRUE(
+        parse_cluster_slots(array_reply({range(0, 10, {node("h", 1), node("?", 2)})}), "a").map);
 }
 
 TEST(ClusterSlots, RedirectionsReadAsRedisWritesThem) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // How a script call names its script, and what a refusal says about that name.
+#include "reply_builders.hpp"
 #include "sluice/redis/reply.hpp"
 #include "sluice/redis/scripts.hpp"
 
@@ -12,12 +13,7 @@
 namespace sluice::redis {
 namespace {
 
-reply error(std::string text) {
-    reply r;
-    r.type = reply::kind::error;
-    r.str = std::move(text);
-    return r;
-}
+using test::error_reply;
 
 TEST(ScriptCall, EachWayNamesTheScriptItsOwnWay) {
     const auto [fcall, function] = script_call_head(script_call::fcall, limits_script);
@@ -50,33 +46,37 @@ TEST(ScriptCall, TheLimitsLibraryIsTheScriptRegisteringItsEntryUnderAVersionedNa
 
 TEST(ScriptCall, RefusalsAreReadFromTheReplyToTheWayTheCallWasMade) {
     // Redis 7 without the library (never loaded here, or FUNCTION FLUSH).
-    EXPECT_EQ(refusal_of(script_call::fcall, error("ERR Function not found")),
+    EXPECT_EQ(refusal_of(script_call::fcall, error_reply("ERR Function not found")),
               script_refusal::function_missing);
     // Redis 6 (and a Redis that renamed FCALL away), in both quotings Redis has used.
-    EXPECT_EQ(refusal_of(script_call::fcall,
-                         error("ERR unknown command 'FCALL', with args beginning with: 'x' ")),
-              script_refusal::functions_unusable);
-    EXPECT_EQ(refusal_of(script_call::fcall, error("ERR unknown command `FCALL`, with args")),
+    EXPECT_EQ(
+        refusal_of(script_call::fcall,
+                   error_reply("ERR unknown command 'FCALL', with args beginning with: 'x' ")),
+        script_refusal::functions_unusable);
+    EXPECT_EQ(refusal_of(script_call::fcall, error_reply("ERR unknown command `FCALL`, with args")),
               script_refusal::functions_unusable);
     // An ACL that forbids FCALL.
-    EXPECT_EQ(refusal_of(script_call::fcall,
-                         error("NOPERM this user has no permissions to run the 'fcall' command")),
-              script_refusal::functions_unusable);
-    EXPECT_EQ(refusal_of(script_call::evalsha, error("NOSCRIPT No matching script.")),
+    EXPECT_EQ(
+        refusal_of(script_call::fcall,
+                   error_reply("NOPERM this user has no permissions to run the 'fcall' command")),
+        script_refusal::functions_unusable);
+    EXPECT_EQ(refusal_of(script_call::evalsha, error_reply("NOSCRIPT No matching script.")),
               script_refusal::noscript);
 
     // What the script itself answers, or any other error, is no refusal of the way.
-    EXPECT_EQ(refusal_of(script_call::fcall, error("ERR sluice: bad request group at byte 1")),
-              script_refusal::none);
-    EXPECT_EQ(refusal_of(script_call::fcall, error("OOM command not allowed")),
+    EXPECT_EQ(
+        refusal_of(script_call::fcall, error_reply("ERR sluice: bad request group at byte 1")),
+        script_refusal::none);
+    EXPECT_EQ(refusal_of(script_call::fcall, error_reply("OOM command not allowed")),
               script_refusal::none);
     // A refusal of another way than the call's: EVAL has no fallback, NOSCRIPT is EVALSHA's.
-    EXPECT_EQ(refusal_of(script_call::eval, error("NOSCRIPT No matching script.")),
+    EXPECT_EQ(refusal_of(script_call::eval, error_reply("NOSCRIPT No matching script.")),
               script_refusal::none);
-    EXPECT_EQ(refusal_of(script_call::evalsha, error("ERR Function not found")),
+    EXPECT_EQ(refusal_of(script_call::evalsha, error_reply("ERR Function not found")),
               script_refusal::none);
-    EXPECT_EQ(refusal_of(script_call::evalsha, error("NOPERM no permissions to run 'evalsha'")),
-              script_refusal::none);
+    EXPECT_EQ(
+        refusal_of(script_call::evalsha, error_reply("NOPERM no permissions to run 'evalsha'")),
+        script_refusal::none);
 
     reply ok;
     ok.type = reply::kind::string;
@@ -87,22 +87,25 @@ TEST(ScriptCall, RefusalsAreReadFromTheReplyToTheWayTheCallWasMade) {
 // An error reply's kind is the code Redis starts it with, one of a fixed set: a log line
 // throttled by kind has a bounded number of throttles, whatever texts Redis (or a script) sends.
 TEST(ReplyErrorKind, IsTheLeadingCodeOfAFixedSetOrOther) {
-    EXPECT_EQ(error("ERR Error running script (call to f_1): @user_script:3: boom").error_kind(),
-              "ERR");
-    EXPECT_EQ(error("NOSCRIPT No matching script. Please use EVAL.").error_kind(), "NOSCRIPT");
-    EXPECT_EQ(error("OOM command not allowed when used memory > 'maxmemory'.").error_kind(), "OOM");
-    EXPECT_EQ(error("BUSY Redis is busy running a script.").error_kind(), "BUSY");
-    EXPECT_EQ(error("NOPERM this user has no permissions").error_kind(), "NOPERM");
-    EXPECT_EQ(error("READONLY You can't write against a read only replica.").error_kind(),
+    EXPECT_EQ(
+        error_reply("ERR Error running script (call to f_1): @user_script:3: boom").error_kind(),
+        "ERR");
+    EXPECT_EQ(error_reply("NOSCRIPT No matching script. Please use EVAL.").error_kind(),
+              "NOSCRIPT");
+    EXPECT_EQ(error_reply("OOM command not allowed when used memory > 'maxmemory'.").error_kind(),
+              "OOM");
+    EXPECT_EQ(error_reply("BUSY Redis is busy running a script.").error_kind(), "BUSY");
+    EXPECT_EQ(error_reply("NOPERM this user has no permissions").error_kind(), "NOPERM");
+    EXPECT_EQ(error_reply("READONLY You can't write against a read only replica.").error_kind(),
               "READONLY");
-    EXPECT_EQ(error("ERR").error_kind(), "ERR");
-    EXPECT_EQ(error("").error_kind(), "other");
-    EXPECT_EQ(error("err lowercase is not Redis's").error_kind(), "other");
-    EXPECT_EQ(error("ERRX close but not a code").error_kind(), "other");
+    EXPECT_EQ(error_reply("ERR").error_kind(), "ERR");
+    EXPECT_EQ(error_reply("").error_kind(), "other");
+    EXPECT_EQ(error_reply("err lowercase is not Redis's").error_kind(), "other");
+    EXPECT_EQ(error_reply("ERRX close but not a code").error_kind(), "other");
     std::set<std::string_view> kinds;
     for (int i = 0; i < 1000; ++i) {
-        kinds.insert(error("CODE" + std::to_string(i) + " text").error_kind());
-        kinds.insert(error("ERR text " + std::to_string(i)).error_kind());
+        kinds.insert(error_reply("CODE" + std::to_string(i) + " text").error_kind());
+        kinds.insert(error_reply("ERR text " + std::to_string(i)).error_kind());
     }
     EXPECT_EQ(kinds, (std::set<std::string_view>{"ERR", "other"}));
 }
