@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/forward_headers.hpp"
 
+#include "sluice/core/text.hpp"
 #include "sluice/http/response_head.hpp"
 
 #include <boost/beast/core/string.hpp>
@@ -72,13 +73,8 @@ bool lists(std::string_view list, std::string_view item) {
         const auto comma = list.find(',');
         auto element = list.substr(0, comma);
         list.remove_prefix(comma == std::string_view::npos ? list.size() : comma + 1);
-        element = element.substr(0, element.find('/'));
-        const auto first = element.find_first_not_of(" \t");
-        if (first == std::string_view::npos) {
-            continue;
-        }
-        element = element.substr(first, element.find_last_not_of(" \t") - first + 1);
-        if (boost::beast::iequals(element, item)) {
+        element = trim_blanks(element.substr(0, element.find('/')));
+        if (!element.empty() && boost::beast::iequals(element, item)) {
             return true;
         }
     }

@@ -6,6 +6,7 @@
 
 #include "http/header_block_detail.hpp"
 #include "http/message_reader.hpp"
+#include "sluice/core/text.hpp"
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
@@ -26,6 +27,7 @@ struct checked_fields {
     std::size_t encodings = 0;
     const header_fields::value_type* first_host = nullptr;
     const header_fields::value_type* first_length = nullptr;
+    const header_fields::value_type* first_encoding = nullptr;
     const header_fields::value_type* first_expect = nullptr;
 };
 
@@ -40,7 +42,7 @@ checked_fields gather(const header_fields& fields) {
             out.first_length = out.lengths++ == 0 ? &f : out.first_length;
             break;
         case bhttp::field::transfer_encoding:
-            ++out.encodings;
+            out.first_encoding = out.encodings++ == 0 ? &f : out.first_encoding;
             break;
         case bhttp::field::expect:
             out.first_expect = out.first_expect == nullptr ? &f : out.first_expect;
@@ -249,8 +251,13 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
         return bhttp::status::bad_request;
     }
     // A Transfer-Encoding whose final coding is not chunked leaves the length unknowable, and
-    // HTTP/1.0 has none (RFC 9112 6.1).
-    if (fields.encodings > 0 && (!parser.chunked() || req.version() < 11)) {
+    // HTTP/1.0 has none (RFC 9112 6.1). Any coding before chunked ("identity, chunked", "gzip,
+    // chunked") is refused too, as nginx does: sluice sends the body on as plain chunks, and an
+    // upstream that read the list otherwise ("identity": no coding at all) would split the
+    // stream where sluice did not.
+    if (fields.encodings > 0 &&
+        (fields.encodings > 1 || !parser.chunked() || req.version() < 11 ||
+         !beast::iequals(trim_blanks(fields.first_encoding->value()), "chunked"))) {
         return bhttp::status::bad_request;
     }
     if (fields.first_expect != nullptr &&

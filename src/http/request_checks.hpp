@@ -21,7 +21,7 @@ std::optional<bhttp::status> header_error_status(const error_code& ec, bool got_
  * The checks Beast's parser leaves to us, on a parsed header: target length (414), exactly one
  * Host in HTTP/1.1 and at most one before (400), a Host of host[:port] alone (400; empty only in
  * HTTP/1.0), a single plain Content-Length (400), Transfer-Encoding only as HTTP/1.1 chunked
- * (400), Expect only 100-continue (417). nullopt: the request is acceptable.
+ * alone, on one line (400), Expect only 100-continue (417). nullopt: the request is acceptable.
  */
 std::optional<bhttp::status> check_request(const request_parser& parser, const config::config& cfg);
 

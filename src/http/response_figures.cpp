@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "http/response_figures.hpp"
 
+#include "sluice/core/text.hpp"
+
 #include <algorithm>
 #include <cctype>
 
@@ -14,17 +16,9 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
            });
 }
 
-std::string_view trim(std::string_view s) noexcept {
-    const auto first = s.find_first_not_of(" \t");
-    if (first == std::string_view::npos) {
-        return {};
-    }
-    return s.substr(first, s.find_last_not_of(" \t") - first + 1);
-}
-
 // The media type of a Content-Type value, without its parameters.
 std::string_view media_type(std::string_view content_type) noexcept {
-    return trim(content_type.substr(0, content_type.find(';')));
+    return trim_blanks(content_type.substr(0, content_type.find(';')));
 }
 
 bool is_json(std::string_view type) noexcept {
@@ -59,7 +53,7 @@ response_figures::response_figures(std::span<const config::cost_source* const> s
     }
     values_.resize(paths_.size());
     figures_.resize(paths_.size());
-    const auto encoding = trim(content_encoding);
+    const auto encoding = trim_blanks(content_encoding);
     if (paths_.empty() || (!encoding.empty() && !iequals(encoding, "identity"))) {
         return;
     }

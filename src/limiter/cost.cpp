@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/limiter/cost.hpp"
 
+#include "sluice/core/text.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <system_error>
@@ -8,11 +10,10 @@
 namespace sluice::limiter {
 
 std::optional<std::int64_t> parse_cost_figure(std::string_view text) noexcept {
-    const auto first = text.find_first_not_of(" \t");
-    if (first == std::string_view::npos) {
+    text = trim_blanks(text);
+    if (text.empty()) {
         return std::nullopt;
     }
-    text = text.substr(first, text.find_last_not_of(" \t") - first + 1);
     // from_chars accepts neither a '+' nor leading spaces, and reads "inf" and "nan": refused
     // below by the checks on the value.
     double value = 0;

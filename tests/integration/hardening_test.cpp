@@ -109,6 +109,13 @@ INSTANTIATE_TEST_SUITE_P(
                        post + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
         malformed_case{"UnknownTransferEncoding",
                        post + "Transfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+        // A coding before chunked: sluice frames by the chunks, and an upstream that took
+        // "identity" for no coding at all would frame otherwise (both were forwarded before).
+        malformed_case{"IdentityThenChunked",
+                       post + "Transfer-Encoding: identity, chunked\r\n\r\n"
+                              "0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
+        malformed_case{"GzipThenChunked",
+                       post + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
         malformed_case{"BadChunkSize",
                        post + "Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
         malformed_case{"ObsoleteLineFolding",

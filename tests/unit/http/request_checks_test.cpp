@@ -155,6 +155,25 @@ TEST(CheckRequest, AHostFieldMustBeAHostAndAnOptionalPort) {
     EXPECT_EQ(checked("GET / HTTP/1.0\r\nHost: a/b\r\n\r\n"), bhttp::status::bad_request);
 }
 
+// RFC 9112 6.1 and nginx: Transfer-Encoding is chunked alone, on one line, in HTTP/1.1. A
+// coding before chunked would be sent on undone (sluice forwards plain chunks), and "identity"
+// read as no coding by an upstream would split the stream elsewhere.
+TEST(CheckRequest, TransferEncodingIsChunkedAlone) {
+    const std::string head = "POST / HTTP/1.1\r\nHost: a\r\n";
+    for (const char* ok : {"chunked", "Chunked", " chunked\t", "CHUNKED"}) {
+        EXPECT_EQ(checked(head + "Transfer-Encoding: " + ok + "\r\n\r\n"), std::nullopt) << ok;
+    }
+    for (const char* bad : {"identity, chunked", "gzip, chunked", "chunked;q=1", "gzip"}) {
+        EXPECT_EQ(checked(head + "Transfer-Encoding: " + bad + "\r\n\r\n"),
+                  bhttp::status::bad_request)
+            << bad;
+    }
+    EXPECT_EQ(checked(head + "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"),
+              bhttp::status::bad_request);
+    EXPECT_EQ(checked("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+              bhttp::status::bad_request);
+}
+
 // --- server.headers-with-underscores ----------------------------------------------------------
 
 /// The field names left after take_underscored_fields with `policy`, in order, or "refused".
