@@ -83,6 +83,11 @@ private:
 /// An upstream response header may be larger than a request's (cookies): allow this much.
 constexpr std::uint32_t response_header_limit = 64 * 1024;
 
+// The fields that frame a body.
+bool is_framing_field(bhttp::field name) {
+    return name == bhttp::field::content_length || name == bhttp::field::transfer_encoding;
+}
+
 bool carries_body(const forward_args& a, const response_parser& rp) {
     const auto status = rp.head().status;
     return !a.reply.head && status != 204 && status != 304;
@@ -171,7 +176,9 @@ awaitable<bool> relay_interim(forward_args& a, const response_head& interim) {
     res.result(interim.status);
     res.reason(interim.reason());
     for (const auto& f : interim) {
-        res.insert(f.name_string(), f.value());
+        if (!is_framing_field(f.name())) { // a 1xx has no body (RFC 9110 8.6, RFC 9112 6.1)
+            res.insert(f.name_string(), f.value());
+        }
     }
     strip_hop_by_hop(res);
     a.client.expires_after(a.config.server.idle_timeout);
@@ -210,7 +217,12 @@ bool prepare_response(forward_args& a, response_parser& rp) {
     bool keep_alive = a.client_keep_alive && !*a.draining;
     const bool http11 = a.reply.version >= 11;
     res.version = http11 ? 11 : 10;
-    if (const auto length = rp.content_length()) {
+    if (res.status == 204) {
+        // A 204 has no body, and is sent with no Content-Length or Transfer-Encoding (RFC 9110
+        // 8.6, RFC 9112 6.1): a client that took one for a body's framing would wait for bytes
+        // that never come. nginx takes them out too.
+        res.remove_if([](const head_field& f) { return is_framing_field(f.name()); });
+    } else if (const auto length = rp.content_length()) {
         // Beast's parser takes a list of equal values ("5, 5", or 5 on two lines) as that one
         // length, and refuses values that differ (a 502). A proxy must then send the one value
         // (RFC 9112 6.3): a client, or a cache beyond it, may refuse the list, or read the two

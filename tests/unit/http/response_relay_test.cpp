@@ -199,6 +199,23 @@ TEST_F(ResponseRelayHeader, RepeatedEqualContentLengthsGoOnAsOneValue) {
     EXPECT_EQ(response_->head().value_of(bhttp::field::content_length), "0005");
 }
 
+// A 204 has no body, and goes to the client without Content-Length or Transfer-Encoding (RFC
+// 9110 8.6, RFC 9112 6.1), as nginx sends it: a client taking either for a body's framing would
+// wait for a body. Other bodiless responses (304, a HEAD's) keep Content-Length: it gives the
+// size of the representation.
+TEST_F(ResponseRelayHeader, A204GoesOnWithoutFramingFields) {
+    for (const std::string framing :
+         {"Content-Length: 5\r\n", "Transfer-Encoding: chunked\r\n", "Content-Length: 0\r\n"}) {
+        parse("HTTP/1.1 204 No Content\r\nX-Before: 1\r\n" + framing + "X-After: 2\r\n\r\n");
+        EXPECT_TRUE(prepare_response(args_, *response_));
+        EXPECT_EQ(names(), "X-Before\nX-After\n") << framing;
+        EXPECT_EQ(scratch_.lines.find("Transfer-Encoding"), std::string::npos) << scratch_.lines;
+    }
+    parse("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n");
+    EXPECT_TRUE(prepare_response(args_, *response_));
+    EXPECT_EQ(response_->head().value_of(bhttp::field::content_length), "5");
+}
+
 // Values that differ are no length at all: the parser refuses the head, whole or in pieces, and
 // the exchange fails (a 502 to the client).
 TEST_F(ResponseRelayHeader, DifferingContentLengthsAreRefused) {
