@@ -5,6 +5,7 @@
 // then replaces environment variable references in every value, so that each is read by type
 // afterwards with its line intact.
 #include "environment_detail.hpp"
+#include "sluice/core/text.hpp"
 #include "yaml_reader_detail.hpp"
 
 #include <unordered_set>
@@ -18,53 +19,6 @@ constexpr int max_depth = 64;
 /// More values than any configuration needs; aliases of aliases could otherwise make a short
 /// file expand into billions of values to visit.
 constexpr std::size_t max_values = 100'000;
-
-/// The byte after a well-formed UTF-8 sequence starting at `i`, or npos when it is not one
-/// (overlong forms, surrogates and code points above U+10FFFF are not UTF-8).
-std::size_t next_code_point(std::string_view text, std::size_t i) noexcept {
-    const auto byte = [&](std::size_t at) {
-        return static_cast<unsigned char>(text[at]);
-    };
-    const unsigned char lead = byte(i);
-    if (lead < 0x80) {
-        return i + 1;
-    }
-    std::size_t length = 0;
-    unsigned char low = 0x80;
-    unsigned char high = 0xbf;
-    if (lead >= 0xc2 && lead <= 0xdf) {
-        length = 2;
-    } else if (lead >= 0xe0 && lead <= 0xef) {
-        length = 3;
-        low = lead == 0xe0 ? 0xa0 : 0x80;  // overlong
-        high = lead == 0xed ? 0x9f : 0xbf; // surrogates
-    } else if (lead >= 0xf0 && lead <= 0xf4) {
-        length = 4;
-        low = lead == 0xf0 ? 0x90 : 0x80;  // overlong
-        high = lead == 0xf4 ? 0x8f : 0xbf; // above U+10FFFF
-    } else {
-        return std::string_view::npos;
-    }
-    if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) {
-        return std::string_view::npos;
-    }
-    for (std::size_t k = 2; k < length; ++k) {
-        if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) {
-            return std::string_view::npos;
-        }
-    }
-    return i + length;
-}
-
-bool is_utf8(std::string_view text) noexcept {
-    for (std::size_t i = 0; i < text.size();) {
-        i = next_code_point(text, i);
-        if (i == std::string_view::npos) {
-            return false;
-        }
-    }
-    return true;
-}
 
 /**
  * Whether the quoted scalar that opens at `at` in `yaml` is closed before the end of the text.

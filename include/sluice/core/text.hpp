@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// Small text helpers shared by the modules that read header values.
+// Small text helpers shared by the modules that read header values, logs and configuration.
 
+#include <cstddef>
 #include <string_view>
 
 namespace sluice {
@@ -15,5 +16,12 @@ constexpr std::string_view trim_blanks(std::string_view text) noexcept {
     }
     return text.substr(first, text.find_last_not_of(" \t") - first + 1);
 }
+
+/// The index after the well-formed UTF-8 sequence that starts at `i` in `text`, or npos when
+/// none does there (overlong forms, surrogates and code points above U+10FFFF are not UTF-8).
+std::size_t next_code_point(std::string_view text, std::size_t i) noexcept;
+
+/// Whether `text` is UTF-8 throughout.
+bool is_utf8(std::string_view text) noexcept;
 
 } // namespace sluice
