@@ -493,7 +493,8 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // follow from this one), and give the connection up. Runs inside a hiredis reply callback,
     // where hiredis defers the free until the callback returns.
     void setup_refused(const std::string& what, std::string error) {
-        // Redis does not echo a password, but a proxy in front of it might.
+        // Redis does not echo a password, but a proxy in front of it might. Masked in the whole
+        // text, before log_excerpt bounds it (a password cut at the bound would show its start).
         if (!opts_.password.empty()) {
             constexpr std::string_view mask = "***";
             for (auto at = error.find(opts_.password); at != std::string::npos;
@@ -507,14 +508,14 @@ struct client::state : std::enable_shared_from_this<client::state> {
                           "redis: authentication failed for user {} on {}: {}",
                           opts_.username.empty() ? "default" : opts_.username,
                           where(),
-                          error);
+                          log_excerpt(error));
         } else {
             log_throttled(connection_log(),
                           spdlog::level::err,
                           "redis: {} failed on {}, dropping the connection: {}",
                           what,
                           where(),
-                          error);
+                          log_excerpt(error));
         }
         outage_logged_ = true;
         abandon("");
