@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Sentinel (issue 16, slice 6): the replies it reads, the client's connect check and retarget,
 // and the watcher against three real Sentinels (tests/support/redis_sentinel).
+#include "reply_builders.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/sentinel.hpp"
 #include "support/redis_sentinel.hpp"
@@ -35,25 +36,24 @@ using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 using result = std::tuple<error_code, reply>;
 
-reply bulk(std::string s) {
-    return {reply::kind::string, 0, std::move(s), {}};
-}
-
-reply array(std::vector<reply> elements) {
-    return {reply::kind::array, 0, {}, std::move(elements)};
-}
+using test::array_reply;
+using test::integer_reply;
+using test::string_reply;
 
 TEST(SentinelReplies, MasterAddressIsHostAndPortOrNothing) {
-    const auto found = parse_master_address(array({bulk("10.0.0.8"), bulk("6380")}));
+    const auto found =
+        parse_master_address(array_reply({string_reply("10.0.0.8"), string_reply("6380")}));
     ASSERT_TRUE(found);
     EXPECT_EQ(found->host, "10.0.0.8");
     EXPECT_EQ(found->port, 6380);
     EXPECT_FALSE(parse_master_address(reply{})); // nil: that Sentinel does not know the name
-    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8")})));
-    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8"), bulk("0")})));
-    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8"), bulk("65536")})));
-    EXPECT_FALSE(parse_master_address(array({bulk("10.0.0.8"), bulk("63x")})));
-    EXPECT_FALSE(parse_master_address(array({bulk(""), bulk("6379")})));
+    EXPECT_FALSE(parse_master_address(array_reply({string_reply("10.0.0.8")})));
+    EXPECT_FALSE(parse_master_address(array_reply({string_reply("10.0.0.8"), string_reply("0")})));
+    EXPECT_FALSE(
+        parse_master_address(array_reply({string_reply("10.0.0.8"), string_reply("65536")})));
+    EXPECT_FALSE(
+        parse_master_address(array_reply({string_reply("10.0.0.8"), string_reply("63x")})));
+    EXPECT_FALSE(parse_master_address(array_reply({string_reply(""), string_reply("6379")})));
     EXPECT_FALSE(parse_master_address({reply::kind::error, 0, "ERR unknown", {}}));
 }
 
@@ -73,13 +73,22 @@ TEST(SentinelReplies, RoleCheckPassesOnlyAMaster) {
     const auto check = primary_role_check("sluice");
     ASSERT_EQ(check.command, std::vector<std::string>{"ROLE"});
     const std::string where = "10.0.0.8:6379";
-    EXPECT_EQ(check.verdict(array({bulk("master"), {reply::kind::integer, 0, {}, {}}}), where), "");
-    EXPECT_EQ(check.verdict(array({bulk("slave"), bulk("10.0.0.7")}), where),
+    EXPECT_EQ(check.verdict(array_reply({string_reply("master"), integer_reply(0)}), where), "");
+    EXPECT_EQ(check.verdict(array_reply({string_reply("slave"), string_reply("10.0.0.7")}), where),
               "redis: 10.0.0.8:6379 is a replica, not the primary of 'sluice'; asking the "
               "Sentinels again");
-    EXPECT_NE(check.verdict(array({bulk("sentinel")}), where).find("answers ROLE sentinel"),
-              std::string::npos);
+    EXPECT_NE(
+        check.verdict(array_reply({string_reply("sentinel")}), where).find("answers ROLE sentinel"),
+        std::string::npos);
     EXPECT_NE(check.verdict(reply{}, where), "");
+    // A ROLE answer is the server's to shape: the verdict, logged, shows at most 128 bytes of
+    // it (escaped), however large it is.
+    for (const auto& huge : {array_reply({string_reply(std::string(100'000, 'r'))}),
+                             array_reply(std::vector<reply>(10'000, integer_reply(7)))}) {
+        const auto verdict = check.verdict(huge, where);
+        EXPECT_LT(verdict.size(), 400u) << verdict.substr(0, 1000);
+        EXPECT_NE(verdict.find("answers ROLE"), std::string::npos) << verdict.substr(0, 1000);
+    }
 }
 
 //------------------------------------------------------------------------------
