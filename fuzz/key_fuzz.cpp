@@ -2,7 +2,9 @@
 // Key derivation: rule matching and limit keys over arbitrary methods, targets, patterns and
 // header values. The input is lines: a method, a request-target, a header value, then rule path
 // patterns. Properties: the rule matched obeys its pattern (exact: equal; prefix: a prefix), the
-// first matching rule wins, and a key always has the page's prefix and one part per key entry.
+// first matching rule wins, a key always has the page's prefix and one part per key entry, and
+// it is written in the JSON access log as valid UTF-8 with no raw control byte.
+#include "sluice/core/text.hpp"
 #include "sluice/key/path.hpp"
 #include "sluice/key/rate_limit_key.hpp"
 
@@ -99,6 +101,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (!k.ends_with(":*")) {
         fail("a key whose global part is not last", k);
+    }
+    // The key as the JSON access log writes it: valid UTF-8, no control byte left raw.
+    std::string escaped;
+    append_json_escaped(escaped, k);
+    if (!is_utf8(escaped) || std::any_of(escaped.begin(), escaped.end(), [](char c) {
+            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+        })) {
+        fail("a JSON-escaped key that is no valid JSON string text", escaped);
     }
     return 0;
 }

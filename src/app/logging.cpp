@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/app/logging.hpp"
 
-#include "sluice/http/rate_limit_headers.hpp"
+#include "sluice/core/text.hpp"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -51,7 +51,7 @@ void json_formatter::format(const spdlog::details::log_msg& msg, spdlog::memory_
     } else {
         append(dest, R"(","msg":")");
         std::string escaped;
-        http::append_json_escaped(escaped, payload);
+        append_json_escaped(escaped, payload);
         append(dest, escaped);
         append(dest, "\"");
     }

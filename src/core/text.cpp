@@ -48,4 +48,53 @@ bool is_utf8(std::string_view text) noexcept {
     return true;
 }
 
+void append_json_escaped(std::string& out, std::string_view text) {
+    constexpr char hex[] = "0123456789abcdef";
+    for (std::size_t i = 0; i < text.size();) {
+        const char c = text[i];
+        const auto byte = static_cast<unsigned char>(c);
+        if (byte >= 0x80) {
+            // A key part may hold any byte a header value can (obs-text): a line with a byte
+            // that is no UTF-8 would be refused whole by a strict JSON reader (a log pipeline
+            // dropping the request's record), so such a byte is written as U+FFFD, as Go's
+            // encoding/json does; well-formed sequences go as they are.
+            const auto next = next_code_point(text, i);
+            if (next == std::string_view::npos) {
+                out += "\\ufffd";
+                ++i;
+            } else {
+                out.append(text.substr(i, next - i));
+                i = next;
+            }
+            continue;
+        }
+        ++i;
+        switch (c) {
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        case '\n':
+            out += "\\n";
+            break;
+        case '\r':
+            out += "\\r";
+            break;
+        case '\t':
+            out += "\\t";
+            break;
+        default:
+            if (byte < 0x20 || byte == 0x7f) {
+                out += "\\u00";
+                out += hex[byte >> 4];
+                out += hex[byte & 0xf];
+            } else {
+                out += c;
+            }
+        }
+    }
+}
+
 } // namespace sluice

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/access_log.hpp"
 
-#include "sluice/http/rate_limit_headers.hpp"
+#include "sluice/core/text.hpp"
 
 #include <fmt/format.h>
 

@@ -4,6 +4,7 @@
 // Small text helpers shared by the modules that read header values, logs and configuration.
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace sluice {
@@ -23,5 +24,10 @@ std::size_t next_code_point(std::string_view text, std::size_t i) noexcept;
 
 /// Whether `text` is UTF-8 throughout.
 bool is_utf8(std::string_view text) noexcept;
+
+/// Appends `text` to `out` as the inside of a JSON string: quotes, backslashes, control
+/// characters and DEL escaped, well-formed UTF-8 as it is, and each byte of `text` that is no
+/// UTF-8 as U+FFFD (`\ufffd`), so that the string is valid JSON whatever `text` holds.
+void append_json_escaped(std::string& out, std::string_view text);
 
 } // namespace sluice

@@ -79,9 +79,4 @@ std::string cost_rejection_body(std::string_view name,
                                 std::int64_t cost,
                                 std::int64_t remaining);
 
-/// Appends `text` to `out` as the inside of a JSON string: quotes, backslashes, control
-/// characters and DEL escaped, well-formed UTF-8 as it is, and each byte of `text` that is no
-/// UTF-8 as U+FFFD (`\ufffd`), so that the string is valid JSON whatever `text` holds.
-void append_json_escaped(std::string& out, std::string_view text);
-
 } // namespace sluice::http

@@ -186,30 +186,5 @@ TEST(RejectionBody, ACostWeightedRefusalNamesTheCostAndWhatRemainsOrTheCapacity)
               R"("cost":200,"capacity":100})");
 }
 
-TEST(AppendJsonEscaped, EscapesQuotesBackslashesAndControls) {
-    std::string out;
-    append_json_escaped(out, "a\"b\\c\nd\x01");
-    EXPECT_EQ(out, R"(a\"b\\c\nd\u0001)");
-}
-
-// A key part holds whatever bytes a header value may (obs-text): the access log's JSON line
-// stays valid JSON, its well-formed UTF-8 kept, every other byte U+FFFD (as Go's encoding/json).
-TEST(AppendJsonEscaped, KeepsUtf8AndReplacesWhatIsNoUtf8) {
-    std::string out;
-    append_json_escaped(out, "Jos\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \x7f");
-    EXPECT_EQ(out, "Jos\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \\u007f");
-    for (const std::string bad : {"\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
-        out.clear();
-        append_json_escaped(out, "a" + bad + "b");
-        // A lone lead byte, an overlong '/', a surrogate, a code point past U+10FFFF: each
-        // byte that starts no sequence is one U+FFFD.
-        EXPECT_EQ(out.substr(0, 7), "a\\ufffd") << out;
-        EXPECT_EQ(out.back(), 'b') << out;
-        EXPECT_EQ(out.find_first_of("\x80\x81\x90\xa0\xa9\xaf\xc0\xc3\xed\xf4\xff"),
-                  std::string::npos)
-            << out;
-    }
-}
-
 } // namespace
 } // namespace sluice::http
