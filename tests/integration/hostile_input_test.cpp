@@ -374,10 +374,12 @@ TEST(HostileInput, UpstreamTrailerValueOver64KiBEndsTheResponse) {
 
 // --- 13: 1xx responses Beast has no name for ---------------------------------------------------
 
+// A 1xx has no body, so it goes on without the Content-Length an upstream gave it (RFC 9110 8.6).
 TEST(HostileInput, EarlyHintsRelayedByNumberAndReason) {
     recording_upstream upstream([](const recorded_request&) {
         response_plan plan;
-        plan.interim = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+        plan.interim = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n"
+                       "Content-Length: 0\r\n\r\n";
         return plan;
     });
     sluice_process sluice(yaml_for(upstream));
@@ -387,6 +389,7 @@ TEST(HostileInput, EarlyHintsRelayedByNumberAndReason) {
     EXPECT_EQ(hints.status, 103u);
     EXPECT_EQ(hints.reason, "Early Hints");
     EXPECT_EQ(hints.header("Link"), "</style.css>; rel=preload");
+    EXPECT_EQ(hints.header("Content-Length"), std::nullopt);
     const auto final_response = connection.read_response();
     EXPECT_EQ(final_response.status, 200u);
     EXPECT_EQ(final_response.body, "ok");
