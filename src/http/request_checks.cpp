@@ -250,13 +250,13 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
          std::string_view(fields.first_length->value()).find(',') != std::string_view::npos)) {
         return bhttp::status::bad_request;
     }
-    // A Transfer-Encoding whose final coding is not chunked leaves the length unknowable, and
-    // HTTP/1.0 has none (RFC 9112 6.1). Any coding before chunked ("identity, chunked", "gzip,
-    // chunked") is refused too, as nginx does: sluice sends the body on as plain chunks, and an
-    // upstream that read the list otherwise ("identity": no coding at all) would split the
-    // stream where sluice did not.
+    // Transfer-Encoding is "chunked" alone, on one line, in HTTP/1.1. A final coding other than
+    // chunked leaves the length unknowable, and HTTP/1.0 has none (RFC 9112 6.1). A coding
+    // before chunked ("identity, chunked", "gzip, chunked") is refused too, as nginx does:
+    // sluice sends the body on as plain chunks, and an upstream that read the list otherwise
+    // ("identity": no coding at all) would split the stream where sluice did not.
     if (fields.encodings > 0 &&
-        (fields.encodings > 1 || !parser.chunked() || req.version() < 11 ||
+        (fields.encodings > 1 || req.version() < 11 ||
          !beast::iequals(trim_blanks(fields.first_encoding->value()), "chunked"))) {
         return bhttp::status::bad_request;
     }
