@@ -82,6 +82,7 @@ void read_server(mapping& root, server_settings& out) {
     m.read_size("max-chunk-header-size", out.max_chunk_header_bytes, 1, one_gib);
     m.read_size("max-trailer-size", out.max_trailer_bytes, 1, one_gib);
     m.read_size("max-body-size", out.max_body_bytes, 0, max_size);
+    m.read_size("request-buffer-size", out.request_buffer_bytes, 0, one_gib);
     m.read_duration("idle-timeout", out.idle_timeout, false);
     m.read_duration("header-timeout", out.header_timeout, false);
     m.read_duration("body-timeout", out.body_timeout, false);

@@ -3,14 +3,15 @@
 // `relay` (example/doc/http_examples.hpp). A parser reads each message into a `buffer_body`
 // pointing at a fixed buffer, so bodies of any size stream through a constant amount of memory;
 // a `message_writer` sends the header with the first block of the body in one write and
-// re-chunks chunked bodies.
+// re-chunks chunked bodies. With a Content-Length, that first block is the body read ahead,
+// whole if it fits server.request-buffer-size (buffer_body), before the upstream is contacted.
 //
 // Retry: a pooled connection can be closed by the upstream between our liveness check (if any:
 // see upstream::pool::try_take) and our write, or as our request arrives (its keep-alive timeout
 // ending then). On a reused connection the request goes once more, on a new connection, when the
 // first write fails (the request never left whole, so the upstream cannot have acted on it;
-// its body, if any, not read past its first block), or when the response header read finds the
-// connection closed before a single byte and the request is safe to repeat: no body, and an
+// its body, if any, not read past what that write carried), or when the response header read finds
+// the connection closed before a single byte and the request is safe to repeat: no body, and an
 // idempotent method (RFC 9110 9.2.2; see safe_to_repeat). Nothing else is retried: once a body
 // has been streamed it cannot be sent again.
 //
@@ -457,12 +458,57 @@ awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::ui
     co_return done_ahead(src.parser);
 }
 
+namespace {
+
+// What reading a body ahead came to, as the forwarder's failure.
+failure failure_of(body_read read) noexcept {
+    switch (read) {
+    case body_read::done:
+        return failure::none;
+    case body_read::broken:
+        return failure::client_bad_body;
+    case body_read::too_large:
+        return failure::client_too_large;
+    case body_read::too_slow:
+        return failure::client_timeout;
+    case body_read::client_gone:
+        break;
+    }
+    return failure::client_gone;
+}
+
+// server.request-buffer-size: a body with a Content-Length, up to `max` bytes, read before the
+// upstream is contacted. A slow client then never holds an upstream connection (nor the
+// backend's worker behind it) while it sends a body that fits, and one that stops short never
+// reaches the upstream at all; a larger one streams on from there. (nginx reads every body
+// first, proxy_request_buffering on; a chunked body is left to stream, being how a client
+// streams an upload piece by piece.)
+awaitable<failure> buffer_body(forward_args& a, std::uint64_t max) {
+    a.body_read_ahead = true;
+    const body_source src{
+        a.client, a.client_buffer, a.parser, a.config, a.expect_continue, a.body_started};
+    auto read = take_body_ahead(src, a.body_ahead, max);
+    if (!read) {
+        read = co_await read_body_ahead(src, a.body_ahead, max);
+    }
+    co_return failure_of(*read);
+}
+
+} // namespace
+
 awaitable<void> forward(forward_args& a, forward_result& result) {
-    const auto start = clock_type::now();
     auto& req = a.parser.get();
     // A request without a body (and a safe method) can be sent again after the upstream read
     // failed; one with a body only while the body is still unread, when the header write failed.
     const bool bodyless = a.parser.is_done() && !a.body_read_ahead;
+    failure f = failure::none;
+    if (const auto max = a.config.server.request_buffer_bytes;
+        !a.parser.is_done() && !a.parser.chunked() && a.body_ahead.size() < max) {
+        // Before the relay buffer is taken: a slow body holds no more than its own bytes.
+        f = co_await buffer_body(a, max);
+    }
+    // The upstream's time: not the client's while it sent a buffered body.
+    const auto start = clock_type::now();
     // An upgrade with a body is none: the body's end could not be told from the new protocol's
     // first bytes.
     const bool upgrade = bodyless && is_websocket_upgrade(req);
@@ -496,8 +542,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     const relay_buffer buf(lease.data(), relay_buffer_size);
     upstream::connection_ptr conn;
     std::optional<response_parser> rp;
-    failure f = failure::none;
-    if (!a.parser.is_done() && !a.body_read_ahead) {
+    if (f == failure::none && !a.parser.is_done() && !a.body_read_ahead) {
         f = co_await prefetch_body(a, buf);
     }
     for (int attempt = 0; f == failure::none; ++attempt) {

@@ -70,6 +70,10 @@ struct forward_args {
     header_scratch& scratch;
     /// The worker's body buffers: a forward borrows one for as long as it runs.
     buffer_pool& relay_buffers;
+    /// The request body read ahead (`read_body_ahead`), for the limiter's `json:` fields or by
+    /// server.request-buffer-size: all of it when the parser is done, otherwise the rest follows
+    /// from the client. Meaningful when `body_read_ahead` is set.
+    std::string& body_ahead;
     /// When the request body's first read began (server.body-timeout counts from there).
     std::optional<std::chrono::steady_clock::time_point> body_started{};
     /// Where in the response the caller wants figures from once it is over (the figures that
@@ -77,11 +81,8 @@ struct forward_args {
     /// the body to keep aside for the `json:` ones.
     std::span<const config::cost_source* const> settle_sources{};
     std::uint64_t response_json_bytes = 0;
-    /// The request body was read ahead of the decision (`read_body_ahead`): `body_ahead` is
-    /// what was read, all of it when the parser is done, otherwise the rest follows from the
-    /// client.
+    /// The request body was read ahead, into `body_ahead`.
     bool body_read_ahead = false;
-    std::string_view body_ahead{};
 };
 
 /// What reading a request body ahead of the decision came to.
@@ -120,7 +121,9 @@ std::optional<body_read> take_body_ahead(body_source src, std::string& body, std
 
 /**
  * Sends the request in `args.parser` (header read, body not) to the upstream and its response
- * back, streaming both bodies through one fixed buffer, and answers 502/504 itself when the
+ * back: a request body with a Content-Length read first up to server.request-buffer-size, then
+ * both bodies streamed
+ * through one fixed buffer, and answers 502/504 itself when the
  * upstream fails before a response started; what came of it goes into `result` (as the caller
  * made it: default). See forwarder.cpp for the retry and framing rules. (`result` rather than a
  * return value: the value would be held three times, in this frame and the caller's. With

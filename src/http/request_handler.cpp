@@ -68,11 +68,11 @@ forward_args forward_args_for(connection_state& c, request_state& r, header_scra
             &c.w.draining,
             scratch,
             c.w.relay_buffers,
+            r.body_ahead,
             r.body_started,
             r.limiter.settle_sources(),
             r.limiter.response_json_bytes(),
-            r.body_read_ahead,
-            r.body_ahead};
+            r.body_read_ahead};
 }
 
 // Records what forwarding came to; returns what the connection does next.

@@ -9,9 +9,11 @@
 #include <boost/beast/http/parser.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ostream>
 #include <string>
+#include <sys/socket.h>
 #include <vector>
 
 namespace sluice::test {
@@ -192,6 +194,64 @@ TEST(Hardening, ChunkedBodyOverLimitGets413) {
     connection.send_raw(format_request("POST", "/upload", {{"Transfer-Encoding", "chunked"}}) +
                         "800\r\n" + std::string(2048, 'b') + "\r\n");
     EXPECT_EQ(connection.read_response().status, 413u);
+    expect_only_probe_reached_upstream(sluice, upstream);
+}
+
+// A client that sends half of a body that fits server.request-buffer-size (64 KiB by default)
+// and leaves: nothing of its request reaches the upstream. Streamed from its first block, as
+// before the buffer, its header and first 500 bytes went upstream, and the upstream saw an
+// incomplete request cut off.
+TEST(Hardening, BodyCutShortWithinRequestBufferNeverReachesUpstream) {
+    recording_upstream upstream;
+    sluice_process sluice(config_for(upstream));
+
+    {
+        http_connection connection(sluice.port(), 10s);
+        connection.send_raw(format_request("POST", "/upload", {{"Content-Length", "1000"}}) +
+                            std::string(500, 'b'));
+        ::shutdown(connection.stream().native_handle(), SHUT_WR);
+        EXPECT_TRUE(connection.wait_closed(5s));
+    }
+    expect_only_probe_reached_upstream(sluice, upstream);
+}
+
+// A body larger than server.request-buffer-size streams on after its buffered first part: it
+// arrives whole and unchanged, with a Content-Length or chunked, and so does one that fits.
+TEST(Hardening, BodiesAroundTheRequestBufferArriveWhole) {
+    recording_upstream upstream;
+    sluice_config config = config_for(upstream);
+    config.request_buffer_size = 1024;
+    sluice_process sluice(config);
+
+    const std::vector<std::size_t> sizes = {1023, 1024, 1025, 100 * 1024 + 7};
+    std::size_t seed = 1;
+    for (const auto size : sizes) {
+        for (const bool chunked : {false, true}) {
+            http_connection connection(sluice.port(), 10s);
+            const header_list framing = chunked
+                                            ? header_list{{"Transfer-Encoding", "chunked"}}
+                                            : header_list{{"Content-Length", std::to_string(size)}};
+            connection.send_raw(format_request("POST", "/upload/" + std::to_string(seed), framing));
+            connection.send_pattern_body(seed, size, chunked, 700);
+            EXPECT_EQ(connection.read_response().status, 200u) << size << " chunked " << chunked;
+            ++seed;
+        }
+    }
+    ASSERT_TRUE(upstream.wait_for_count(2 * sizes.size(), 10s));
+    seed = 1;
+    for (const auto size : sizes) {
+        for (const bool chunked : {false, true}) {
+            const auto target = "/upload/" + std::to_string(seed);
+            const auto requests = upstream.requests();
+            const auto it = std::find_if(requests.begin(), requests.end(), [&](const auto& r) {
+                return r.target == target;
+            });
+            ASSERT_NE(it, requests.end()) << target;
+            EXPECT_EQ(it->body_size, size) << target;
+            EXPECT_EQ(it->body_hash, pattern_hash(seed, size)) << target << " chunked " << chunked;
+            ++seed;
+        }
+    }
 }
 
 TEST(Hardening, BodyWithinLimitPasses) {

@@ -26,15 +26,18 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 /// One worker, so that the per-worker cap is the process's; the given body-timeout,
-/// max-connections and upstream timeout; no limiting; the admin listener on any free port.
+/// max-connections, upstream timeout and request-buffer-size (`0`: bodies stream from their
+/// first block); no limiting; the admin listener on any free port.
 std::string slow_config(const recording_upstream& upstream,
                         std::string_view body_timeout,
                         int max_connections,
-                        std::string_view upstream_timeout) {
+                        std::string_view upstream_timeout,
+                        std::string_view request_buffer = "64KiB") {
     return fmt::format("server:\n"
                        "  listen: \"127.0.0.1:0\"\n"
                        "  workers: 1\n"
                        "  body-timeout: {}\n"
+                       "  request-buffer-size: {}\n"
                        "upstream:\n"
                        "  url: \"{}\"\n"
                        "  timeout: {}\n"
@@ -47,6 +50,7 @@ std::string slow_config(const recording_upstream& upstream,
                        "    mode: police\n"
                        "{}",
                        body_timeout,
+                       request_buffer,
                        upstream.url(),
                        upstream_timeout,
                        max_connections,
@@ -97,6 +101,21 @@ constexpr std::string_view slow_header = "POST /slow HTTP/1.1\r\n"
                                          "Content-Length: 1000\r\n"
                                          "\r\n";
 
+/// Sends `slow_header` and trickles its body a byte every 100 ms (each read well inside
+/// idle-timeout), and expects the 408 of a body-timeout of 1 s.
+void expect_trickled_body_cut_off(const sluice_process& sluice) {
+    http_connection client(sluice.port(), 10s);
+    const auto sent = clock_type::now();
+    client.send_raw(slow_header);
+    error_code ec;
+    std::optional<http_response> response;
+    {
+        trickler bytes({&client}, 100ms);
+        response = client.try_read_response(ec);
+    }
+    expect_408_at_body_timeout(response, ec, sent);
+}
+
 // A body that never starts is answered 408 once body-timeout (1 s) passed, with nothing sent
 // upstream; it used to wait for idle-timeout (60 s).
 TEST(SlowBody, SilentBodyGets408WithNothingUpstream) {
@@ -114,21 +133,24 @@ TEST(SlowBody, SilentBodyGets408WithNothingUpstream) {
 }
 
 // A body trickled a byte every 100 ms (each read well inside idle-timeout) is cut off when
-// body-timeout (1 s) has passed since it began: 408, and the upstream request is aborted.
+// body-timeout (1 s) has passed since it began: 408. It fits server.request-buffer-size, so
+// the upstream never heard of it.
 TEST(SlowBody, TrickledBodyIsCutOffAtBodyTimeout) {
     recording_upstream upstream;
     sluice_process sluice(slow_config(upstream, "1s", 8, "30s"));
 
-    http_connection client(sluice.port(), 10s);
-    const auto sent = clock_type::now();
-    client.send_raw(slow_header);
-    error_code ec;
-    std::optional<http_response> response;
-    {
-        trickler bytes({&client}, 100ms);
-        response = client.try_read_response(ec);
-    }
-    expect_408_at_body_timeout(response, ec, sent);
+    expect_trickled_body_cut_off(sluice);
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+    EXPECT_EQ(upstream.stats().connections, 0u);
+}
+
+// The same body streamed (request-buffer-size: 0): its header and first bytes went upstream,
+// so at body-timeout the upstream request is aborted.
+TEST(SlowBody, TrickledBodyStreamedIsAbortedUpstreamAtBodyTimeout) {
+    recording_upstream upstream;
+    sluice_process sluice(slow_config(upstream, "1s", 8, "30s", "0"));
+
+    expect_trickled_body_cut_off(sluice);
     ASSERT_TRUE(upstream.wait_for_stats([](const upstream_stats& s) { return s.broken == 1; }, 5s))
         << "the upstream request was not aborted";
     EXPECT_EQ(upstream.requests().size(), 0u);
@@ -159,14 +181,15 @@ TEST(SlowBody, ARefusedRequestsTrickledBodyIsReadOnlyUntilBodyTimeout) {
     EXPECT_EQ(upstream.stats().connections, 0u);
 }
 
-// Ten clients trickle bodies into one worker capped at 3 upstream connections: 3 get one (and
-// 408 at body-timeout, 3 s), the other 7 wait for one for upstream.timeout (1 s) and get 503.
-// The upstream never sees more than 3 connections (it used to see one per client).
+// Ten clients trickle bodies into one worker capped at 3 upstream connections, with bodies
+// streamed (request-buffer-size: 0): 3 get one (and 408 at body-timeout, 3 s), the other 7 wait
+// for one for upstream.timeout (1 s) and get 503. The upstream never sees more than 3
+// connections (it used to see one per client).
 TEST(SlowBody, SlowBodiesCannotHoldMoreThanMaxConnections) {
     constexpr std::size_t clients = 10;
     constexpr std::size_t cap = 3;
     recording_upstream upstream;
-    sluice_process sluice(slow_config(upstream, "3s", static_cast<int>(cap), "1s"));
+    sluice_process sluice(slow_config(upstream, "3s", static_cast<int>(cap), "1s", "0"));
 
     std::vector<std::unique_ptr<http_connection>> connections;
     std::vector<http_connection*> raw;
@@ -202,6 +225,47 @@ TEST(SlowBody, SlowBodiesCannotHoldMoreThanMaxConnections) {
         met);
     EXPECT_TRUE(met) << metrics;
     EXPECT_EQ(metric_or_zero(metrics, "sluice_upstream_timeouts_total"), 0.0) << metrics;
+}
+
+// Bodies that fit server.request-buffer-size (the default, 64 KiB) are read whole before the
+// upstream is contacted: ten clients trickling theirs into a worker capped at one upstream
+// connection hold none of it, so a request whose body came whole is answered at once meanwhile
+// (streamed, it waited upstream.timeout behind them and got 503), and the ten get 408 at
+// body-timeout with nothing sent upstream.
+TEST(SlowBody, BufferedSlowBodiesHoldNoUpstreamConnection) {
+    constexpr std::size_t clients = 10;
+    recording_upstream upstream;
+    sluice_process sluice(slow_config(upstream, "3s", 1, "1s"));
+
+    std::vector<std::unique_ptr<http_connection>> connections;
+    std::vector<http_connection*> raw;
+    for (std::size_t i = 0; i < clients; ++i) {
+        connections.push_back(std::make_unique<http_connection>(sluice.port(), 10s));
+        raw.push_back(connections.back().get());
+        connections.back()->send_raw(slow_header);
+    }
+    std::vector<unsigned> statuses;
+    {
+        trickler bytes(raw, 100ms);
+        http_connection whole(sluice.port(), 10s);
+        whole.send_raw("POST /whole HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\n\r\nhello");
+        error_code ec;
+        const auto answer = whole.try_read_response(ec);
+        ASSERT_TRUE(answer) << ec.message();
+        EXPECT_EQ(answer->status, 200u);
+        for (auto& c : connections) {
+            const auto response = c->try_read_response(ec);
+            statuses.push_back(response ? response->status : 0);
+        }
+    }
+    EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 408u), clients);
+    ASSERT_TRUE(upstream.wait_quiet(5s));
+    const auto requests = upstream.requests();
+    ASSERT_EQ(requests.size(), 1u);
+    EXPECT_EQ(requests[0].target, "/whole");
+    EXPECT_EQ(requests[0].body_prefix, "hello");
+    EXPECT_EQ(upstream.stats().connections, 1u);
+    EXPECT_EQ(upstream.stats().broken, 0u);
 }
 
 } // namespace

@@ -152,6 +152,9 @@ std::string sluice_config::yaml() const {
     if (max_body_size) {
         server_extra += fmt::format("  max-body-size: {}\n", *max_body_size);
     }
+    if (request_buffer_size) {
+        server_extra += fmt::format("  request-buffer-size: {}\n", *request_buffer_size);
+    }
     if (!idle_timeout.empty()) {
         server_extra += fmt::format("  idle-timeout: {}\n", idle_timeout);
     }

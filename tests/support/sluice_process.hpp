@@ -32,6 +32,7 @@ struct sluice_config {
     std::optional<std::uint64_t> max_header_size;
     std::optional<std::uint64_t> max_uri_length;
     std::optional<std::uint64_t> max_body_size;
+    std::optional<std::uint64_t> request_buffer_size;
     /// As written in YAML, e.g. "500ms"; empty keeps the default.
     std::string upstream_timeout;
     /// server.idle-timeout as written in YAML; empty keeps the default.

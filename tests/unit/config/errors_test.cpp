@@ -94,13 +94,15 @@ TEST(ConfigErrors, ZeroAndNegativeDurations) {
 TEST(ConfigErrors, BadSizes) {
     const auto p = problems_of(base + "server:\n  max-header-size: 16kb\n  max-body-size: -1\n"
                                       "  max-uri-length: 0\n  max-chunk-header-size: 0\n"
-                                      "  max-trailer-size: 2GiB\n");
+                                      "  max-trailer-size: 2GiB\n  request-buffer-size: 2GiB\n");
     EXPECT_TRUE(has_problem(p, 4, "server.max-header-size", "got '16kb'"));
     EXPECT_TRUE(has_problem(p, 5, "server.max-body-size", "must be a size >= 0B"));
     EXPECT_TRUE(has_problem(p, 6, "server.max-uri-length", "must be a size between 1B and 1GiB"));
     EXPECT_TRUE(
         has_problem(p, 7, "server.max-chunk-header-size", "must be a size between 1B and 1GiB"));
     EXPECT_TRUE(has_problem(p, 8, "server.max-trailer-size", "must be a size between 1B and 1GiB"));
+    EXPECT_TRUE(
+        has_problem(p, 9, "server.request-buffer-size", "must be a size between 0B and 1GiB"));
 }
 
 TEST(ConfigErrors, BadListenAddresses) {

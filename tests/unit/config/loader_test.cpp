@@ -28,6 +28,7 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.server.max_chunk_header_bytes, 4u * 1024);
     EXPECT_EQ(cfg.server.max_trailer_bytes, 16u * 1024);
     EXPECT_EQ(cfg.server.max_body_bytes, 0u);
+    EXPECT_EQ(cfg.server.request_buffer_bytes, 64u * 1024);
     EXPECT_EQ(cfg.server.idle_timeout, 60s);
     EXPECT_EQ(cfg.server.header_timeout, 10s);
     EXPECT_EQ(cfg.server.body_timeout, 60s);
@@ -154,6 +155,7 @@ TEST(ConfigLoader, ReadsEveryKey) {
   max-chunk-header-size: 100
   max-trailer-size: 64KiB
   max-body-size: 2G
+  request-buffer-size: 1MiB
   idle-timeout: 1.5
   header-timeout: 500ms
   body-timeout: 2m
@@ -201,6 +203,7 @@ admin:
     EXPECT_EQ(cfg.server.max_chunk_header_bytes, 100u);
     EXPECT_EQ(cfg.server.max_trailer_bytes, 64u * 1024);
     EXPECT_EQ(cfg.server.max_body_bytes, 2ull << 30); // G is 2^30
+    EXPECT_EQ(cfg.server.request_buffer_bytes, 1u << 20);
     EXPECT_EQ(cfg.server.idle_timeout, 1500ms);
     EXPECT_EQ(cfg.server.header_timeout, 500ms);
     EXPECT_EQ(cfg.server.body_timeout, 2min);
@@ -221,7 +224,7 @@ admin:
     EXPECT_EQ(rl.fallback.limit_count, 10);
     EXPECT_EQ(rl.fallback.window, 30s);
     EXPECT_TRUE(rl.fallback.dry_run);
-    EXPECT_EQ(rl.fallback.line, 27);
+    EXPECT_EQ(rl.fallback.line, 28);
     ASSERT_EQ(rl.fallback.key.size(), 1u);
     EXPECT_EQ(rl.fallback.key[0].what, key_part::kind::global);
     EXPECT_EQ(rl.redis.host, "/run/redis.sock");

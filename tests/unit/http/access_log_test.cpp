@@ -38,6 +38,17 @@ TEST(FormatAccess, TextShowsDashesForWhatDidNotHappen) {
               "delay_ms=0 end=-");
 }
 
+// Every byte past ASCII is escaped in the text format: UTF-8 (`é`, a NEL that a viewer would
+// break the line at) and bytes that are no UTF-8 alike.
+TEST(FormatAccess, TextEscapesEveryByteBeyondAscii) {
+    auto r = forwarded();
+    r.key = "rate-limit:203.0.113.7:caf\xC3\xA9\xC2\x85\xFF~";
+    EXPECT_NE(
+        format_access(r, format::text).find(" key=rate-limit:203.0.113.7:caf%C3%A9%C2%85%FF~ "),
+        std::string::npos)
+        << format_access(r, format::text);
+}
+
 TEST(FormatAccess, JsonIsObjectMembersWithEscapedStrings) {
     auto r = forwarded();
     r.path = R"(/a"b)";

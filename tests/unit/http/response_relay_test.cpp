@@ -79,6 +79,7 @@ protected:
     header_scratch scratch_;
     buffer_pool buffers_{relay_buffer_size, 1};
     bool draining_ = false;
+    std::string body_ahead_;
     forward_args args_{client_,
                        client_buffer_,
                        request_,
@@ -91,7 +92,8 @@ protected:
                        false,
                        &draining_,
                        scratch_,
-                       buffers_};
+                       buffers_,
+                       body_ahead_};
     std::optional<response_parser> response_;
 };
 
