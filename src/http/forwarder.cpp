@@ -560,6 +560,9 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
         result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
         co_return;
     }
+    // The request is sent and no retry will need it again: a response that streams for minutes
+    // (a token stream after a 60 KiB prompt) does not keep the body's memory meanwhile.
+    std::string{}.swap(a.body_ahead);
 
     if (rp->head().status == 101) {
         // judge_response_header let a 101 through only for a WebSocket upgrade.

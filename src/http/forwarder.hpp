@@ -72,7 +72,7 @@ struct forward_args {
     buffer_pool& relay_buffers;
     /// The request body read ahead (`read_body_ahead`), for the limiter's `json:` fields or by
     /// server.request-buffer-size: all of it when the parser is done, otherwise the rest follows
-    /// from the client. Meaningful when `body_read_ahead` is set.
+    /// from the client. Meaningful when `body_read_ahead` is set; freed once the request is sent.
     std::string& body_ahead;
     /// When the request body's first read began (server.body-timeout counts from there).
     std::optional<std::chrono::steady_clock::time_point> body_started{};
@@ -122,11 +122,10 @@ std::optional<body_read> take_body_ahead(body_source src, std::string& body, std
 /**
  * Sends the request in `args.parser` (header read, body not) to the upstream and its response
  * back: a request body with a Content-Length read first up to server.request-buffer-size, then
- * both bodies streamed
- * through one fixed buffer, and answers 502/504 itself when the
- * upstream fails before a response started; what came of it goes into `result` (as the caller
- * made it: default). See forwarder.cpp for the retry and framing rules. (`result` rather than a
- * return value: the value would be held three times, in this frame and the caller's. With
+ * both bodies streamed through one fixed buffer; answers 502/504 itself when the upstream fails
+ * before a response started; what came of it goes into `result` (as the caller made it:
+ * default). See forwarder.cpp for the retry and framing rules. (`result` rather than a return
+ * value: the value would be held three times, in this frame and the caller's. With
  * that, the JSON scan on the heap, and request_handler.cpp's one `early` and the store's outcome
  * out of its frame, this frame went from 1488 to 784 bytes and handle_request's from 1456 to
  * 912: 1.2 KiB less for every request in flight. Before io/frame_pool.hpp it also brought both

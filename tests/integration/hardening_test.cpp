@@ -197,7 +197,7 @@ TEST(Hardening, ChunkedBodyOverLimitGets413) {
     expect_only_probe_reached_upstream(sluice, upstream);
 }
 
-// A client that sends half of a body that fits server.request-buffer-size (64 KiB by default)
+// A client that sends half of a body that fits server.request-buffer-size (16 KiB by default)
 // and leaves: nothing of its request reaches the upstream. Streamed from its first block, as
 // before the buffer, its header and first 500 bytes went upstream, and the upstream saw an
 // incomplete request cut off.

@@ -32,7 +32,7 @@ std::string slow_config(const recording_upstream& upstream,
                         std::string_view body_timeout,
                         int max_connections,
                         std::string_view upstream_timeout,
-                        std::string_view request_buffer = "64KiB") {
+                        std::string_view request_buffer = "16KiB") {
     return fmt::format("server:\n"
                        "  listen: \"127.0.0.1:0\"\n"
                        "  workers: 1\n"
@@ -227,7 +227,7 @@ TEST(SlowBody, SlowBodiesCannotHoldMoreThanMaxConnections) {
     EXPECT_EQ(metric_or_zero(metrics, "sluice_upstream_timeouts_total"), 0.0) << metrics;
 }
 
-// Bodies that fit server.request-buffer-size (the default, 64 KiB) are read whole before the
+// Bodies that fit server.request-buffer-size (the default, 16 KiB) are read whole before the
 // upstream is contacted: ten clients trickling theirs into a worker capped at one upstream
 // connection hold none of it, so a request whose body came whole is answered at once meanwhile
 // (streamed, it waited upstream.timeout behind them and got 503), and the ten get 408 at

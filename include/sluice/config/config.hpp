@@ -249,7 +249,7 @@ struct server_settings {
     /// A request body with a Content-Length up to this is read whole before the upstream is
     /// contacted; of a larger one, this much, then the rest streams. A chunked body, and any
     /// body when 0, streams from its first block.
-    std::uint64_t request_buffer_bytes = 64 * 1024;
+    std::uint64_t request_buffer_bytes = 16 * 1024;
     /// A keep-alive connection with no request for this long is closed.
     milliseconds idle_timeout{60'000};
     /// A request's header must arrive within this (slow-loris protection).

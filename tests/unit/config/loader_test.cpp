@@ -28,7 +28,7 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.server.max_chunk_header_bytes, 4u * 1024);
     EXPECT_EQ(cfg.server.max_trailer_bytes, 16u * 1024);
     EXPECT_EQ(cfg.server.max_body_bytes, 0u);
-    EXPECT_EQ(cfg.server.request_buffer_bytes, 64u * 1024);
+    EXPECT_EQ(cfg.server.request_buffer_bytes, 16u * 1024);
     EXPECT_EQ(cfg.server.idle_timeout, 60s);
     EXPECT_EQ(cfg.server.header_timeout, 10s);
     EXPECT_EQ(cfg.server.body_timeout, 60s);
