@@ -101,6 +101,20 @@ constexpr std::string_view slow_header = "POST /slow HTTP/1.1\r\n"
                                          "Content-Length: 1000\r\n"
                                          "\r\n";
 
+/// `n` connections that have each sent `slow_header`, for a trickler to feed their bodies.
+struct slow_clients {
+    slow_clients(std::uint16_t port, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) {
+            connections.push_back(std::make_unique<http_connection>(port, 10s));
+            raw.push_back(connections.back().get());
+            connections.back()->send_raw(slow_header);
+        }
+    }
+
+    std::vector<std::unique_ptr<http_connection>> connections;
+    std::vector<http_connection*> raw;
+};
+
 /// Sends `slow_header` and trickles its body a byte every 100 ms (each read well inside
 /// idle-timeout), and expects the 408 of a body-timeout of 1 s.
 void expect_trickled_body_cut_off(const sluice_process& sluice) {
@@ -191,17 +205,11 @@ TEST(SlowBody, SlowBodiesCannotHoldMoreThanMaxConnections) {
     recording_upstream upstream;
     sluice_process sluice(slow_config(upstream, "3s", static_cast<int>(cap), "1s", "0"));
 
-    std::vector<std::unique_ptr<http_connection>> connections;
-    std::vector<http_connection*> raw;
-    for (std::size_t i = 0; i < clients; ++i) {
-        connections.push_back(std::make_unique<http_connection>(sluice.port(), 10s));
-        raw.push_back(connections.back().get());
-        connections.back()->send_raw(slow_header);
-    }
+    slow_clients slow(sluice.port(), clients);
     std::vector<unsigned> statuses;
     {
-        trickler bytes(raw, 100ms);
-        for (auto& c : connections) {
+        trickler bytes(slow.raw, 100ms);
+        for (auto& c : slow.connections) {
             error_code ec;
             const auto response = c->try_read_response(ec);
             statuses.push_back(response ? response->status : 0);
@@ -237,23 +245,17 @@ TEST(SlowBody, BufferedSlowBodiesHoldNoUpstreamConnection) {
     recording_upstream upstream;
     sluice_process sluice(slow_config(upstream, "3s", 1, "1s"));
 
-    std::vector<std::unique_ptr<http_connection>> connections;
-    std::vector<http_connection*> raw;
-    for (std::size_t i = 0; i < clients; ++i) {
-        connections.push_back(std::make_unique<http_connection>(sluice.port(), 10s));
-        raw.push_back(connections.back().get());
-        connections.back()->send_raw(slow_header);
-    }
+    slow_clients slow(sluice.port(), clients);
     std::vector<unsigned> statuses;
     {
-        trickler bytes(raw, 100ms);
+        trickler bytes(slow.raw, 100ms);
         http_connection whole(sluice.port(), 10s);
         whole.send_raw("POST /whole HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\n\r\nhello");
         error_code ec;
         const auto answer = whole.try_read_response(ec);
         ASSERT_TRUE(answer) << ec.message();
         EXPECT_EQ(answer->status, 200u);
-        for (auto& c : connections) {
+        for (auto& c : slow.connections) {
             const auto response = c->try_read_response(ec);
             statuses.push_back(response ? response->status : 0);
         }
