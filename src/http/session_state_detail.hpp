@@ -85,7 +85,9 @@ struct request_state {
     request_limiter limiter;
     bool keep_alive = false;
     bool expect_continue = false;
-    /// The body read before the decision, for the limiter's `json:` fields (read_body_ahead).
+    /// The body read ahead (read_body_ahead): before the decision, for the limiter's `json:`
+    /// fields (then `body_read_ahead` is set); the forwarder reads on into it, up to
+    /// server.request-buffer-size, and frees it once the request is sent.
     std::string body_ahead;
     bool body_read_ahead = false;
     /// When the body's first read began (server.body-timeout counts from there).
