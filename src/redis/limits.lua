@@ -41,16 +41,16 @@
 -- batch is mostly one client's burst on one key, and every argument costs Redis an object and a
 -- Lua string, and the client its formatting.)
 --
--- SETTLEMENTS (issue 15: cost-weighted limits). A request reserves its cost; once its real cost
--- is known, src/store/redis_store.cpp sends the settlements of one event-loop turn in one call
+-- SETTLEMENTS (issue 15: cost-weighted limits). A request reserves its cost; once its real cost is
+-- known, src/store/redis_store_charges.cpp sends the settlements of one event-loop turn in one call
 -- (a call of settlement groups only). Each brings its key's state to now and adjusts it by the
 -- delta, as src/limiter/*_settle do (operation for operation): TOKEN_BUCKET tokens -= delta and
--- LEAKY_BUCKET queue_size += delta after the refill/leak, FIXED_WINDOW count += delta in the
--- window current now, SLIDING_WINDOW the weight of the log's window (a charge logged at now, a
--- refund taken from the oldest entries); never below empty, a debt at most 2^53. A key without
--- this algorithm's state settles a fresh one (a refund then writes nothing); CONCURRENCY
--- ignores settlements. A bucket's settled state expires no sooner than its queue drains (the ttl
--- or longer), so that a debt is never forgotten before it is paid. Settlements reply nothing.
+-- LEAKY_BUCKET queue_size += delta after the refill/leak, FIXED_WINDOW count += delta in the window
+-- current now, SLIDING_WINDOW the weight of the log's window (a charge logged at now, a refund
+-- taken from the oldest entries); never below empty, a debt at most 2^53. A key without this
+-- algorithm's state settles a fresh one (a refund then writes nothing); CONCURRENCY ignores
+-- settlements. A bucket's settled state expires no sooner than its queue drains (the ttl or
+-- longer), so that a debt is never forgotten before it is paid. Settlements reply nothing.
 --
 -- GIVE-BACKS (issue 16: all-or-none across Redis Cluster slots, docs/redis-cluster.md). A
 -- request whose keys live on several slots is sent as one tentative request per slot; when one

@@ -3,324 +3,38 @@
 
 #include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
-#include "sluice/core/saturate.hpp"
-#include "sluice/limiter/algorithm.hpp"
-#include "sluice/limiter/cost.hpp"
-#include "sluice/redis/command_writer.hpp"
 #include "sluice/redis/scripts.hpp"
-#include "sluice/store/slot_waiters.hpp"
+#include "store/limits_call.hpp"
 
 #include <boost/asio/post.hpp>
-#include <boost/container/small_vector.hpp>
-#include <boost/endian/conversion.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <cstdio>
-#include <functional>
 #include <random>
 #include <string_view>
-#include <unordered_map>
+
+// The store's acquisitions: batches of requests, one script call in flight per slot, the reply
+// decoded into each request's outcome. What naming and loading the scripts takes is in
+// redis_store_scripts.cpp; what an outcome gives back afterwards (CONCURRENCY slots, cost
+// settlements, Cluster give-backs) in redis_store_charges.cpp; the call's bytes in
+// limits_call.cpp.
 
 namespace sluice::store {
+
+using limits_call::admitted;
+using limits_call::decisions_at;
+using limits_call::definition_texts;
+using limits_call::delays_within_bounds;
+using limits_call::give_backs_at;
+using limits_call::reply_fields;
+using limits_call::token_fields;
+using limits_call::well_formed;
+using limits_call::write_decide_call;
+
 namespace {
 
 using std::chrono::milliseconds;
-
-// The arguments of one limit definition; see the header of src/redis/limits.lua.
-constexpr std::size_t definition_size = 6;
-
-// The script's reply per key: allowed, remaining, reset_ms, retry_after_ms, delay_ms, level,
-// each a signed 64-bit little-endian integer; a tentative request's keys add their give-back
-// token, t1 and t2.
-constexpr std::size_t reply_fields = 6;
-constexpr std::size_t token_fields = 2;
-constexpr std::size_t field_bytes = 8;
-
-int algorithm_code(config::algorithm a) noexcept {
-    switch (a) {
-    case config::algorithm::leaky_bucket:
-        return 1;
-    case config::algorithm::token_bucket:
-        return 2;
-    case config::algorithm::fixed_window:
-        return 3;
-    case config::algorithm::sliding_window:
-        return 4;
-    case config::algorithm::concurrency:
-        return 5;
-    }
-    return 0;
-}
-
-// The shortest text that reads back as exactly `x` (std::to_chars guarantees the round trip),
-// which Lua's tonumber (strtod) reads as the script needs. snprintf's "%.17g" printed the same
-// value at eight times the cost: 2.6k instructions a limit definition in every batch, where
-// this takes 0.3k (callgrind, bench's Redis case).
-std::string format_double(double x) {
-    char buffer[32];
-    const auto end = std::to_chars(buffer, buffer + sizeof buffer, x).ptr;
-    return std::string(buffer, end);
-}
-
-// The buckets' rounding in src/limiter/leaky_bucket.cpp, epsilon included: capacity x T is
-// rarely exact in binary (21 x 1000 / 0.7 gives 30000.000000000004), and a plain ceil would
-// report a window one ms longer than the memory store does.
-milliseconds bucket_ceil_ms(double ms) noexcept {
-    constexpr double ms_epsilon = 1e-6;
-    return saturating_ms(std::ceil(std::max(0.0, ms - ms_epsilon)));
-}
-
-// The policy's quota and window, as the C++ algorithms report them (no round trip needed).
-void describe_policy(const config::limit& l, limiter::decision& d) noexcept {
-    switch (l.algo) {
-    case config::algorithm::leaky_bucket:
-        d.limit = l.capacity;
-        d.window = bucket_ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.flow_rate));
-        break;
-    case config::algorithm::token_bucket:
-        d.limit = l.capacity;
-        d.window = bucket_ceil_ms(static_cast<double>(l.capacity) * (1000.0 / l.refill_rate));
-        break;
-    case config::algorithm::fixed_window:
-    case config::algorithm::sliding_window:
-        d.limit = l.limit_count;
-        d.window = l.window;
-        break;
-    case config::algorithm::concurrency:
-        d.limit = l.limit_count;
-        d.in_flight = true;
-        break;
-    }
-}
-
-// The two numeric parameters of a limit's argument group: {capacity, rate per s} for the
-// buckets, {limit, window in ms} for the windows (see the header of src/redis/limits.lua).
-std::pair<std::string, std::string> parameters(const config::limit& l) {
-    switch (l.algo) {
-    case config::algorithm::leaky_bucket:
-        return {std::to_string(l.capacity), format_double(l.flow_rate)};
-    case config::algorithm::token_bucket:
-        return {std::to_string(l.capacity), format_double(l.refill_rate)};
-    case config::algorithm::fixed_window:
-    case config::algorithm::sliding_window:
-        break;
-    case config::algorithm::concurrency:
-        return {std::to_string(l.limit_count), std::to_string(l.lease.count())};
-    }
-    return {std::to_string(l.limit_count), std::to_string(l.window.count())};
-}
-
-// Whether the script's reply is packed fields of `bytes` bytes in all.
-bool well_formed(const redis::reply& r, std::size_t bytes) {
-    return r.type == redis::reply::kind::string && r.str.size() == bytes;
-}
-
-// Whether a request of cost `cost` can never fit `l` (decision::never_fits): the script refuses
-// it without a retry estimate, and the flag follows from the check alone, as the policy does.
-bool never_fits(const config::limit& l, std::int64_t cost) noexcept {
-    const auto c = limiter::clamp_cost(cost);
-    switch (l.algo) {
-    case config::algorithm::leaky_bucket:
-    case config::algorithm::token_bucket:
-        return c > l.capacity;
-    case config::algorithm::fixed_window:
-    case config::algorithm::sliding_window:
-        return c > l.limit_count;
-    case config::algorithm::concurrency:
-        break;
-    }
-    return false;
-}
-
-// Field `i` of the packed reply (little-endian, whatever the host's order). One load where
-// the host is little-endian: assembled byte by byte, the five fields of a decision cost 110
-// instructions a request.
-std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
-    static_assert(field_bytes == sizeof(std::int64_t));
-    return boost::endian::load_little_s64(
-        reinterpret_cast<const unsigned char*>(packed.data() + i * field_bytes));
-}
-
-// The longest delay the script can give `l`: none unless it shapes (only a LEAKY_BUCKET in
-// shape mode delays); then its max-delay, or else the whole bucket's drain time, since a
-// request admitted with room waits for fewer than `capacity` slots to leak (limits.lua's
-// leak_and_admit, as src/limiter/leaky_bucket.cpp's). With one slot and a millisecond to
-// spare: the bound is there to refuse absurd figures, and a reply that rounded otherwise than
-// this does must never be taken for one.
-milliseconds delay_bound(const config::limit& l) noexcept {
-    if (l.algo != config::algorithm::leaky_bucket || l.mode != config::shaping_mode::shape) {
-        return milliseconds{0};
-    }
-    const double slot_ms = 1000.0 / l.flow_rate;
-    const double bound_ms = l.max_delay ? static_cast<double>(l.max_delay->count()) + slot_ms
-                                        : (static_cast<double>(l.capacity) + 1.0) * slot_ms;
-    return bucket_ceil_ms(bound_ms + 1.0); // saturates
-}
-
-// Whether every delay in the reply is within [0, delay_bound] of its limit. Redis's reply is
-// input like any other: a delay beyond it would overflow the hold's end (now + delay) or hold a
-// request for years. One that breaks the bound says the script, or the state it read, is not
-// what this store wrote (a clock set back past a stored time could do it too), so it is
-// treated as the malformed reply it is, bad_reply and the failure mode, rather than clamped
-// into a decision taken from a state we have reason to doubt. `Waiters` is the batch's.
-template <typename Waiters>
-bool delays_within_bounds(std::string_view packed, const Waiters& waiters) noexcept {
-    std::size_t field = 0;
-    for (const auto& w : waiters) {
-        const std::size_t stride = w.give_backs ? reply_fields + token_fields : reply_fields;
-        for (const auto& c : *w.request_checks) {
-            const auto delay = field_at(packed, field + 4);
-            if (delay < 0 || delay > delay_bound(*c.limit).count()) {
-                return false;
-            }
-            field += stride;
-        }
-    }
-    return true;
-}
-
-// Writes into `out` the decisions of one request, from the reply's fields starting at `field`,
-// `stride` per key.
-void decisions_at(std::string_view packed,
-                  std::size_t field,
-                  const checks& request_checks,
-                  std::size_t stride,
-                  outcome& out) {
-    // Emptied in place: assigning outcome{} moved two empty small_vectors over it, a costly
-    // no-op (130 instructions a request).
-    out.ec = {};
-    out.decisions.clear();
-    out.slots.clear();
-    out.local = false;
-    for (const auto& c : request_checks) {
-        limiter::decision d;
-        describe_policy(*c.limit, d);
-        d.allowed = field_at(packed, field) == 1;
-        d.remaining = field_at(packed, field + 1);
-        d.reset_after = milliseconds{field_at(packed, field + 2)};
-        d.retry_after = milliseconds{field_at(packed, field + 3)};
-        d.delay = milliseconds{field_at(packed, field + 4)};
-        d.never_fits = never_fits(*c.limit, c.cost);
-        out.decisions.push_back(d);
-        field += stride;
-    }
-}
-
-// Whether the script charged the request: every limit that is not dry-run admitted it.
-bool admitted(const checks& request_checks, const outcome& out) noexcept {
-    for (std::size_t i = 0; i < request_checks.size(); ++i) {
-        if (!out.decisions[i].allowed && !request_checks[i].limit->dry_run) {
-            return false;
-        }
-    }
-    return true;
-}
-
-// What giving back a tentative request's charges takes, from its keys' tokens (each key's
-// fields start at `field`, `stride` apart): a limit is charged when the request is, it admitted,
-// and it is the last of the request's checks on its key (phase 2 of the script writes only
-// that one). CONCURRENCY slots are not entries: they are the outcome's `slots`.
-std::vector<give_back_entry> give_backs_at(std::string_view packed,
-                                           std::size_t field,
-                                           const checks& request_checks,
-                                           const outcome& out,
-                                           std::size_t stride) {
-    std::vector<give_back_entry> entries;
-    if (!admitted(request_checks, out)) {
-        return entries;
-    }
-    for (std::size_t i = 0; i < request_checks.size(); ++i, field += stride) {
-        const auto& c = request_checks[i];
-        const bool last = std::none_of(request_checks.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                                       request_checks.end(),
-                                       [&](const check& later) { return later.key == c.key; });
-        if (out.decisions[i].allowed && last && c.limit->algo != config::algorithm::concurrency) {
-            entries.push_back({c.key,
-                               c.limit,
-                               limiter::clamp_cost(c.cost),
-                               {field_at(packed, field + reply_fields),
-                                field_at(packed, field + reply_fields + 1)}});
-        }
-    }
-    return entries;
-}
-
-// Writes a limit's definition: algorithm, p1, p2, mode, max_delay, dry_run.
-void write_definition(redis::command_writer& w, const config::limit& l) {
-    const auto [p1, p2] = parameters(l);
-    w.arg(algorithm_code(l.algo));
-    w.arg(p1);
-    w.arg(p2);
-    w.arg(l.mode == config::shaping_mode::shape ? "0" : "1");
-    w.arg(l.max_delay ? l.max_delay->count() : std::int64_t{-1});
-    w.arg(l.dry_run ? "1" : "0");
-}
-
-// Fills a request batch's packed argument in the space the command writer made for it
-// (redis::command_writer::space): plain stores, rather than an append into the command for each
-// of a request's three numbers.
-struct packed_cursor {
-    char* at;
-
-    void append(std::string_view bytes) noexcept { at = std::copy(bytes.begin(), bytes.end(), at); }
-};
-
-// Appends `v` as the script's packed numbers are: 32 bits, little-endian. `Out` is a
-// packed_cursor or an argument built apart (std::string).
-template <typename Out>
-void append_u32(Out& out, std::uint64_t v) {
-    const char bytes[4] = {static_cast<char>(v & 0xff),
-                           static_cast<char>((v >> 8) & 0xff),
-                           static_cast<char>((v >> 16) & 0xff),
-                           static_cast<char>((v >> 24) & 0xff)};
-    out.append(std::string_view(bytes, sizeof bytes));
-}
-
-// The packed groups' flags (see the header of src/redis/limits.lua).
-constexpr std::uint64_t amount_follows = std::uint64_t{1} << 31;
-constexpr std::uint64_t negative_amount = std::uint64_t{1} << 30;
-constexpr std::uint64_t tentative_group = std::uint64_t{1} << 30;
-constexpr std::uint64_t settlements_group = std::uint64_t{1} << 31;
-constexpr std::uint64_t give_backs_group = settlements_group | tentative_group;
-
-// The bytes of one entry of the packed groups: a request's key of cost 1 costs no amount.
-constexpr std::size_t entry_bytes(bool with_amount) noexcept {
-    return with_amount ? 16 : 8;
-}
-
-// Appends one entry: the key's and the definition's numbers, and `amount` when `with_amount`
-// (|amount| <= 2^53: limiter::clamp_cost and clamp_delta bound it).
-template <typename Out>
-void append_entry(
-    Out& out, std::size_t key, std::size_t definition, bool with_amount, std::int64_t amount) {
-    append_u32(out, key);
-    if (!with_amount) {
-        append_u32(out, definition);
-        return;
-    }
-    const std::uint64_t magnitude = amount < 0
-                                        ? std::uint64_t{0} - static_cast<std::uint64_t>(amount)
-                                        : static_cast<std::uint64_t>(amount);
-    append_u32(out, definition | amount_follows | (amount < 0 ? negative_amount : 0));
-    append_u32(out, magnitude & 0xffffffff);
-    append_u32(out, magnitude >> 32);
-}
-
-// A give-back token's bytes in the packed groups: t1 and t2, 64 bits each.
-constexpr std::size_t token_bytes = token_fields * field_bytes;
-
-// Appends a give-back token: t1 and t2, each as 64 bits (two's complement) in two numbers.
-template <typename Out>
-void append_token(Out& out, const give_back_token& token) {
-    for (const std::int64_t t : {token.t1, token.t2}) {
-        const auto bits = static_cast<std::uint64_t>(t);
-        append_u32(out, bits & 0xffffffff);
-        append_u32(out, bits >> 32);
-    }
-}
 
 // A prefix no other store shares, in this process or another: 64 random bits. Built once per
 // store, at start-up.
@@ -331,27 +45,6 @@ std::string make_lease_prefix() {
     const int n =
         std::snprintf(text, sizeof text, "%016llx:", static_cast<unsigned long long>(bits));
     return std::string(text, static_cast<std::size_t>(std::max(n, 0)));
-}
-
-// A script call may touch one Cluster slot's keys only (CROSSSLOT otherwise): what is sent of
-// `items` in one call is a run of items sharing a slot. Orders `items` so that each slot's
-// are together, each slot's in their order (a settlement and a give-back of one key keep theirs).
-template <typename T, typename SlotOf>
-void group_by_slot(std::vector<T>& items, SlotOf slot_of) {
-    std::stable_sort(items.begin(), items.end(), [&](const T& a, const T& b) {
-        return slot_of(a) < slot_of(b);
-    });
-}
-
-// How many of `items`, from the first, share its slot: at most `limit`.
-template <typename T, typename SlotOf>
-std::size_t leading_run(const std::vector<T>& items, SlotOf slot_of, std::size_t limit) {
-    const auto first = slot_of(items.front());
-    std::size_t n = 1;
-    while (n < items.size() && n < limit && slot_of(items[n]) == first) {
-        ++n;
-    }
-    return n;
 }
 
 // The open batches and the calls in flight, per slot: an entry only while a slot has one,
@@ -372,70 +65,6 @@ auto entry_of(Entries& entries, std::uint16_t slot) {
 }
 
 } // namespace
-
-/**
- * Each limit's definition in a batch's script call (write_definition's arguments, in RESP),
- * written once and spliced into every call that names the limit: writing it, its rate printed
- * as the shortest double, cost some 1.5k instructions per limit and batch. Found by the limit's
- * address, and used only while the limit still says what it said when written: a reload frees
- * the old limits, and a new one may take an old one's address.
- */
-class redis_store::definition_texts {
-public:
-    std::string_view of(const config::limit& l) {
-        auto it = texts_.find(&l);
-        if (it != texts_.end() && it->second.said == limit_fields{l}) {
-            return it->second.text;
-        }
-        if (it == texts_.end() && texts_.size() >= max_texts) {
-            texts_.clear(); // the limits of configs long gone
-        }
-        std::string text;
-        auto w = redis::command_writer::arguments_only(text);
-        write_definition(w, l);
-        const auto at = texts_.insert_or_assign(&l, entry{limit_fields{l}, std::move(text)}).first;
-        return at->second.text;
-    }
-
-private:
-    // What write_definition reads of a limit.
-    struct limit_fields {
-        explicit limit_fields(const config::limit& l)
-            : algo(l.algo)
-            , capacity(l.capacity)
-            , limit_count(l.limit_count)
-            , flow_rate(l.flow_rate)
-            , refill_rate(l.refill_rate)
-            , window(l.window)
-            , lease(l.lease)
-            , mode(l.mode)
-            , max_delay(l.max_delay)
-            , dry_run(l.dry_run) {}
-
-        bool operator==(const limit_fields&) const = default;
-
-        config::algorithm algo;
-        std::int64_t capacity;
-        std::int64_t limit_count;
-        double flow_rate;
-        double refill_rate;
-        milliseconds window;
-        milliseconds lease;
-        config::shaping_mode mode;
-        std::optional<milliseconds> max_delay;
-        bool dry_run;
-    };
-
-    struct entry {
-        limit_fields said;
-        std::string text;
-    };
-
-    // Far more limits than a config has: only reloads add more.
-    static constexpr std::size_t max_texts = 4096;
-
-    std::unordered_map<const config::limit*, entry> texts_;
-};
 
 /// A request waiting for its batch's reply. Its checks and the place for its outcome are its
 /// coroutine's, alive as long as `handler` (which owns the coroutine's frame) is: the handler
@@ -458,8 +87,7 @@ struct redis_store::batch {
     std::uint16_t slot = 0;
 
     std::vector<waiter> waiters;
-    /// The reply's size in bytes: `reply_fields` per check of every waiter (KEYS holds each key
-    /// once, the reply each check), and `token_fields` more per check of a tentative request.
+    /// The reply's size in bytes (write_decide_call's).
     std::size_t reply_size = 0;
     /// The script call in RESP (see `format`).
     std::string command;
@@ -469,87 +97,15 @@ struct redis_store::batch {
     /// Unique to this batch: its i-th request's slots are leased as `<lease_prefix><i>`.
     std::string lease_prefix;
 
-    /**
-     * The script call deciding this batch, with `verb` and `script` its first two arguments
-     * (`redis::script_call_head`; see the header of src/redis/limits.lua): the batch's distinct
-     * keys, its distinct limits, then its requests packed into one argument, each as its number of
-     * keys and, per key, the key's and the limit's numbers.
-     */
+    /// Writes `command`, the script call deciding this batch (limits_call::write_decide_call),
+    /// with `verb` and `script` its first two arguments (`redis::script_call_head`).
     void format(std::string_view verb,
                 std::string_view script,
                 std::optional<double> now,
                 milliseconds ttl,
                 definition_texts& texts) {
-        // A burst from one client repeats one key: each distinct key and limit goes once.
-        boost::container::small_vector<const config::limit*, 8> definitions;
-        boost::container::small_vector<std::string_view, 16> keys;
-        boost::container::small_vector<std::size_t, 16> key_hashes;
-        boost::container::small_vector<std::pair<std::uint32_t, std::uint32_t>, 64> numbers;
-        std::size_t packed_bytes = 0;
-        reply_size = 0;
-        for (const auto& w : waiters) {
-            reply_size += w.request_checks->size() * field_bytes *
-                          (w.give_backs ? reply_fields + token_fields : reply_fields);
-            for (const auto& c : *w.request_checks) {
-                auto d = std::find(definitions.begin(), definitions.end(), c.limit);
-                if (d == definitions.end()) {
-                    definitions.push_back(c.limit);
-                    d = definitions.end() - 1;
-                }
-                const std::string_view key = c.key;
-                const std::size_t hash = std::hash<std::string_view>{}(key);
-                std::size_t k = 0;
-                while (k < keys.size() && (key_hashes[k] != hash || keys[k] != key)) {
-                    ++k;
-                }
-                if (k == keys.size()) {
-                    keys.push_back(key);
-                    key_hashes.push_back(hash);
-                }
-                numbers.emplace_back(static_cast<std::uint32_t>(k + 1),
-                                     static_cast<std::uint32_t>(d - definitions.begin() + 1));
-                packed_bytes += entry_bytes(limiter::clamp_cost(c.cost) != 1);
-            }
-        }
-
-        std::size_t key_bytes = 0;
-        for (const auto key : keys) {
-            key_bytes += key.size();
-        }
-        const std::size_t argc = 3 + keys.size() + 3 + definitions.size() * definition_size + 2;
-        // Room for all of it at once, where growing by doubling copied the command six times
-        // over in a batch of 26 requests. At most 26 bytes of framing per argument ("$", 20
-        // digits, two CRLFs) and 24 of text per number (a definition's, `now`, the ttl).
-        command.clear();
-        command.reserve(16 + argc * (26 + 24) + verb.size() + script.size() + key_bytes +
-                        4 * waiters.size() + packed_bytes + lease_prefix.size());
-        redis::command_writer w(command, argc);
-        w.arg(verb);
-        w.arg(script);
-        w.arg(static_cast<std::int64_t>(keys.size()));
-        for (const auto key : keys) {
-            w.arg(key);
-        }
-        w.arg(now ? format_double(*now) : std::string_view());
-        w.arg(ttl.count());
-        w.arg(static_cast<std::int64_t>(definitions.size()));
-        for (const auto* l : definitions) {
-            w.splice(texts.of(*l));
-        }
-        const std::size_t packed_size = 4 * waiters.size() + packed_bytes;
-        w.begin_arg(packed_size);
-        packed_cursor packed{w.space(packed_size)};
-        std::size_t next = 0;
-        for (const auto& wt : waiters) {
-            const auto& request_checks = *wt.request_checks;
-            append_u32(packed, (wt.give_backs ? tentative_group : 0) | request_checks.size());
-            for (std::size_t i = 0; i < request_checks.size(); ++i, ++next) {
-                const auto cost = limiter::clamp_cost(request_checks[i].cost);
-                append_entry(packed, numbers[next].first, numbers[next].second, cost != 1, cost);
-            }
-        }
-        w.end_arg();
-        w.arg(lease_prefix);
+        reply_size =
+            write_decide_call(command, verb, script, waiters, now, ttl, texts, lease_prefix);
     }
 };
 
@@ -570,10 +126,7 @@ void resume(net::any_completion_handler<void()>& handler, outcome& place, outcom
     std::move(handler)();
 }
 
-} // namespace
-
-namespace {
-
+// Registers the scripts' loads as the connection's connect commands.
 void load_scripts(auto& connection) {
     connection.add_connect_command({"SCRIPT", "LOAD", std::string(redis::limits_script.text)});
     connection.add_connect_command({"SCRIPT", "LOAD", std::string(redis::slots_script.text)});
@@ -941,79 +494,6 @@ void redis_store::flush_batch(batch_ptr b) {
     send(std::move(b));
 }
 
-redis::script_call redis_store::first_call(const redis::script& script) noexcept {
-    // Read the clock only while Functions are given up: the usual call pays one branch.
-    if (!use_functions_ && std::chrono::steady_clock::now() >= functions_retry_at_) {
-        use_functions_ = true;
-    }
-    return use_functions_ && !script.function_name.empty() ? redis::script_call::fcall
-                                                           : redis::script_call::evalsha;
-}
-
-std::optional<redis::script_call>
-redis_store::retry_as(std::uint16_t slot, redis::script_call how, const redis::reply& r) {
-    switch (redis::refusal_of(how, r)) {
-    case redis::script_refusal::none:
-        return std::nullopt;
-    case redis::script_refusal::function_missing:
-        load_functions(slot);
-        return redis::script_call::evalsha;
-    case redis::script_refusal::functions_unusable:
-        give_up_functions(r.str);
-        return redis::script_call::evalsha;
-    case redis::script_refusal::noscript:
-        break;
-    }
-    return redis::script_call::eval;
-}
-
-void redis_store::load_functions(std::uint16_t slot) {
-    if (function_load_pending_ || !use_functions_) {
-        return;
-    }
-    function_load_pending_ = true;
-    std::string command;
-    redis::command_writer w(command, 3);
-    w.arg("FUNCTION");
-    w.arg("LOAD");
-    w.arg(redis::limits_script.library);
-    call(slot, command, [alive = std::weak_ptr(self_)](error_code ec, redis::reply r) {
-        const auto self = alive.lock();
-        if (!self) {
-            return;
-        }
-        auto& owner = **self;
-        owner.function_load_pending_ = false;
-        // Another worker or instance of this version loaded it first: as good as loading it.
-        if (ec == errc::bad_reply && r.str.find("already exists") != std::string::npos) {
-            return;
-        }
-        if (ec == errc::bad_reply) {
-            // Refused (an ACL, out of memory, ...): EVALSHA from now on, at the cost of the
-            // script's prelude per call, rather than a refused FCALL and a retry per call.
-            owner.give_up_functions(r.str);
-        }
-        // Otherwise loaded, or no answer (the connection went): the next FCALL finds out.
-    });
-}
-
-void redis_store::give_up_functions(std::string_view why) {
-    if (!use_functions_) {
-        return;
-    }
-    use_functions_ = false;
-    functions_retry_at_ = std::chrono::steady_clock::now() + functions_retry_after_;
-    // From Redis (not from a client), once a minute per worker at most. The first time says it
-    // at info; a Redis that keeps refusing (before 7, say) says it again only at debug.
-    static keyed_log_throttle gave_up{std::chrono::seconds(10)};
-    log_throttled(gave_up,
-                  ++functions_given_up_ == 1 ? spdlog::level::info : spdlog::level::debug,
-                  "redis store: Redis Functions unusable ({}): deciding with EVALSHA, trying "
-                  "them again in {} s",
-                  log_excerpt(why),
-                  std::chrono::ceil<std::chrono::seconds>(functions_retry_after_).count());
-}
-
 void redis_store::send(batch_ptr b) {
     b->sent = std::chrono::steady_clock::now();
     const auto slot = b->slot;
@@ -1111,281 +591,6 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
     }
 }
 
-void redis_store::take_slots(const checks& request_checks,
-                             outcome& out,
-                             std::string_view lease_prefix,
-                             std::size_t request_number) {
-    if (!admitted(request_checks, out)) {
-        return; // refused: the script took nothing
-    }
-    // Made only for a request that took a slot: a string per request (an allocation, as the
-    // prefix is longer than the short-string buffer) cost every request 320 instructions.
-    std::string id;
-    for (std::size_t i = 0; i < request_checks.size(); ++i) {
-        const auto& l = *request_checks[i].limit;
-        if (out.decisions[i].in_flight && out.decisions[i].allowed) {
-            if (id.empty()) {
-                id.reserve(lease_prefix.size() + 20);
-                id.append(lease_prefix);
-                id += std::to_string(request_number);
-            }
-            out.slots.push_back({request_checks[i].key, id, l.lease});
-            live_slots_.emplace(live_name(request_checks[i].key, id), out.slots.back());
-        }
-    }
-    if (!live_slots_.empty()) {
-        schedule_renewal();
-    }
-}
-
-std::string redis_store::live_name(std::string_view key, std::string_view lease_id) {
-    std::string name;
-    name.reserve(key.size() + 1 + lease_id.size());
-    name.append(key);
-    name.push_back('\0'); // never in a key: header values cannot hold it
-    name.append(lease_id);
-    return name;
-}
-
-std::size_t redis_store::wake_waiters(slot_waiters& waiters, std::string_view announcement) {
-    const auto colon = announcement.find(':');
-    if (colon == 0 || colon == std::string_view::npos || colon > 9) {
-        return 0;
-    }
-    std::size_t count = 0;
-    for (const char c : announcement.substr(0, colon)) {
-        if (c < '0' || c > '9') {
-            return 0;
-        }
-        count = count * 10 + static_cast<std::size_t>(c - '0');
-    }
-    const auto key = announcement.substr(colon + 1);
-    std::size_t reached = 0;
-    for (std::size_t i = 0; i < std::min(count, max_batch) && waiters.notify(key); ++i) {
-        ++reached;
-    }
-    return reached;
-}
-
-std::string redis_store::slot_channel(const config::redis_settings& settings) {
-    // Channels are shared by every database of a server: the number keeps them apart.
-    return "sluice:slot-freed:" + std::to_string(settings.db);
-}
-
-void redis_store::run_script(std::uint16_t slot,
-                             const redis::script& script,
-                             std::vector<std::string> args,
-                             const char* what,
-                             const char* otherwise) {
-    run_script(slot, script, first_call(script), std::move(args), what, otherwise);
-}
-
-void redis_store::run_script(std::uint16_t slot,
-                             const redis::script& script,
-                             redis::script_call how,
-                             std::vector<std::string> args,
-                             const char* what,
-                             const char* otherwise) {
-    std::string command;
-    redis::command_writer w(command, 2 + args.size());
-    const auto [verb, name] = redis::script_call_head(how, script);
-    w.arg(verb);
-    w.arg(name);
-    for (const auto& a : args) {
-        w.arg(std::string_view(a));
-    }
-    call(slot,
-         command,
-         [alive = std::weak_ptr(self_), slot, s = &script, how, args, what, otherwise](
-             error_code ec, redis::reply r) mutable {
-             const auto self = alive.lock();
-             if (!self || !ec) {
-                 return;
-             }
-             if (const auto next = (*self)->retry_as(slot, how, r)) {
-                 // Redis does not know the script by this name: the same call, named the next
-                 // way.
-                 (*self)->run_script(slot, *s, *next, std::move(args), what, otherwise);
-                 return;
-             }
-             // Per script and kind of failure (an error reply's kind, as in answer()): a key per
-             // text would let each new text through.
-             static keyed_log_throttle failures{std::chrono::seconds(10)};
-             const auto kind = ec == errc::bad_reply ? r.error_kind() : "unanswered";
-             log_throttled_by(failures,
-                              std::string(what) + ": " + std::string(kind),
-                              spdlog::level::warn,
-                              "redis store: could not {} ({}): {}",
-                              what,
-                              ec == errc::bad_reply ? log_excerpt(r.str) : ec.message(),
-                              otherwise);
-         });
-}
-
-void redis_store::post_flush(bool& posted, void (redis_store::*flush_pending)()) {
-    if (posted) {
-        return;
-    }
-    // What is handed over in one turn of the event loop goes in one script call, as the
-    // requests decided in one turn do: a burst of responses ending together costs Redis one
-    // call, not one per response.
-    posted = true;
-    net::post(ex_, [alive = std::weak_ptr(self_), flush_pending] {
-        if (const auto self = alive.lock()) {
-            ((*self)->*flush_pending)();
-        }
-    });
-}
-
-void redis_store::release(std::span<const slot> taken) noexcept {
-    // Slots without a lease id came from the local fallback (failure-mode local).
-    boost::container::small_vector<slot, 1> local;
-    for (const auto& s : taken) {
-        if (s.lease_id.empty()) {
-            local.push_back(s);
-            continue;
-        }
-        live_slots_.erase(live_name(s.key, s.lease_id));
-        releasing_.emplace_back(s.key, s.lease_id);
-    }
-    if (!local.empty() && local_fallback_ != nullptr) {
-        local_fallback_->release(local);
-    }
-    if (!releasing_.empty()) {
-        post_flush(release_posted_, &redis_store::flush_releases);
-    }
-}
-
-void redis_store::settle(std::span<const settlement> adjustments) noexcept {
-    // A reservation the local fallback decided is settled there: Redis never charged it.
-    boost::container::small_vector<settlement, 1> local;
-    for (const auto& a : adjustments) {
-        if (a.local) {
-            local.push_back(a);
-            continue;
-        }
-        if (a.limit == nullptr || a.delta == 0 || !limiter::settles(a.limit->algo)) {
-            continue; // nothing to adjust
-        }
-        // What the script needs of the limit, copied: the caller's config snapshot may be gone
-        // by the flush.
-        auto [p1, p2] = parameters(*a.limit);
-        settling_.push_back({a.key,
-                             algorithm_code(a.limit->algo),
-                             std::move(p1),
-                             std::move(p2),
-                             limiter::clamp_delta(a.delta),
-                             std::nullopt});
-    }
-    if (!local.empty() && local_fallback_ != nullptr) {
-        local_fallback_->settle(local);
-    }
-    if (!settling_.empty()) {
-        post_flush(settle_posted_, &redis_store::flush_settlements);
-    }
-}
-
-void redis_store::give_back(std::span<const give_back_entry> charges) noexcept {
-    for (const auto& g : charges) {
-        if (g.limit == nullptr || g.limit->algo == config::algorithm::concurrency) {
-            continue; // a slot goes back by `release`
-        }
-        // Copied, as a settlement's limit is: the caller's config snapshot may be gone by the
-        // flush.
-        auto [p1, p2] = parameters(*g.limit);
-        settling_.push_back({g.key,
-                             algorithm_code(g.limit->algo),
-                             std::move(p1),
-                             std::move(p2),
-                             limiter::clamp_cost(g.amount),
-                             g.token});
-    }
-    if (!settling_.empty()) {
-        post_flush(settle_posted_, &redis_store::flush_settlements);
-    }
-}
-
-void redis_store::flush_settlements() {
-    settle_posted_ = false;
-    const auto slot_of_item = [this](const pending_settlement& a) {
-        return slot_of(a.key);
-    };
-    if (cluster_ != nullptr) {
-        group_by_slot(settling_, slot_of_item);
-    }
-    while (!settling_.empty()) {
-        // Bounded, as acquisitions are (max_batch), so that one call keeps Redis busy briefly.
-        const auto n = leading_run(settling_, slot_of_item, max_batch);
-        const auto slot = slot_of_item(settling_.front());
-        // Each distinct key and limit once, as in a batch of requests (see batch::format).
-        std::vector<std::size_t> key_of(n);
-        std::vector<std::size_t> definition_of(n);
-        std::vector<std::size_t> keys;        // the first settlement of each distinct key
-        std::vector<std::size_t> definitions; // the first settlement of each distinct limit
-        for (std::size_t i = 0; i < n; ++i) {
-            const auto& a = settling_[i];
-            std::size_t k = 0;
-            while (k < keys.size() && settling_[keys[k]].key != a.key) {
-                ++k;
-            }
-            if (k == keys.size()) {
-                keys.push_back(i);
-            }
-            std::size_t d = 0;
-            while (d < definitions.size() && !settling_[definitions[d]].same_limit(a)) {
-                ++d;
-            }
-            if (d == definitions.size()) {
-                definitions.push_back(i);
-            }
-            key_of[i] = k + 1;
-            definition_of[i] = d + 1;
-        }
-        std::vector<std::string> args{std::to_string(keys.size())};
-        args.reserve(1 + keys.size() + 3 + definition_size * definitions.size() + 2);
-        for (const auto k : keys) {
-            args.push_back(settling_[k].key);
-        }
-        args.push_back(now_override_ ? format_double(*now_override_) : std::string());
-        args.push_back(std::to_string(ttl_.count()));
-        args.push_back(std::to_string(definitions.size()));
-        for (const auto d : definitions) {
-            // Shaping, max_delay and dry_run play no part in a settlement or a give-back.
-            const auto& a = settling_[d];
-            args.insert(args.end(), {std::to_string(a.algorithm), a.p1, a.p2, "1", "-1", "0"});
-        }
-        // A group per run of settlements or of give-backs, in the order they came.
-        std::string packed;
-        packed.reserve(n * (4 + entry_bytes(true) + token_bytes));
-        bool give_backs = false;
-        for (std::size_t i = 0; i < n;) {
-            const bool run_gives_back = settling_[i].token.has_value();
-            give_backs = give_backs || run_gives_back;
-            std::size_t end = i;
-            while (end < n && settling_[end].token.has_value() == run_gives_back) {
-                ++end;
-            }
-            append_u32(packed, (run_gives_back ? give_backs_group : settlements_group) | (end - i));
-            for (; i < end; ++i) {
-                append_entry(packed, key_of[i], definition_of[i], true, settling_[i].delta);
-                if (run_gives_back) {
-                    append_token(packed, *settling_[i].token);
-                }
-            }
-        }
-        args.push_back(std::move(packed));
-        args.emplace_back(); // the lease prefix: settlements and give-backs take no slot
-        settling_.erase(settling_.begin(), settling_.begin() + static_cast<std::ptrdiff_t>(n));
-        run_script(slot,
-                   redis::limits_script,
-                   std::move(args),
-                   give_backs ? "settle cost reservations or give back charges"
-                              : "settle cost reservations",
-                   give_backs ? "the adjustments are dropped, the charges lapse"
-                              : "the adjustments are dropped");
-    }
-}
-
 void redis_store::stop() {
     flush_releases();
     flush_settlements();
@@ -1395,106 +600,6 @@ void redis_store::stop() {
         cluster_->stop();
     } else {
         client_->stop();
-    }
-}
-
-void redis_store::flush_releases() {
-    release_posted_ = false;
-    const auto slot_of_item = [this](const std::pair<std::string, std::string>& r) {
-        return slot_of(r.first);
-    };
-    if (cluster_ != nullptr) {
-        group_by_slot(releasing_, slot_of_item);
-    }
-    while (!releasing_.empty()) {
-        // Bounded, as acquisitions are (max_batch), so that one call keeps Redis busy briefly.
-        const auto n = leading_run(releasing_, slot_of_item, max_batch);
-        const auto slot = slot_of_item(releasing_.front());
-        std::vector<std::string> args{std::to_string(n)};
-        args.reserve(3 + 2 * n);
-        for (std::size_t i = 0; i < n; ++i) {
-            args.push_back(releasing_[i].first);
-        }
-        args.emplace_back("release");
-        args.push_back(channel_);
-        for (std::size_t i = 0; i < n; ++i) {
-            args.push_back(std::move(releasing_[i].second));
-        }
-        releasing_.erase(releasing_.begin(), releasing_.begin() + static_cast<std::ptrdiff_t>(n));
-        // The slot lapses with its lease instead: limits stay safe, a waiter may wait longer.
-        run_script(slot,
-                   redis::slots_script,
-                   std::move(args),
-                   "give back concurrency slots",
-                   "they lapse with their lease");
-    }
-}
-
-void redis_store::schedule_renewal() {
-    if (renewing_ || stopped_) {
-        return;
-    }
-    // Every slot is renewed each third of the shortest lease held: a renewal may be lost or
-    // late once without the lease lapsing.
-    auto shortest = std::chrono::milliseconds::max();
-    for (const auto& [name, s] : live_slots_) {
-        shortest = std::min(shortest, s.lease);
-    }
-    renewing_ = true;
-    renew_timer_.expires_after(std::max(shortest / 3, std::chrono::milliseconds{1}));
-    renew_timer_.async_wait([alive = std::weak_ptr(self_)](error_code ec) {
-        const auto self = alive.lock();
-        if (!self || ec) {
-            return;
-        }
-        auto& owner = **self;
-        owner.renewing_ = false;
-        owner.renew_all();
-        if (!owner.live_slots_.empty()) {
-            owner.schedule_renewal();
-        }
-    });
-}
-
-void redis_store::renew_all() {
-    // In calls of at most max_batch slots, as everything else sent: a worker holding thousands
-    // of slots must not make one call that keeps Redis busy for long.
-    std::vector<const slot*> held;
-    held.reserve(live_slots_.size());
-    for (const auto& [name, s] : live_slots_) {
-        held.push_back(&s);
-    }
-    const auto slot_of_item = [this](const slot* s) {
-        return slot_of(s->key);
-    };
-    if (cluster_ != nullptr) {
-        group_by_slot(held, slot_of_item);
-    }
-    std::size_t next = 0;
-    while (next < held.size()) {
-        const auto cluster_slot = slot_of_item(held[next]);
-        std::vector<std::pair<std::string_view, const slot*>> part;
-        for (; next < held.size() && part.size() < max_batch &&
-               slot_of_item(held[next]) == cluster_slot;
-             ++next) {
-            part.emplace_back(held[next]->key, held[next]);
-        }
-        std::vector<std::string> args{std::to_string(part.size())};
-        args.reserve(3 + 3 * part.size());
-        for (const auto& [key, s] : part) {
-            args.emplace_back(key);
-        }
-        args.emplace_back("renew");
-        args.push_back(now_override_ ? format_double(*now_override_) : std::string());
-        for (const auto& [key, s] : part) {
-            args.push_back(s->lease_id);
-            args.push_back(std::to_string(s->lease.count()));
-        }
-        run_script(cluster_slot,
-                   redis::slots_script,
-                   std::move(args),
-                   "renew concurrency slots",
-                   "they lapse with their lease");
     }
 }
 

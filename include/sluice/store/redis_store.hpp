@@ -28,6 +28,10 @@ namespace sluice::store {
 
 class slot_waiters;
 
+namespace limits_call {
+class definition_texts;
+}
+
 /**
  * What a tentative request's charge on one limit leaves for its give-back (see the header of
  * src/redis/limits.lua): a fixed window's start in t1; a sliding window's entry, its running
@@ -241,7 +245,6 @@ private:
     struct batch_waiter;
     struct batch;
     using batch_ptr = std::shared_ptr<batch>;
-    class definition_texts;
 
     /// Adds a request to the open batch: `handler` runs once its outcome is in `out`.
     /// `request_checks` and `out` are the waiting coroutine's, alive as long as `handler` is
@@ -316,6 +319,12 @@ private:
     void load_functions(std::uint16_t slot);
     /// Calls EVALSHA until `functions_retry_after_` has passed, saying why.
     void give_up_functions(std::string_view why);
+    /// Queues a settlement (no token) or a give-back (its token) of `delta` on `key` for
+    /// `flush_settlements`.
+    void queue_settlement(const std::string& key,
+                          const config::limit& l,
+                          std::int64_t delta,
+                          std::optional<give_back_token> token);
     /// Posts `flush_pending` to run after this turn of the event loop, once however often asked.
     void post_flush(bool& posted, void (redis_store::*flush_pending)());
     void flush_releases();
@@ -355,7 +364,7 @@ private:
     /// An answered batch's vector of requests, empty, for the next batch to fill.
     std::vector<batch_waiter> spare_waiters_;
     /// Each limit's arguments in the batches' script calls, written once.
-    std::unique_ptr<definition_texts> definitions_;
+    std::unique_ptr<limits_call::definition_texts> definitions_;
     std::atomic<std::uint64_t> give_backs_sent_{0};
     /// Lets posted flushes and reply callbacks notice that the store is gone.
     std::shared_ptr<redis_store*> self_;
