@@ -18,6 +18,7 @@
 // WebSocket: a bodyless upgrade request (is_websocket_upgrade) goes upstream with its Upgrade and
 // Connection fields; an upstream that answers 101 gets the connection as a tunnel (tunnel.cpp)
 // until it ends, and any other answer is relayed as usual.
+#include "http/client_body.hpp"
 #include "http/forwarder_detail.hpp"
 #include "http/response_figures.hpp"
 #include "http/tunnel.hpp"
@@ -40,18 +41,6 @@ using clock_type = std::chrono::steady_clock;
 // two are what servers send, and each one relayed costs a write to the client; an upstream that
 // sends more is broken or hostile, and gets a 502 rather than an unbounded relay.
 constexpr unsigned max_interim_responses = 16;
-
-bool is_parse_error(const error_code& ec) {
-    return ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() &&
-           ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
-}
-
-failure classify_client_read(const error_code& ec) {
-    if (ec == bhttp::error::body_limit) {
-        return failure::client_too_large;
-    }
-    return is_parse_error(ec) ? failure::client_bad_body : failure::client_gone;
-}
 
 // Whether a request that left whole may be sent again after its connection closed unanswered:
 // RFC 9110 9.2.2's idempotent methods only. The upstream may have read the request and acted on
@@ -80,26 +69,21 @@ void close_connection(upstream::connection_ptr& conn) noexcept {
     }
 }
 
-// The deadline of the client's next body read: server.idle-timeout, but never past the whole
-// body's server.body-timeout, counted from its first read. (A deadline per read alone lets a
-// client that sends a byte now and then keep an upstream connection forever.)
-milliseconds body_read_timeout(const config::config& cfg,
-                               std::optional<clock_type::time_point>& started) {
-    const auto now = clock_type::now();
-    if (!started) {
-        started = now;
+// What reading the body came to, as the forwarder's failure.
+failure failure_of(body_read read) noexcept {
+    switch (read) {
+    case body_read::done:
+        return failure::none;
+    case body_read::broken:
+        return failure::client_bad_body;
+    case body_read::too_large:
+        return failure::client_too_large;
+    case body_read::too_slow:
+        return failure::client_timeout;
+    case body_read::client_gone:
+        break;
     }
-    const auto elapsed = std::chrono::duration_cast<milliseconds>(now - *started);
-    const auto left = std::max(cfg.server.body_timeout - elapsed, milliseconds{0});
-    return std::min(cfg.server.idle_timeout, left);
-}
-
-// Answers Expect: 100-continue, because the client sends no body before it.
-awaitable<bool> send_continue(timed_stream& client, const config::config& cfg) {
-    static constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
-    client.expires_after(cfg.server.idle_timeout);
-    auto [ec, n] = co_await net::async_write(client, net::buffer(continue_line));
-    co_return !ec;
+    return failure::client_gone;
 }
 
 // Reads the client's body until one block of it is in `buf` (or the body is all in). Done
@@ -114,11 +98,8 @@ awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
         a.client.expires_after(body_read_timeout(a.config, a.body_started));
         const auto ec = co_await read_message(
             a.client, a.client_buffer, a.parser, false, chunk_limits_of(a.config));
-        if (ec == beast::error::timeout) {
-            co_return failure::client_timeout;
-        }
         if (ec && ec != bhttp::error::need_buffer) {
-            co_return classify_client_read(ec);
+            co_return failure_of(body_read_of(ec));
         }
         body.size = buf.size() - body.size;
         body.data = buf.data();
@@ -368,115 +349,6 @@ void collect_figures(const forward_args& a,
     }
 }
 
-// Makes room at the end of `body` for the next piece of a body read ahead and points the
-// parser's buffer at it: no more than the body has left when its length is known (no zero-filled
-// block for a small body), otherwise doubling, from 4 KiB to a relay buffer a step; never past
-// `max`. Returns the size it had.
-std::size_t make_room(request_parser& parser, std::string& body, std::uint64_t max) {
-    std::uint64_t room = std::min<std::uint64_t>(max - body.size(), relay_buffer_size);
-    if (const auto left = parser.content_length_remaining()) {
-        room = std::min<std::uint64_t>(room, std::max<std::uint64_t>(*left, 1));
-    } else {
-        room = std::min<std::uint64_t>(room, std::max<std::size_t>(body.size(), 4096));
-    }
-    const auto had = body.size();
-    body.resize(had + static_cast<std::size_t>(room));
-    auto& b = parser.get().body();
-    b.data = body.data() + had;
-    b.size = static_cast<std::size_t>(room);
-    return had;
-}
-
-// Keeps what the parse put into the room `make_room` made.
-void keep_piece(request_parser& parser, std::string& body, std::size_t had) {
-    body.resize(had + (body.size() - had - parser.get().body().size));
-}
-
-// What a read error means for a body read ahead.
-body_read read_failure(const error_code& ec) {
-    if (ec == beast::error::timeout) {
-        return body_read::too_slow;
-    }
-    switch (classify_client_read(ec)) {
-    case failure::client_too_large:
-        return body_read::too_large;
-    case failure::client_bad_body:
-        return body_read::broken;
-    default:
-        return body_read::client_gone;
-    }
-}
-
-// The parser's buffer pointed nowhere again: the forwarder points it at its own.
-body_read done_ahead(request_parser& parser) {
-    auto& b = parser.get().body();
-    b.data = nullptr;
-    b.size = 0;
-    return body_read::done;
-}
-
-} // namespace
-
-std::optional<body_read> take_body_ahead(body_source src, std::string& body, std::uint64_t max) {
-    if (src.expect_continue) {
-        return std::nullopt; // the client sends nothing before its 100 Continue
-    }
-    const auto limits = chunk_limits_of(src.config);
-    while (!src.parser.is_done() && body.size() < max) {
-        const auto had = make_room(src.parser, body, max);
-        const auto ec = parse_buffered(src.client_buffer, src.parser, false, limits);
-        keep_piece(src.parser, body, had);
-        if (!ec) {
-            return std::nullopt; // more to read: read_body_ahead goes on from here
-        }
-        if (*ec && *ec != bhttp::error::need_buffer) {
-            return read_failure(*ec);
-        }
-    }
-    return done_ahead(src.parser);
-}
-
-awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max) {
-    if (src.expect_continue) {
-        src.expect_continue = false; // answered here: the forwarder must not answer it again
-        const bool sent = co_await send_continue(src.client, src.config);
-        if (!sent) {
-            co_return body_read::client_gone;
-        }
-    }
-    const auto limits = chunk_limits_of(src.config);
-    while (!src.parser.is_done() && body.size() < max) {
-        const auto had = make_room(src.parser, body, max);
-        src.client.expires_after(body_read_timeout(src.config, src.body_started));
-        const auto ec =
-            co_await read_message(src.client, src.client_buffer, src.parser, false, limits);
-        keep_piece(src.parser, body, had);
-        if (ec && ec != bhttp::error::need_buffer) {
-            co_return read_failure(ec);
-        }
-    }
-    co_return done_ahead(src.parser);
-}
-
-namespace {
-
-// What reading a body ahead came to, as the forwarder's failure.
-failure failure_of(body_read read) noexcept {
-    switch (read) {
-    case body_read::done:
-        return failure::none;
-    case body_read::broken:
-        return failure::client_bad_body;
-    case body_read::too_large:
-        return failure::client_too_large;
-    case body_read::too_slow:
-        return failure::client_timeout;
-    case body_read::client_gone:
-        break;
-    }
-    return failure::client_gone;
-}
-
 // server.request-buffer-size: a body with a Content-Length, up to `max` bytes, read before the
 // upstream is contacted. A slow client then never holds an upstream connection (nor the
 // backend's worker behind it) while it sends a body that fits, and one that stops short never
@@ -492,6 +364,72 @@ awaitable<failure> buffer_body(forward_args& a, std::uint64_t max) {
         read = co_await read_body_ahead(src, a.body_ahead, max);
     }
     co_return failure_of(*read);
+}
+
+// The request's header as it goes upstream: hop-by-hop fields out, Expect too (we answered
+// it, or it was HTTP/1.0's); the forwarding fields (and an upgrade's own) in a.scratch.lines,
+// written after the header's; a Host where HTTP/1.0 sent none; HTTP/1.1.
+void prepare_upstream_head(forward_args& a, bool upgrade) {
+    auto& req = a.parser.get();
+    strip_hop_by_hop(req);
+    a.scratch.lines.clear();
+    append_forwarding_lines(req, a.peer, a.scratch.lines);
+    if (upgrade) {
+        // strip_hop_by_hop took the client's: these are the hop's own, to the upstream.
+        a.scratch.lines += "Connection: Upgrade\r\nUpgrade: websocket\r\n";
+    }
+    // One pass: Expect out, and is there a Host?
+    bool has_host = false;
+    for (auto it = req.begin(); it != req.end();) {
+        if (it->name() == bhttp::field::expect) {
+            it = req.erase(it);
+        } else {
+            has_host = has_host || it->name() == bhttp::field::host;
+            ++it;
+        }
+    }
+    if (!has_host) {
+        // HTTP/1.0 allows a request without Host; the HTTP/1.1 request we send does not.
+        const auto& up = a.config.upstream;
+        req.set(bhttp::field::host,
+                up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
+    }
+    // HTTP/1.1 keeps the connection by default, and strip_hop_by_hop left no Connection field.
+    req.version(11);
+}
+
+// The search of the response for its `json:` settlement figures, or null when no limit reads
+// one. On the heap: in the frame its 288 bytes would be in every request's frame.
+std::unique_ptr<response_figures> response_scan(const forward_args& a, const response_parser& rp) {
+    if (a.response_json_bytes == 0) {
+        return nullptr;
+    }
+    return std::make_unique<response_figures>(a.settle_sources,
+                                              rp.head().value_of(bhttp::field::content_type),
+                                              rp.head().value_of(bhttp::field::content_encoding),
+                                              a.response_json_bytes);
+}
+
+// After the response's relay ended with `f`: the upstream connection back to the pool when
+// `reusable` (the upstream keeps it and its response was read whole) and sluice is not
+// draining, closed otherwise; a relay that failed mid-response ends the client's connection too.
+void end_exchange(forward_args& a,
+                  upstream::connection_ptr& conn,
+                  bool reusable,
+                  failure f,
+                  forward_result& result) {
+    if (f != failure::none) {
+        // The response has started (or the client left): the only honest end is to close.
+        close_connection(conn);
+        result.keep_alive = false;
+        result.cut_short = f == failure::client_gone ? "client_left" : "upstream_broke";
+        return;
+    }
+    if (reusable && !*a.draining) {
+        a.pool.release(std::move(conn), a.config.upstream);
+    } else {
+        close_connection(conn);
+    }
 }
 
 } // namespace
@@ -512,31 +450,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     // An upgrade with a body is none: the body's end could not be told from the new protocol's
     // first bytes.
     const bool upgrade = bodyless && is_websocket_upgrade(req);
-    strip_hop_by_hop(req);
-    a.scratch.lines.clear();
-    append_forwarding_lines(req, a.peer, a.scratch.lines);
-    if (upgrade) {
-        // strip_hop_by_hop took the client's: these are the hop's own, to the upstream.
-        a.scratch.lines += "Connection: Upgrade\r\nUpgrade: websocket\r\n";
-    }
-    // One pass: Expect out (we answered it, or it was HTTP/1.0's), and is there a Host?
-    bool has_host = false;
-    for (auto it = req.begin(); it != req.end();) {
-        if (it->name() == bhttp::field::expect) {
-            it = req.erase(it);
-        } else {
-            has_host = has_host || it->name() == bhttp::field::host;
-            ++it;
-        }
-    }
-    if (!has_host) {
-        // HTTP/1.0 allows a request without Host; the HTTP/1.1 request we send does not.
-        const auto& up = a.config.upstream;
-        req.set(bhttp::field::host,
-                up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
-    }
-    // HTTP/1.1 keeps the connection by default, and strip_hop_by_hop left no Connection field.
-    req.version(11);
+    prepare_upstream_head(a, upgrade);
 
     const auto lease = a.relay_buffers.take();
     const relay_buffer buf(lease.data(), relay_buffer_size);
@@ -574,16 +488,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     result.status = rp->head().status;
     result.upstream = upstream_outcome::response;
     result.keep_alive = prepare_response(a, *rp);
-    // On the heap: only cost-weighted limits with `json:` figures need it, and in the frame its
-    // 288 bytes would be in every request's frame.
-    std::unique_ptr<response_figures> scan;
-    if (a.response_json_bytes > 0) {
-        scan =
-            std::make_unique<response_figures>(a.settle_sources,
-                                               rp->head().value_of(bhttp::field::content_type),
-                                               rp->head().value_of(bhttp::field::content_encoding),
-                                               a.response_json_bytes);
-    }
+    const auto scan = response_scan(a, *rp);
     response_relay relay(a, *conn, *rp, buf, scan && scan->active() ? scan.get() : nullptr);
     if (const auto done = relay.start()) {
         f = *done;
@@ -592,18 +497,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     }
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
     collect_figures(a, rp->head(), scan.get(), result.figures);
-    if (f != failure::none) {
-        // The response has started (or the client left): the only honest end is to close.
-        close_connection(conn);
-        result.keep_alive = false;
-        result.cut_short = f == failure::client_gone ? "client_left" : "upstream_broke";
-        co_return;
-    }
-    if (upstream_keep_alive && rp->is_done() && !*a.draining) {
-        a.pool.release(std::move(conn), a.config.upstream);
-    } else {
-        close_connection(conn);
-    }
+    end_exchange(a, conn, upstream_keep_alive && rp->is_done(), f, result);
 }
 
 } // namespace sluice::http::detail

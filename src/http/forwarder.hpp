@@ -85,40 +85,6 @@ struct forward_args {
     bool body_read_ahead = false;
 };
 
-/// What reading a request body ahead of the decision came to.
-enum class body_read {
-    done,        // read: all of it, or the first `max` bytes (the parser is not done)
-    broken,      // its framing is broken: 400
-    too_large,   // past server.max-body-size: 413
-    too_slow,    // past server.idle-timeout or body-timeout: 408
-    client_gone, // closed or failed: close
-};
-
-/// The client side of a request whose body is read ahead.
-struct body_source {
-    timed_stream& client;
-    beast::flat_buffer& client_buffer;
-    request_parser& parser;
-    const config::config& config;
-    /// Answered (100 Continue) and cleared before the body is read.
-    bool& expect_continue;
-    /// Set at the first read; server.body-timeout counts from there, forwarding included.
-    std::optional<std::chrono::steady_clock::time_point>& body_started;
-};
-
-/**
- * Reads the body of the request in `src.parser` (header read) into `body`, up to `max` bytes,
- * so that the limiter can look into it (`json:` fields) before anything goes upstream; the
- * forwarder then sends it from there. Bounded as forwarding is: server.max-body-size, the chunk
- * limits, idle-timeout per read and body-timeout for the whole body.
- */
-awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max);
-
-/// `read_body_ahead` for what the client buffer already holds, without reading (the usual case:
-/// a small body came with its header); nullopt: more is to come (or a 100 Continue to send),
-/// co_await `read_body_ahead`, which goes on from where this stopped. Spares a coroutine frame.
-std::optional<body_read> take_body_ahead(body_source src, std::string& body, std::uint64_t max);
-
 /**
  * Sends the request in `args.parser` (header read, body not) to the upstream and its response
  * back: a request body with a Content-Length read first up to server.request-buffer-size, then

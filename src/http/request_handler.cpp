@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "http/request_handler.hpp"
 
+#include "http/client_body.hpp"
 #include "http/forwarder.hpp"
 #include "http/local_reply.hpp"
 #include "http/message_reader.hpp"
