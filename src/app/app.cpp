@@ -4,6 +4,7 @@
 // control io_context on the main thread for signals (drain, reload) and the memory store's sweep.
 #include "sluice/app/app.hpp"
 
+#include "app/config_report.hpp"
 #include "sluice/app/logging.hpp"
 #include "sluice/config/loader.hpp"
 #include "sluice/core/clock.hpp"
@@ -99,65 +100,7 @@ struct worker {
     std::thread thread;
 };
 
-std::string describe_limit(const config::limit& l) {
-    switch (l.algo) {
-    case config::algorithm::leaky_bucket:
-        return fmt::format("LEAKY_BUCKET capacity={} flowRate={}/s {}{}",
-                           l.capacity,
-                           l.flow_rate,
-                           l.mode == config::shaping_mode::shape ? "shape" : "police",
-                           l.dry_run ? " dry-run" : "");
-    case config::algorithm::token_bucket:
-        return fmt::format("TOKEN_BUCKET capacity={} refill={}/s{}",
-                           l.capacity,
-                           l.refill_rate,
-                           l.dry_run ? " dry-run" : "");
-    case config::algorithm::fixed_window:
-    case config::algorithm::sliding_window:
-        return fmt::format("{} limit={} window={}ms{}",
-                           l.algo == config::algorithm::fixed_window ? "FIXED_WINDOW"
-                                                                     : "SLIDING_WINDOW",
-                           l.limit_count,
-                           l.window.count(),
-                           l.dry_run ? " dry-run" : "");
-    case config::algorithm::concurrency:
-        return fmt::format("CONCURRENCY limit={} {} lease={}ms{}",
-                           l.limit_count,
-                           l.mode == config::shaping_mode::shape ? "shape" : "police",
-                           l.lease.count(),
-                           l.dry_run ? " dry-run" : "");
-    }
-    return "?";
-}
-
 using http::format_endpoint;
-
-/// Where the Redis store goes, for the start-up summary: addresses, never credentials.
-std::string describe_redis(const config::redis_settings& redis) {
-    switch (redis.topology) {
-    case config::redis_topology::single:
-        break;
-    case config::redis_topology::cluster: {
-        auto text = fmt::format("redis cluster {}", config::format_address(redis.cluster.front()));
-        if (const auto more = redis.cluster.size() - 1; more > 0) {
-            text += fmt::format(" (+{} seed{})", more, more == 1 ? "" : "s");
-        }
-        return text;
-    }
-    case config::redis_topology::sentinel: {
-        auto text = fmt::format("redis sentinel '{}' via {}",
-                                redis.sentinel.master,
-                                config::format_address(redis.sentinel.nodes.front()));
-        if (const auto more = redis.sentinel.nodes.size() - 1; more > 0) {
-            text += fmt::format(" (+{})", more);
-        }
-        return text;
-    }
-    }
-    return redis.host.starts_with('/')
-               ? fmt::format("redis {}", redis.host)
-               : "redis " + config::format_address({redis.host, redis.port});
-}
 
 tcp::endpoint resolve_listen(const config::endpoint_address& listen) {
     error_code ec;
@@ -173,39 +116,6 @@ tcp::endpoint resolve_listen(const config::endpoint_address& listen) {
                                  "': " + ec.message());
     }
     return results.begin()->endpoint();
-}
-
-/**
- * The `rate-limit.redis` keys that differ between the running configuration and `next` and
- * need a restart: the running store's connections were made with them. Empty when none does, or
- * when the running store is not Redis. (`ttl` and `failure-mode` apply on reload.)
- */
-std::string redis_restart_keys(const config::config& running, const config::config& next) {
-    if (running.rate_limit.store != config::store_kind::redis) {
-        return {};
-    }
-    const auto& a = running.rate_limit.redis;
-    const auto& b = next.rate_limit.redis;
-    std::string keys;
-    const auto check = [&keys](bool differs, const char* key) {
-        if (differs) {
-            keys += keys.empty() ? "" : ", ";
-            keys += "rate-limit.redis.";
-            keys += key;
-        }
-    };
-    check(a.host != b.host, "host");
-    check(a.port != b.port, "port");
-    check(a.cluster != b.cluster, "cluster");
-    check(a.hash_tag != b.hash_tag, "hash-tag");
-    check(a.sentinel != b.sentinel, "sentinel");
-    check(a.username != b.username, "username");
-    // A secret rotated in its file names the file's key: that is what the operator changed.
-    check(a.password != b.password, b.password_file.empty() ? "password" : "password-file");
-    check(a.db != b.db, "db");
-    check(a.timeout != b.timeout, "timeout");
-    check(a.connect_timeout != b.connect_timeout, "connect-timeout");
-    return keys;
 }
 
 class application {
@@ -550,37 +460,8 @@ void application::start_workers() {
 }
 
 void application::log_summary(const tcp::endpoint& bound) const {
-    const auto& cfg = *config_;
-    // The Redis address, never its credentials: the summary goes wherever the logs go.
-    const auto& redis = cfg.rate_limit.redis;
-    std::string store = "memory";
-    if (cfg.rate_limit.store == config::store_kind::redis) {
-        store = describe_redis(redis);
-    }
-    std::string proxies;
-    for (const auto& block : cfg.server.trusted_proxies) {
-        proxies += proxies.empty() ? "" : " ";
-        proxies += block.to_string();
-    }
-    const auto& fallback = cfg.rate_limit.fallback;
-    const auto max_delay =
-        fallback.max_delay ? fmt::format("{}ms", fallback.max_delay->count()) : std::string("none");
-    spdlog::info("sluice starting: listen {}, upstream {}:{}, store {}, {} workers, fallback {} "
-                 "max-delay={}, {} rules, max_held {}, trusted proxies [{}]",
-                 format_endpoint(bound),
-                 cfg.upstream.host,
-                 cfg.upstream.port,
-                 store,
-                 workers_.size(),
-                 describe_limit(fallback),
-                 max_delay,
-                 cfg.rate_limit.rules.size(),
-                 cfg.rate_limit.max_held,
-                 proxies);
-    for (const auto& rule : cfg.rate_limit.rules) {
-        for (const auto& limit : rule.limits) {
-            spdlog::info("rule '{}' {}: {}", rule.name, rule.path, describe_limit(limit));
-        }
+    for (const auto& line : summary_lines(*config_, format_endpoint(bound), workers_.size())) {
+        spdlog::info("{}", line);
     }
     spdlog::info("listening on {}", format_endpoint(bound));
 }
@@ -625,10 +506,7 @@ void application::reload() {
                       keys);
         return;
     }
-    if (next->server.listen.host != old.server.listen.host ||
-        next->server.listen.port != old.server.listen.port ||
-        next->server.workers != old.server.workers ||
-        next->rate_limit.store != old.rate_limit.store) {
+    if (changes_restart_only_keys(old, *next)) {
         spdlog::warn("reload: server.listen, server.workers and rate-limit.store change only on "
                      "restart; the running values stay");
     }

@@ -1,4 +1,5 @@
 list(APPEND SLUICE_NET_SOURCES
   src/app/app.cpp
   src/app/command_line.cpp
+  src/app/config_report.cpp
   src/app/logging.cpp)

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// What sluice says of a configuration in its log (config_report.cpp): the start-up summary,
+// which names addresses and never credentials, and what a reload cannot change. Pure functions
+// of the configuration.
+
+#include "sluice/config/config.hpp"
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::app {
+
+/// One limit as the summary shows it, e.g. "LEAKY_BUCKET capacity=50 flowRate=5/s shape".
+std::string describe_limit(const config::limit& l);
+
+/// Where the Redis store goes: its address, a Cluster seed or a Sentinel; never credentials.
+std::string describe_redis(const config::redis_settings& redis);
+
+/**
+ * The start-up summary, a line each: the listening address (`bound`, as text), the upstream,
+ * the store, the worker count (`workers`), the fallback limit, the rules' count, max-held and
+ * the trusted proxies; then one line per limit of every rule.
+ */
+std::vector<std::string>
+summary_lines(const config::config& cfg, std::string_view bound, std::size_t workers);
+
+/**
+ * The `rate-limit.redis` keys that differ between the running configuration and `next` and
+ * need a restart: the running store's connections were made with them. Empty when none does, or
+ * when the running store is not Redis. (`ttl` and `failure-mode` apply on reload.)
+ */
+std::string redis_restart_keys(const config::config& running, const config::config& next);
+
+/// Whether `next` changes a key that a reload leaves as it runs: server.listen,
+/// server.workers, rate-limit.store.
+bool changes_restart_only_keys(const config::config& running, const config::config& next);
+
+} // namespace sluice::app

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// What sluice says of a configuration (src/app/config_report.cpp): the start-up summary names
+// where things are and never a credential; a reload is refused or warned about by key.
+#include "app/config_report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace sluice::app {
+namespace {
+
+config::config redis_config() {
+    config::config cfg;
+    cfg.rate_limit.store = config::store_kind::redis;
+    cfg.rate_limit.redis.host = "10.0.0.5";
+    cfg.rate_limit.redis.port = 6380;
+    cfg.rate_limit.redis.username = "sluice-user";
+    cfg.rate_limit.redis.password = "hunter2-secret";
+    return cfg;
+}
+
+TEST(ConfigReport, TheSummaryNamesTheRedisAddressAndNoCredential) {
+    auto cfg = redis_config();
+    config::rule rule;
+    rule.name = "api";
+    rule.path = "/api/*";
+    config::limit window;
+    window.algo = config::algorithm::fixed_window;
+    window.limit_count = 100;
+    window.window = std::chrono::milliseconds{60'000};
+    window.dry_run = true;
+    rule.limits.push_back(window);
+    cfg.rate_limit.rules.push_back(rule);
+
+    const auto lines = summary_lines(cfg, "0.0.0.0:8080", 2);
+
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_NE(lines[0].find("listen 0.0.0.0:8080"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find("store redis 10.0.0.5:6380"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find("2 workers"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find("fallback LEAKY_BUCKET capacity=50 flowRate=5/s shape"),
+              std::string::npos)
+        << lines[0];
+    EXPECT_EQ(lines[1], "rule 'api' /api/*: FIXED_WINDOW limit=100 window=60000ms dry-run");
+    for (const auto& line : lines) {
+        EXPECT_EQ(line.find("hunter2"), std::string::npos) << line;
+        EXPECT_EQ(line.find("sluice-user"), std::string::npos) << line;
+    }
+}
+
+TEST(ConfigReport, TheStoreIsDescribedByItsTopology) {
+    config::redis_settings redis;
+    redis.host = "/run/redis.sock";
+    EXPECT_EQ(describe_redis(redis), "redis /run/redis.sock");
+    redis.topology = config::redis_topology::cluster;
+    redis.cluster = {{"10.0.0.1", 7000}, {"10.0.0.2", 7000}, {"10.0.0.3", 7000}};
+    EXPECT_EQ(describe_redis(redis), "redis cluster 10.0.0.1:7000 (+2 seeds)");
+    redis.topology = config::redis_topology::sentinel;
+    redis.sentinel.master = "mymaster";
+    redis.sentinel.nodes = {{"10.0.0.9", 26379}};
+    EXPECT_EQ(describe_redis(redis), "redis sentinel 'mymaster' via 10.0.0.9:26379");
+    const auto memory = summary_lines(config::config{}, "127.0.0.1:8080", 1);
+    EXPECT_NE(memory.at(0).find("store memory,"), std::string::npos) << memory.at(0);
+}
+
+TEST(ConfigReport, EveryAlgorithmIsDescribedWithItsParameters) {
+    config::limit l;
+    l.mode = config::shaping_mode::police;
+    EXPECT_EQ(describe_limit(l), "LEAKY_BUCKET capacity=50 flowRate=5/s police");
+    l.algo = config::algorithm::token_bucket;
+    l.refill_rate = 2.5;
+    EXPECT_EQ(describe_limit(l), "TOKEN_BUCKET capacity=50 refill=2.5/s");
+    l.algo = config::algorithm::sliding_window;
+    l.limit_count = 7;
+    l.window = std::chrono::milliseconds{1'000};
+    EXPECT_EQ(describe_limit(l), "SLIDING_WINDOW limit=7 window=1000ms");
+    l.algo = config::algorithm::concurrency;
+    l.mode = config::shaping_mode::shape;
+    EXPECT_EQ(describe_limit(l), "CONCURRENCY limit=7 shape lease=30000ms");
+}
+
+TEST(ConfigReport, AReloadNamesTheRedisKeysThatNeedARestart) {
+    const auto running = redis_config();
+    auto next = running;
+    next.rate_limit.redis.ttl = running.rate_limit.redis.ttl * 2; // applied on reload
+    EXPECT_EQ(redis_restart_keys(running, next), "");
+    next.rate_limit.redis.port = 6381;
+    next.rate_limit.redis.password = "rotated";
+    EXPECT_EQ(redis_restart_keys(running, next),
+              "rate-limit.redis.port, rate-limit.redis.password");
+    // A secret rotated in its file: the file's key is what the operator changed.
+    next.rate_limit.redis.password_file = "/run/secrets/redis";
+    EXPECT_EQ(redis_restart_keys(running, next),
+              "rate-limit.redis.port, rate-limit.redis.password-file");
+    // The memory store made no connection with them.
+    auto memory = running;
+    memory.rate_limit.store = config::store_kind::memory;
+    EXPECT_EQ(redis_restart_keys(memory, next), "");
+}
+
+TEST(ConfigReport, ListenWorkersAndStoreChangeOnlyOnRestart) {
+    const config::config running;
+    auto next = running;
+    next.rate_limit.max_held = running.rate_limit.max_held + 1;
+    EXPECT_FALSE(changes_restart_only_keys(running, next));
+    next.server.workers = running.server.workers + 1;
+    EXPECT_TRUE(changes_restart_only_keys(running, next));
+    next = running;
+    next.server.listen.port = static_cast<std::uint16_t>(running.server.listen.port + 1);
+    EXPECT_TRUE(changes_restart_only_keys(running, next));
+    next = running;
+    next.rate_limit.store = config::store_kind::redis;
+    EXPECT_TRUE(changes_restart_only_keys(running, next));
+}
+
+} // namespace
+} // namespace sluice::app
