@@ -1,5 +1,6 @@
 list(APPEND SLUICE_CORE_SOURCES
   src/config/environment.cpp
+  src/config/limits.cpp
   src/config/loader.cpp
   src/config/rules.cpp
   src/config/scalars.cpp

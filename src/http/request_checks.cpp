@@ -80,15 +80,6 @@ bool has_obs_fold(std::string_view header) {
     return false;
 }
 
-// RFC 9110 5.6.2: the characters of a token, hence of a method.
-bool is_tchar(char c) {
-    const auto u = static_cast<unsigned char>(c);
-    if ((u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z')) {
-        return true;
-    }
-    return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
 // What the start of a header in `data` already tells, before its blank line: bytes that cannot
 // begin a request line (a TLS ClientHello starts with 0x16) are bad_method, and a complete first
 // line without an HTTP version (HTTP/0.9's "GET /") is bad_version. Either waits for no blank

@@ -6,6 +6,8 @@
 // (fuzz/response_head_fuzz.cpp holds them to it).
 #include "sluice/http/response_parser.hpp"
 
+#include "sluice/core/text.hpp"
+
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 
@@ -18,26 +20,6 @@ namespace sluice::http {
 namespace {
 
 namespace bhttp = beast::http;
-
-// RFC 9110's tchar, the bytes of a field name: Beast's parse_field table.
-constexpr auto token_chars = [] {
-    std::array<bool, 256> table{};
-    for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) {
-        table[c] = true;
-    }
-    for (int c = '0'; c <= '9'; ++c) {
-        table[static_cast<std::size_t>(c)] = true;
-    }
-    for (int c = 'a'; c <= 'z'; ++c) {
-        table[static_cast<std::size_t>(c)] = true;
-        table[static_cast<std::size_t>(c - 'a' + 'A')] = true;
-    }
-    return table;
-}();
-
-bool is_token_char(char c) noexcept {
-    return token_chars[static_cast<unsigned char>(c)];
-}
 
 bool is_digit(char c) noexcept {
     return c >= '0' && c <= '9';
@@ -224,7 +206,7 @@ std::size_t response_parser::scan_head(const char* const first, std::size_t size
         // The name: token bytes up to the colon. The line's end is no token byte, so the loop
         // needs no other bound.
         const char* const name_first = p;
-        while (is_token_char(*p)) {
+        while (is_tchar(*p)) {
             ++p;
         }
         if (p == name_first || *p != ':') {
@@ -270,7 +252,7 @@ bool response_parser::take_field(bhttp::field name, std::string_view value) noex
             flags_.connection_keep_alive = true;
         } else if (equals_lowercase(value, "close")) {
             flags_.connection_close = true;
-        } else if (value.empty() || !std::all_of(value.begin(), value.end(), is_token_char)) {
+        } else if (value.empty() || !std::all_of(value.begin(), value.end(), is_tchar)) {
             return false;
         }
         return true;

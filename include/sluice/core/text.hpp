@@ -3,11 +3,42 @@
 
 // Small text helpers shared by the modules that read header values, logs and configuration.
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 #include <string_view>
 
 namespace sluice {
+
+namespace detail {
+// RFC 9110 5.6.2's tchar by byte value (Beast's parse_field table): one load per byte where the
+// scan of a response head's field names wants it.
+inline constexpr auto tchar_table = [] {
+    std::array<bool, 256> table{};
+    for (const unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) {
+        table[c] = true;
+    }
+    for (int c = '0'; c <= '9'; ++c) {
+        table[static_cast<std::size_t>(c)] = true;
+    }
+    for (int c = 'a'; c <= 'z'; ++c) {
+        table[static_cast<std::size_t>(c)] = true;
+        table[static_cast<std::size_t>(c - 'a' + 'A')] = true;
+    }
+    return table;
+}();
+} // namespace detail
+
+/// Whether `c` is a tchar (RFC 9110 5.6.2), a byte of a token: a field name, a method.
+constexpr bool is_tchar(char c) noexcept {
+    return detail::tchar_table[static_cast<unsigned char>(c)];
+}
+
+/// Whether `text` is a token (RFC 9110 5.6.2): one tchar or more.
+constexpr bool is_token(std::string_view text) noexcept {
+    return !text.empty() && std::all_of(text.begin(), text.end(), is_tchar);
+}
 
 /// `text` without the blanks (spaces and tabs: HTTP's OWS, RFC 9110 5.6.3) around it.
 constexpr std::string_view trim_blanks(std::string_view text) noexcept {
