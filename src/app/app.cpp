@@ -2,6 +2,10 @@
 // The application: configuration → workers, each an io_context on its own thread with its own
 // acceptor (a descriptor of the one listening socket), upstream pool and store handle; plus a
 // control io_context on the main thread for signals (drain, reload) and the memory store's sweep.
+// The process's life in one file, in the order it happens (workers and stores made, started,
+// reloaded, drained, stopped), because each step is a handover between the control thread and
+// the workers that the next step relies on; what it says of a configuration is
+// config_report.cpp's.
 #include "sluice/app/app.hpp"
 
 #include "app/config_report.hpp"

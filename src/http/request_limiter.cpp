@@ -1,4 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+// The request's limiter (request_limiter.hpp): from the request to its store checks (the rule,
+// the keys, what a cost-weighted limit reserves), the decision (at once on the memory store, or
+// awaited), the verdict and what the response and the counters say of it; a held request's
+// decision kept and taken on; and, when the request is over, its slots given back and its costs
+// settled. One object's methods over one request's limiter state, kept in one file so that
+// each of its steps can be read beside the state it leaves for the next.
 #include "http/request_limiter.hpp"
 
 #include "sluice/core/json_fields.hpp"

@@ -49,6 +49,11 @@
 //
 // Nothing calls user code inline: completions are posted, so no handler can re-enter hiredis
 // from inside one of its callbacks or destroy the client there.
+//
+// One file, in sections (commands, set-up, subscription, connection) as hiredis's async.c is
+// one: every transition reads and writes the same state (the phase, the context, `pending_`,
+// the set-up steps), and a hiredis callback of one section may end in another's step, so split
+// apart the state machine would be read in several places at once.
 
 namespace sluice::redis {
 namespace {

@@ -16,6 +16,9 @@
 // RESP text and deadline until it is answered, because a redirection sends it again. Each
 // worker reads the map itself (one CLUSTER SLOTS per worker every 5 s; no state crosses
 // threads), patches it on MOVED, and reads it again soon after any sign of trouble.
+//
+// One file for the reason client.cpp gives: the map, the nodes' clients and the calls in flight
+// are one state, which a redirection, a map read and a node's loss each change together.
 
 namespace sluice::redis {
 namespace {

@@ -18,7 +18,8 @@
 // decoded into each request's outcome. What naming and loading the scripts takes is in
 // redis_store_scripts.cpp; what an outcome gives back afterwards (CONCURRENCY slots, cost
 // settlements, Cluster give-backs) in redis_store_charges.cpp; the call's bytes in
-// limits_call.cpp.
+// limits_call.cpp. What is left here is one mechanism, batching and its calls in flight, read
+// from a request's arrival (`enqueue`) to its outcome (`answer`).
 
 namespace sluice::store {
 
