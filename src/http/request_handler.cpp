@@ -298,6 +298,9 @@ bool hold_ended(connection_state& c, request_state& r, bool present) {
 
 } // namespace
 
+// One coroutine, in the order a request goes (header, checks, body ahead, limiter, hold,
+// forward): a step split out into a coroutine of its own would be one more frame that every
+// request in flight holds, and its steps are named by the helpers each calls.
 awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     auto& r = *m.state;
     const auto limit = r.cfg->server.max_header_bytes;

@@ -164,6 +164,9 @@ std::size_t response_parser::put(net::const_buffer buffer, error_code& ec) {
     return 0;
 }
 
+// One pass over the head, in one function: the scan is the hot path it was written for
+// (Beast's byte-by-byte parse was the largest single cost of a request, docs/benchmarks.md),
+// and each field's bytes are looked at once, where they are.
 std::size_t response_parser::scan_head(const char* const first, std::size_t size, error_code& ec) {
     // Only a head that ends within the limit: a longer one is Beast's to judge.
     const char* const last = first + std::min<std::size_t>(size, header_limit_);

@@ -215,6 +215,8 @@ struct close_on_exception {
 
 // Serves a connection's requests until it closes, or parks it once it idles; a connection whose
 // request is held by shaping waits (`wait_held`) and is served on by a new call.
+// One loop over the connection's life, as Beast's do_session is: each end of a request
+// (keep-alive, close, held, parked) is a branch of it rather than a coroutine of its own.
 awaitable<void> serve(std::unique_ptr<connection> conn) {
     const close_on_exception guard{conn};
     auto& c = conn->c;

@@ -169,7 +169,8 @@ void append_token(Out& out, const give_back_token& token) {
  * `reply_fields` per check of every request (KEYS holds each key once, the reply each check),
  * and `token_fields` more per check of a tentative request. `Requests` is a range of the
  * batch's waiters, each with `request_checks` (a `const checks*`) and `give_backs` (set for a
- * tentative request).
+ * tentative request). Two passes in one function (number the keys and limits, then write),
+ * since the second reads what the first counted.
  */
 template <typename Requests>
 std::size_t write_decide_call(std::string& command,

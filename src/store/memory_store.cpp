@@ -179,6 +179,8 @@ std::optional<outcome> memory_store::try_acquire_now(const checks& request_check
     return acquire_now(request_checks);
 }
 
+// The memory store's one critical section, in one function so that what runs under the shards'
+// locks is all in view: lock, read the clock, decide every check, then charge all or nothing.
 outcome memory_store::acquire_now(const checks& request_checks) {
     boost::container::small_vector<hashed_key, 2> keys;
     for (const auto& c : request_checks) {
