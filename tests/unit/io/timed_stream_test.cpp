@@ -32,6 +32,16 @@ protected:
         EXPECT_FALSE(ec) << ec.message();
     }
 
+    /// Runs the event loop until the reactor has taken the event of what the peer sent since a
+    /// read emptied the socket (bytes, its end), with nothing to complete: what a read or a wait
+    /// started afterwards must still see. Without drained reads the stream cannot tell, and this
+    /// returns at once.
+    void until_the_reactor_takes_the_event() {
+        ASSERT_TRUE(test::run_until(
+            ioc_, [this] { return stream_.event_since_emptied(); }, 5s))
+            << "the reactor never took the event";
+    }
+
     /// Starts a read on the stream; `result` is set when it completes.
     void start_read() {
         stream_.async_read_some(net::buffer(in_), [this](error_code ec, std::size_t n) {
@@ -53,6 +63,9 @@ protected:
         stream_.expires_after(10s);
         net::write(peer_, net::buffer(std::string_view("last")));
         peer_.shutdown(tcp::socket::shutdown_send);
+        // A new connection counts as stirred (event_since_emptied is true before any read), so
+        // the loop runs a while instead: bytes written over loopback are there at once, and the
+        // reactor's first look takes their edge.
         peer_timer_.expires_after(100ms);
         peer_timer_.async_wait([](error_code) {});
         ioc_.run_for(50ms);
@@ -150,9 +163,7 @@ TEST_F(TimedStreamTest, AReadableWaitSeesBytesThatCameBeforeIt) {
     // The next bytes arrive while no operation waits; the reactor hears of them (a timer keeps
     // it polling) and has nothing to complete.
     net::write(peer_, net::buffer(std::string_view("second")));
-    peer_timer_.expires_after(100ms);
-    peer_timer_.async_wait([](error_code) {});
-    ioc_.run_for(50ms);
+    until_the_reactor_takes_the_event();
 
     std::optional<error_code> waited;
     stream_.async_wait_readable([&waited](error_code ec) { waited = ec; });
@@ -199,6 +210,33 @@ TEST_F(TimedStreamTest, AnEventWaitAfterAnEmptyingReadCompletesWhenBytesCome) {
     EXPECT_TRUE(stream_.readable_now());
 }
 
+// event_since_emptied, the upstream pool's check of an idle connection: after a read that
+// emptied the socket, false until the reactor has taken an event; asking changes nothing.
+TEST_F(TimedStreamTest, EventSinceEmptiedTellsWhetherTheEventLoopSawSomethingCome) {
+    if constexpr (!drained_reads) {
+        GTEST_SKIP() << "not this Boost's epoll reactor: the stream cannot tell, and says true";
+    }
+    stream_.expires_after(10s);
+    start_read();
+    peer_sends_after(0ms, "first");
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+    EXPECT_FALSE(stream_.event_since_emptied());
+
+    // Come, but the event loop has not looked since: unseen.
+    net::write(peer_, net::buffer(std::string_view("second")));
+    EXPECT_FALSE(stream_.event_since_emptied());
+    until_the_reactor_takes_the_event();
+    EXPECT_TRUE(stream_.event_since_emptied()); // asked twice: still there
+
+    result_.reset();
+    start_read();
+    wait_for_read(steady::now());
+    ASSERT_FALSE(*result_) << result_->message();
+    EXPECT_EQ(std::string_view(in_.data(), read_), "second");
+    EXPECT_FALSE(stream_.event_since_emptied());
+}
+
 TEST_F(TimedStreamTest, AnEventWaitSeesBytesThatCameBeforeIt) {
     stream_.expires_after(10s);
     start_read();
@@ -209,9 +247,7 @@ TEST_F(TimedStreamTest, AnEventWaitSeesBytesThatCameBeforeIt) {
     // As for async_wait_readable below: the reactor takes the next bytes' edge with nothing to
     // complete.
     net::write(peer_, net::buffer(std::string_view("second")));
-    peer_timer_.expires_after(100ms);
-    peer_timer_.async_wait([](error_code) {});
-    ioc_.run_for(50ms);
+    until_the_reactor_takes_the_event();
 
     std::optional<error_code> waited;
     start_wait(stream_, waited);
@@ -498,9 +534,7 @@ TEST_F(TimedStreamTest, AReplyReadDoesNotTryTheSocketBeforeItsNextEvent) {
     ASSERT_FALSE(*result_) << result_->message();
 
     net::write(peer_, net::buffer(std::string_view("stale")));
-    peer_timer_.expires_after(100ms);
-    peer_timer_.async_wait([](error_code) {});
-    ioc_.run_for(50ms); // the reactor takes the edge, with nothing to complete
+    until_the_reactor_takes_the_event(); // with nothing to complete
 
     result_.reset();
     std::optional<std::size_t> got;
