@@ -85,9 +85,9 @@ struct readiness_probe {
 };
 
 /// The buffer of a check whether an event came since a read last emptied the socket
-/// (`timed_stream::stirred`): the reactor tries an operation as it starts only then, and this
-/// one's try reads nothing and records that it was made. It must not be empty (see
-/// `readiness_probe`).
+/// (`timed_stream::event_since_emptied`): the reactor tries an operation as it starts only
+/// then, and this one's try reads nothing and records that it was made. It must not be empty
+/// (see `readiness_probe`).
 struct event_check {
     net::mutable_buffer buffer;
     /// Set when the reactor tried the check.

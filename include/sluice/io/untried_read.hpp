@@ -56,7 +56,7 @@ namespace boost::asio::detail {
 /// Asio 1.81's stream recv operation for an `untried_buffer`: as the general one, with the try
 /// during the read's start skipped, and a read that empties the socket reported as such, as
 /// drained_read.hpp's are (so that what comes on the connection after it raises the reactor's
-/// flag again: `timed_stream::stirred`).
+/// flag again: `timed_stream::event_since_emptied`).
 template <>
 class reactive_socket_recv_op_base<sluice::detail::untried_buffer> : public reactor_op {
 public:

@@ -63,7 +63,7 @@ protected:
         stream_.expires_after(10s);
         net::write(peer_, net::buffer(std::string_view("last")));
         peer_.shutdown(tcp::socket::shutdown_send);
-        // A new connection counts as stirred (event_since_emptied is true before any read), so
+        // A new connection has had an event (event_since_emptied is true before any read), so
         // the loop runs a while instead: bytes written over loopback are there at once, and the
         // reactor's first look takes their edge.
         peer_timer_.expires_after(100ms);
