@@ -254,6 +254,39 @@ TEST(Hardening, BodiesAroundTheRequestBufferArriveWhole) {
     }
 }
 
+// A client that waits for 100 Continue before its body (curl does for large bodies) gets one,
+// from sluice, whether the body is buffered (it fits server.request-buffer-size), buffered in
+// part, or streamed (0); the body then reaches the upstream whole, without the Expect field,
+// whose answer was sluice's to give.
+TEST(Hardening, ExpectContinueGetsOne100AndTheBodyArrivesWhole) {
+    recording_upstream upstream;
+    std::uint64_t seed = 1;
+    for (const std::uint64_t buffer : {std::uint64_t{4096}, std::uint64_t{0}}) {
+        sluice_config config = config_for(upstream);
+        config.request_buffer_size = buffer;
+        sluice_process sluice(config);
+        for (const std::size_t size : {std::size_t{1000}, std::size_t{100 * 1024 + 7}}) {
+            http_connection connection(sluice.port(), 10s);
+            const auto target = "/expect/" + std::to_string(seed);
+            connection.send_raw(format_request(
+                "POST",
+                target,
+                {{"Expect", "100-continue"}, {"Content-Length", std::to_string(size)}}));
+            EXPECT_EQ(connection.read_response().status, 100u) << "buffer " << buffer;
+            connection.send_pattern_body(seed, size, false, 700);
+            EXPECT_EQ(connection.read_response().status, 200u)
+                << "buffer " << buffer << ", body " << size;
+            ASSERT_TRUE(upstream.wait_for_count(seed, 10s));
+            const auto got = upstream.requests().back();
+            EXPECT_EQ(got.target, target);
+            EXPECT_EQ(got.body_size, size) << target;
+            EXPECT_EQ(got.body_hash, pattern_hash(seed, size)) << target;
+            EXPECT_FALSE(got.header("Expect")) << target;
+            ++seed;
+        }
+    }
+}
+
 TEST(Hardening, BodyWithinLimitPasses) {
     recording_upstream upstream;
     sluice_config config = config_for(upstream);
