@@ -25,7 +25,6 @@
 #include "sluice/core/errc.hpp"
 #include "sluice/http/forward_headers.hpp"
 
-#include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 
 #include <algorithm>
