@@ -35,6 +35,47 @@ std::string malformed(std::size_t at, std::string_view why) {
     return what;
 }
 
+/**
+ * The reference `${NAME}` or `${NAME:-default}` whose '$' is at `dollar` in `text`: appends its
+ * value to `out` and gives where the text goes on after its '}'. Fails on a malformed reference,
+ * or an unset variable without a default.
+ */
+parsed<std::size_t> substitute_reference(std::string_view text,
+                                         std::size_t dollar,
+                                         const environment& env,
+                                         std::string& out) {
+    using result = parsed<std::size_t>;
+    const auto close = text.find('}', dollar + 2);
+    if (close == std::string_view::npos) {
+        return result::fail(malformed(dollar, "'${' without a closing '}'"));
+    }
+    const auto inside = text.substr(dollar + 2, close - dollar - 2);
+    const auto separator = inside.find(":-");
+    const auto name = inside.substr(0, separator);
+    if (name.empty()) {
+        return result::fail(malformed(dollar, "no variable name inside '${}'"));
+    }
+    if (!is_name_start(name.front()) || !std::all_of(name.begin(), name.end(), is_name_char)) {
+        return result::fail(malformed(dollar,
+                                      "a variable name is letters, digits and '_', not "
+                                      "starting with a digit"));
+    }
+    const auto value = env ? env(std::string(name)) : std::nullopt;
+    if (separator != std::string_view::npos && (!value || value->empty())) {
+        out.append(inside.substr(separator + 2));
+    } else if (value) {
+        out.append(*value);
+    } else {
+        std::string what = "environment variable ";
+        what += quoted(name);
+        what += " is not set (${";
+        what.append(name);
+        what += ":-default} gives a default)";
+        return result::fail(std::move(what));
+    }
+    return {close + 1, {}};
+}
+
 } // namespace
 
 bool has_environment_syntax(std::string_view text) noexcept {
@@ -64,36 +105,11 @@ parsed<std::string> substitute_environment(std::string_view text, const environm
             out += '$';
             i = dollar + 1;
         } else {
-            const auto close = text.find('}', dollar + 2);
-            if (close == std::string_view::npos) {
-                return result::fail(malformed(dollar, "'${' without a closing '}'"));
+            auto after = substitute_reference(text, dollar, env, out);
+            if (!after.value) {
+                return result::fail(std::move(after.error));
             }
-            const auto inside = text.substr(dollar + 2, close - dollar - 2);
-            const auto separator = inside.find(":-");
-            const auto name = inside.substr(0, separator);
-            if (name.empty()) {
-                return result::fail(malformed(dollar, "no variable name inside '${}'"));
-            }
-            if (!is_name_start(name.front()) ||
-                !std::all_of(name.begin(), name.end(), is_name_char)) {
-                return result::fail(malformed(dollar,
-                                              "a variable name is letters, digits and '_', not "
-                                              "starting with a digit"));
-            }
-            const auto value = env ? env(std::string(name)) : std::nullopt;
-            if (separator != std::string_view::npos && (!value || value->empty())) {
-                out.append(inside.substr(separator + 2));
-            } else if (value) {
-                out.append(*value);
-            } else {
-                std::string what = "environment variable ";
-                what += quoted(name);
-                what += " is not set (${";
-                what.append(name);
-                what += ":-default} gives a default)";
-                return result::fail(std::move(what));
-            }
-            i = close + 1;
+            i = *after.value;
         }
         if (out.size() > max_substituted_bytes) {
             break;

@@ -117,33 +117,23 @@ void read_upstream(mapping& root, upstream_settings& out) {
 constexpr std::size_t max_secret_bytes = 64 * 1024;
 
 /**
- * `password-file`: the password is the file's content without one trailing newline (as a
- * Kubernetes or Docker secret is mounted). Read again on every reload. Messages name the file
- * and the OS error, never the content.
+ * The content of the regular file at `path`, read with POSIX calls for the true errno, and no
+ * more of it than `max_secret_bytes` and one read beyond (the caller reports a larger file).
+ * Fails with a message naming the file and the OS error. O_NONBLOCK: opening a FIFO must not
+ * wait for a writer (a reload would hang); only a regular file is read.
  */
-void read_password_file(mapping& m, std::string& password, std::string& path) {
-    if (!m.read("password-file", path, false)) {
-        return;
-    }
-    if (m.has("password")) {
-        m.error("password-file", "and 'password' are both set: keep one");
-        return;
-    }
-    // POSIX calls, for the true errno. O_NONBLOCK: opening a FIFO must not wait for a writer
-    // (a reload would hang); only a regular file is read.
+detail::parsed<std::string> read_secret_file(const std::string& path) {
+    using result = detail::parsed<std::string>;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        m.error("password-file",
-                "cannot open " + detail::quoted(path) + ": " + std::strerror(errno));
-        return;
+        return result::fail("cannot open " + detail::quoted(path) + ": " + std::strerror(errno));
     }
 
     struct stat status {};
 
     if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
         ::close(fd);
-        m.error("password-file", detail::quoted(path) + " is not a regular file");
-        return;
+        return result::fail(detail::quoted(path) + " is not a regular file");
     }
     std::string content;
     std::array<char, 4096> buffer{};
@@ -161,26 +151,46 @@ void read_password_file(mapping& m, std::string& password, std::string& path) {
     }
     ::close(fd);
     if (error != 0) {
-        m.error("password-file",
-                "cannot read " + detail::quoted(path) + ": " + std::strerror(error));
+        return result::fail("cannot read " + detail::quoted(path) + ": " + std::strerror(error));
+    }
+    return {std::move(content), {}};
+}
+
+/**
+ * `password-file`: the password is the file's content without one trailing newline (as a
+ * Kubernetes or Docker secret is mounted). Read again on every reload. Messages name the file
+ * and the OS error, never the content.
+ */
+void read_password_file(mapping& m, std::string& password, std::string& path) {
+    if (!m.read("password-file", path, false)) {
         return;
     }
-    if (content.size() > max_secret_bytes) {
+    if (m.has("password")) {
+        m.error("password-file", "and 'password' are both set: keep one");
+        return;
+    }
+    auto content = read_secret_file(path);
+    if (!content.value) {
+        m.error("password-file", content.error);
+        return;
+    }
+    auto& secret = *content.value;
+    if (secret.size() > max_secret_bytes) {
         m.error("password-file",
                 detail::quoted(path) + " is larger than " + std::to_string(max_secret_bytes) +
                     " bytes");
         return;
     }
-    if (content.ends_with("\r\n")) {
-        content.resize(content.size() - 2);
-    } else if (content.ends_with('\n')) {
-        content.pop_back();
+    if (secret.ends_with("\r\n")) {
+        secret.resize(secret.size() - 2);
+    } else if (secret.ends_with('\n')) {
+        secret.pop_back();
     }
-    if (content.empty()) {
+    if (secret.empty()) {
         m.error("password-file", detail::quoted(path) + " is empty");
         return;
     }
-    password = std::move(content);
+    password = std::move(secret);
 }
 
 /**

@@ -133,6 +133,9 @@ bool suspend_hold(connection_state& c, request_memory& m, steady_clock::time_poi
     return true;
 }
 
+// One loop, over 60 lines, on purpose: the ticket, the timer and the `woken` flag its wake-up
+// sets are shared by every step of it (sleep, watch the client, decide, rejoin the line), and a
+// step split into a coroutine of its own would be one more frame per turn of each waiter.
 awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
     using namespace net::experimental::awaitable_operators;
     const auto* limit = r.limiter.wait_limit();

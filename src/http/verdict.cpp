@@ -33,21 +33,27 @@ bool may_queue(const config::limit& limit) noexcept {
            (!limit.max_delay || limit.max_delay->count() > 0);
 }
 
+// The store gave no decision (or not one per limit): redis.on-failure says what that means.
+verdict store_failed(config::failure_mode on_failure) noexcept {
+    verdict v;
+    if (on_failure == config::failure_mode::closed) {
+        v.what = verdict::kind::failed_closed;
+        v.retry_after = 1;
+    } else {
+        v.what = verdict::kind::failed_open;
+    }
+    return v;
+}
+
 } // namespace
 
 verdict decide(std::span<const config::limit> limits,
                const store::outcome& outcome,
                config::failure_mode on_failure) noexcept {
-    verdict v;
     if (outcome.ec || outcome.decisions.size() != limits.size()) {
-        if (on_failure == config::failure_mode::closed) {
-            v.what = verdict::kind::failed_closed;
-            v.retry_after = 1;
-        } else {
-            v.what = verdict::kind::failed_open;
-        }
-        return v;
+        return store_failed(on_failure);
     }
+    verdict v;
 
     std::chrono::milliseconds longest_retry{0};
     bool refused = false;

@@ -31,6 +31,18 @@ void append_hex16(std::string& out, unsigned v) {
     out.append(buf, end);
 }
 
+// Groups `groups[0..count)` into `out` from group `first` on, most significant byte first.
+void put_groups(std::array<std::uint8_t, 16>& out,
+                int first,
+                const std::uint16_t* groups,
+                int count) noexcept {
+    for (int i = 0; i < count; ++i) {
+        const auto at = static_cast<std::size_t>(2 * (first + i));
+        out[at] = static_cast<std::uint8_t>(groups[i] >> 8);
+        out[at + 1] = static_cast<std::uint8_t>(groups[i] & 0xff);
+    }
+}
+
 } // namespace
 
 namespace detail {
@@ -124,15 +136,8 @@ bool parse_v6(std::string_view text, std::array<std::uint8_t, 16>& out) noexcept
         return false;
     }
     out.fill(0);
-    for (int i = 0; i < n_head; ++i) {
-        out[2 * i] = static_cast<std::uint8_t>(head[i] >> 8);
-        out[2 * i + 1] = static_cast<std::uint8_t>(head[i] & 0xff);
-    }
-    for (int i = 0; i < n_tail; ++i) {
-        int g = 8 - n_tail + i;
-        out[2 * g] = static_cast<std::uint8_t>(tail[i] >> 8);
-        out[2 * g + 1] = static_cast<std::uint8_t>(tail[i] & 0xff);
-    }
+    put_groups(out, 0, head, n_head);
+    put_groups(out, 8 - n_tail, tail, n_tail); // the zeros of "::" lie between
     return true;
 }
 

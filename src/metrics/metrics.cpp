@@ -347,10 +347,7 @@ void registry::render_cluster_metrics(std::string& out) const {
     }
 }
 
-std::string registry::render() const {
-    std::string out;
-    out.reserve(8192);
-
+void registry::render_rule_metrics(std::string& out) const {
     header(out, "sluice_requests_total", "counter", "Requests by limiter decision and rule.");
     {
         std::lock_guard lock(rules_mutex_);
@@ -378,7 +375,13 @@ std::string registry::render() const {
                            counters->in_flight.load(std::memory_order_relaxed));
         }
     }
+}
 
+std::string registry::render() const {
+    std::string out;
+    out.reserve(8192);
+
+    render_rule_metrics(out);
     render_cost_metrics(out);
     render_cluster_metrics(out);
 

@@ -183,6 +183,9 @@ public:
     std::string render() const;
 
 private:
+    /// The per-rule families of every rule: requests by decision, CONCURRENCY slots held.
+    void render_rule_metrics(std::string& out) const;
+
     /// The per-rule families of cost-weighted limits (issue 15).
     void render_cost_metrics(std::string& out) const;
 
