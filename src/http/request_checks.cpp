@@ -115,11 +115,13 @@ std::optional<error_code> check_request_line(std::string_view data) {
 
 // RFC 3986's unreserved characters: a reg-name's, without its sub-delims and percent-encoding,
 // which no host name needs and which let two parsers read one host differently. An IPv4
-// address is made of them too.
+// address is made of them too. By byte value, one load per byte: every request's Host field is
+// checked, and with a chain of range tests per byte the check of "127.0.0.1:port" took 204
+// instructions, 137 this way (bench/instructions).
+constexpr auto host_char_table = sluice::detail::alphanumeric_and("-._~");
+
 bool is_host_char(char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || c == '-' ||
-           c == '.' || c == '_' || c == '~';
+    return host_char_table[static_cast<unsigned char>(c)];
 }
 
 // Whether `authority` is uri-host [ ":" port ] (RFC 9110 7.2, RFC 3986 3.2.2), and nothing
@@ -142,9 +144,12 @@ bool is_host_and_port(std::string_view authority) {
         }
         host_end = close + 1;
     } else {
-        host_end = std::min(authority.find(':'), authority.size());
-        const auto host = authority.substr(0, host_end);
-        if (host.empty() || !std::all_of(host.begin(), host.end(), is_host_char)) {
+        // The host runs to the first byte that is no host character: the end, a ':' before
+        // the port, or a byte that makes the whole invalid (the port's check sees it).
+        while (host_end < authority.size() && is_host_char(authority[host_end])) {
+            ++host_end;
+        }
+        if (host_end == 0) {
             return false;
         }
     }

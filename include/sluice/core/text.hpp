@@ -12,12 +12,12 @@
 namespace sluice {
 
 namespace detail {
-// RFC 9110 5.6.2's tchar by byte value (Beast's parse_field table): one load per byte where the
-// scan of a response head's field names wants it.
-inline constexpr auto tchar_table = [] {
+/// A table by byte value of the letters, the digits and `others`: a character class that costs
+/// one load per byte where a scan wants it.
+constexpr std::array<bool, 256> alphanumeric_and(std::string_view others) noexcept {
     std::array<bool, 256> table{};
-    for (const unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) {
-        table[c] = true;
+    for (const char c : others) {
+        table[static_cast<unsigned char>(c)] = true;
     }
     for (int c = '0'; c <= '9'; ++c) {
         table[static_cast<std::size_t>(c)] = true;
@@ -27,7 +27,11 @@ inline constexpr auto tchar_table = [] {
         table[static_cast<std::size_t>(c - 'a' + 'A')] = true;
     }
     return table;
-}();
+}
+
+// RFC 9110 5.6.2's tchar (Beast's parse_field table), for the scan of a response head's field
+// names.
+inline constexpr auto tchar_table = alphanumeric_and("!#$%&'*+-.^_`|~");
 } // namespace detail
 
 /// Whether `c` is a tchar (RFC 9110 5.6.2), a byte of a token: a field name, a method.
