@@ -54,7 +54,6 @@ verdict decide(std::span<const config::limit> limits,
         return store_failed(on_failure);
     }
     verdict v;
-
     std::chrono::milliseconds longest_retry{0};
     bool refused = false;
     bool only_queues = true;   // every refusal may wait for a slot
