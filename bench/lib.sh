@@ -56,6 +56,15 @@ stat_ticks() { # pid expression
   done
   echo "$total"
 }
+# Voluntary context switches of a process's threads and its children's, summed: each is a thread
+# that blocked, for a proxy mostly its event loop asleep in epoll_wait with nothing ready (and
+# woken again, the scheduler's work on its CPU time). Read from /proc, so counted in the measured
+# run itself at no cost to it.
+sleeps() { # pid
+  local pid
+  for pid in "$1" $(pgrep -P "$1"); do cat /proc/"$pid"/task/*/status; done 2>/dev/null |
+    awk '/^voluntary_ctxt_switches/ {n += $2} END {print n + 0}'
+}
 # The part of it spent in the kernel (system calls and the network stack's work done in the
 # process's time): on loopback most of either proxy's time.
 cpu_sys_ticks() { stat_ticks "$1" '$15'; }
@@ -238,17 +247,20 @@ count_syscalls() { # port pid
 
 # One wrk run against a proxy (after a 1 s warm-up), with $threads, $connections, $duration and
 # the options in the array $wrk_script, then count_syscalls; appends "name rps p50 p99 cpu_us
-# redis_cpu_us reqs non2xx calls syscalls_per_request sys_cpu_us" to $work/results (sys_cpu_us:
-# the kernel's part of cpu_us).
+# redis_cpu_us reqs non2xx calls syscalls_per_request sys_cpu_us sleeps" to $work/results
+# (sys_cpu_us: the kernel's part of cpu_us; sleeps: the proxy's voluntary context switches).
 # Redis's CPU (its own count, INFO cpu: microseconds where /proc has 10 ms ticks) is counted for
 # every proxy: it is part of what the Redis store costs.
 measure() { # name port pid
-  local before after sys_before sys_after redis_before redis_after out rps reqs p50 p99
+  local before after sys_before sys_after redis_before redis_after sleeps_before sleeps_after
+  local out rps reqs p50 p99
   wrk -t"$threads" -c"$connections" -d1s "${wrk_script[@]}" "http://127.0.0.1:$2/" >/dev/null 2>&1 # warm-up
   reset_redis_stats
   before=$(cpu_ticks "$3") sys_before=$(cpu_sys_ticks "$3") redis_before=$(redis_cpu_us)
+  sleeps_before=$(sleeps "$3")
   out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "${wrk_script[@]}" "http://127.0.0.1:$2/")
   after=$(cpu_ticks "$3") sys_after=$(cpu_sys_ticks "$3") redis_after=$(redis_cpu_us)
+  sleeps_after=$(sleeps "$3")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   reqs=$(awk '/requests in/ {print $1}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
@@ -256,5 +268,5 @@ measure() { # name port pid
   non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
   calls=$(script_calls)
   count_syscalls "$2" "$3"
-  echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls_per_request $(( (sys_after - sys_before) * 1000000 / hz ))" >> "$work/results"
+  echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls_per_request $(( (sys_after - sys_before) * 1000000 / hz )) $(( sleeps_after - sleeps_before ))" >> "$work/results"
 }
