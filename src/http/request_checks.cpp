@@ -118,7 +118,7 @@ std::optional<error_code> check_request_line(std::string_view data) {
 // address is made of them too. By byte value, one load per byte: every request's Host field is
 // checked, and with a chain of range tests per byte the check of "127.0.0.1:port" took 204
 // instructions, 137 this way (bench/instructions).
-constexpr auto host_char_table = sluice::detail::alphanumeric_and("-._~");
+constexpr auto host_char_table = alphanumeric_and("-._~");
 
 bool is_host_char(char c) {
     return host_char_table[static_cast<unsigned char>(c)];

@@ -11,7 +11,6 @@
 
 namespace sluice {
 
-namespace detail {
 /// A table by byte value of the letters, the digits and `others`: a character class that costs
 /// one load per byte where a scan wants it.
 constexpr std::array<bool, 256> alphanumeric_and(std::string_view others) noexcept {
@@ -29,6 +28,7 @@ constexpr std::array<bool, 256> alphanumeric_and(std::string_view others) noexce
     return table;
 }
 
+namespace detail {
 // RFC 9110 5.6.2's tchar (Beast's parse_field table), for the scan of a response head's field
 // names.
 inline constexpr auto tchar_table = alphanumeric_and("!#$%&'*+-.^_`|~");
