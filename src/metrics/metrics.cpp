@@ -348,32 +348,26 @@ void registry::render_cluster_metrics(std::string& out) const {
 }
 
 void registry::render_rule_metrics(std::string& out) const {
+    std::lock_guard lock(rules_mutex_);
     header(out, "sluice_requests_total", "counter", "Requests by limiter decision and rule.");
-    {
-        std::lock_guard lock(rules_mutex_);
-        for (const auto& [name, counters] : rules_) {
-            for (std::size_t k = 0; k < decision_kind_count; ++k) {
-                fmt::format_to(std::back_inserter(out),
-                               "sluice_requests_total{{decision=\"{}\",rule=\"{}\"}} {}\n",
-                               to_string(static_cast<decision_kind>(k)),
-                               escape_label(name),
-                               load(counters->by_decision[k]));
-            }
+    for (const auto& [name, counters] : rules_) {
+        for (std::size_t k = 0; k < decision_kind_count; ++k) {
+            fmt::format_to(std::back_inserter(out),
+                           "sluice_requests_total{{decision=\"{}\",rule=\"{}\"}} {}\n",
+                           to_string(static_cast<decision_kind>(k)),
+                           escape_label(name),
+                           load(counters->by_decision[k]));
         }
     }
-
     header(out,
            "sluice_concurrency_in_flight",
            "gauge",
            "Requests holding a CONCURRENCY slot of the rule's limits on this instance now.");
-    {
-        std::lock_guard lock(rules_mutex_);
-        for (const auto& [name, counters] : rules_) {
-            fmt::format_to(std::back_inserter(out),
-                           "sluice_concurrency_in_flight{{rule=\"{}\"}} {}\n",
-                           escape_label(name),
-                           counters->in_flight.load(std::memory_order_relaxed));
-        }
+    for (const auto& [name, counters] : rules_) {
+        fmt::format_to(std::back_inserter(out),
+                       "sluice_concurrency_in_flight{{rule=\"{}\"}} {}\n",
+                       escape_label(name),
+                       counters->in_flight.load(std::memory_order_relaxed));
     }
 }
 
