@@ -165,9 +165,12 @@ TEST_F(PoolTest, LooksAtARecentlyUsedConnectionOnWhichSomethingCame) {
     auto first = acquire();
     ASSERT_TRUE(wait_accepted(1));
     read_what_the_upstream_sends(*first);
+    auto& idle = first->stream; // the pool keeps it until try_take below
     pool_.release(std::move(first), settings_);
     upstream_.send_all("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
-    ioc_.run_for(milliseconds(50)); // the reactor takes the bytes' event
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&idle] { return idle.event_since_emptied(); }, milliseconds(5'000)))
+        << "the reactor never took the bytes' event";
 
     EXPECT_FALSE(pool_.try_take(settings_, true));
     EXPECT_EQ(pool_.idle_count(), 0u);
