@@ -16,7 +16,7 @@ namespace {
 // parser's buffer at it: no more than the body has left when its length is known (no zero-filled
 // block for a small body), otherwise doubling, from 4 KiB to a relay buffer a step; never past
 // `max`. Returns the size it had.
-std::size_t make_room(request_parser& parser, std::string& body, std::uint64_t max) {
+std::size_t make_room(request_parser& parser, buffered_body& body, std::uint64_t max) {
     std::uint64_t room = std::min<std::uint64_t>(max - body.size(), relay_buffer_size);
     if (const auto left = parser.content_length_remaining()) {
         room = std::min<std::uint64_t>(room, std::max<std::uint64_t>(*left, 1));
@@ -32,7 +32,7 @@ std::size_t make_room(request_parser& parser, std::string& body, std::uint64_t m
 }
 
 // Keeps what the parse put into the room `make_room` made.
-void keep_piece(request_parser& parser, std::string& body, std::size_t had) {
+void keep_piece(request_parser& parser, buffered_body& body, std::size_t had) {
     body.resize(had + (body.size() - had - parser.get().body().size));
 }
 
@@ -80,7 +80,7 @@ awaitable<bool> send_continue(timed_stream& client, const config::config& cfg) {
     co_return !ec;
 }
 
-std::optional<body_read> take_body_ahead(body_source src, std::string& body, std::uint64_t max) {
+std::optional<body_read> take_body_ahead(body_source src, buffered_body& body, std::uint64_t max) {
     if (src.expect_continue) {
         return std::nullopt; // the client sends nothing before its 100 Continue
     }
@@ -99,7 +99,7 @@ std::optional<body_read> take_body_ahead(body_source src, std::string& body, std
     return done_ahead(src.parser);
 }
 
-awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max) {
+awaitable<body_read> read_body_ahead(body_source src, buffered_body& body, std::uint64_t max) {
     if (src.expect_continue) {
         src.expect_continue = false; // answered here: the forwarder must not answer it again
         const bool sent = co_await send_continue(src.client, src.config);

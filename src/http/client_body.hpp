@@ -7,6 +7,7 @@
 // (server.request-buffer-size). The forwarder's streaming of the rest reads with the same
 // deadline and meaning.
 
+#include "http/buffered_body.hpp"
 #include "http/message_types.hpp"
 #include "sluice/config/config.hpp"
 #include "sluice/io/timed_stream.hpp"
@@ -16,7 +17,6 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <string>
 
 namespace sluice::http::detail {
 
@@ -62,11 +62,11 @@ struct body_source {
  * forwarder then sends it from there. Bounded as forwarding is: server.max-body-size, the chunk
  * limits, idle-timeout per read and body-timeout for the whole body.
  */
-awaitable<body_read> read_body_ahead(body_source src, std::string& body, std::uint64_t max);
+awaitable<body_read> read_body_ahead(body_source src, buffered_body& body, std::uint64_t max);
 
 /// `read_body_ahead` for what the client buffer already holds, without reading (the usual case:
 /// a small body came with its header); nullopt: more is to come (or a 100 Continue to send),
 /// co_await `read_body_ahead`, which goes on from where this stopped. Spares a coroutine frame.
-std::optional<body_read> take_body_ahead(body_source src, std::string& body, std::uint64_t max);
+std::optional<body_read> take_body_ahead(body_source src, buffered_body& body, std::uint64_t max);
 
 } // namespace sluice::http::detail

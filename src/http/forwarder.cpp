@@ -127,7 +127,7 @@ std::string_view request_block(forward_args& a, const relay_buffer& buf) {
 
 // The first block of the body sent with the header: what was read ahead, or prefetched.
 std::string_view first_body_block(forward_args& a, const relay_buffer& buf) {
-    return a.body_read_ahead ? a.body_ahead : request_block(a, buf);
+    return a.body_read_ahead ? a.body_ahead.view() : request_block(a, buf);
 }
 
 // Streams the rest of the body to the upstream, block by block, after the first.
@@ -475,7 +475,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     }
     // The request is sent and no retry will need it again: a response that streams for minutes
     // (a token stream after a 60 KiB prompt) does not keep the body's memory meanwhile.
-    std::string{}.swap(a.body_ahead);
+    a.body_ahead.release();
 
     if (rp->head().status == 101) {
         // judge_response_header let a 101 through only for a WebSocket upgrade.

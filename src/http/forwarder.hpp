@@ -3,6 +3,7 @@
 
 // Forwarding a request upstream and its response back (forwarder.cpp, response_relay.cpp).
 
+#include "http/buffered_body.hpp"
 #include "http/local_reply.hpp"
 #include "http/message_types.hpp"
 #include "http/message_writer.hpp"
@@ -73,7 +74,7 @@ struct forward_args {
     /// The request body read ahead (`read_body_ahead`), for the limiter's `json:` fields or by
     /// server.request-buffer-size: all of it when the parser is done, otherwise the rest follows
     /// from the client. Meaningful when `body_read_ahead` is set; freed once the request is sent.
-    std::string& body_ahead;
+    buffered_body& body_ahead;
     /// When the request body's first read began (server.body-timeout counts from there).
     std::optional<std::chrono::steady_clock::time_point> body_started{};
     /// Where in the response the caller wants figures from once it is over (the figures that

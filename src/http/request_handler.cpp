@@ -418,7 +418,7 @@ void finish_request(connection_state& c, request_state& r) {
 
 void drop_held(connection_state& c) {
     request_memory m;
-    m.state.emplace(c.held->cfg);
+    m.state.emplace(c.held->cfg, c.w.metrics->request_body_buffer_bytes);
     // The limiter made again goes with `m`: its destructor gives back and settles.
     (void)resume_hold(c, m);
 }

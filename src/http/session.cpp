@@ -273,7 +273,7 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
                 break;
             }
         }
-        memory->state.emplace(worker.config);
+        memory->state.emplace(worker.config, worker.metrics->request_body_buffer_bytes);
         if (c.held) {
             e = co_await resume_request(c, *memory);
         } else {

@@ -3,6 +3,7 @@
 
 // The state of a connection and of one request on it (session.cpp).
 
+#include "http/buffered_body.hpp"
 #include "http/forwarder.hpp"
 #include "http/local_reply.hpp"
 #include "http/message_writer.hpp"
@@ -69,9 +70,11 @@ struct connection_state {
 
 /// State of one request.
 struct request_state {
-    explicit request_state(std::shared_ptr<const config::config> snapshot)
+    /// `body_bytes`: the gauge of the bodies held in memory, the worker's registry's.
+    request_state(std::shared_ptr<const config::config> snapshot, metrics::gauge& body_bytes)
         : cfg(std::move(snapshot))
-        , parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(arena.allocator())) {}
+        , parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(arena.allocator()))
+        , body_ahead(body_bytes) {}
 
     std::shared_ptr<const config::config> cfg;
     /// Before the parser, which allocates from it.
@@ -88,7 +91,7 @@ struct request_state {
     /// The body read ahead (read_body_ahead): before the decision, for the limiter's `json:`
     /// fields (then `body_read_ahead` is set); the forwarder reads on into it, up to
     /// server.request-buffer-size, and frees it once the request is sent.
-    std::string body_ahead;
+    buffered_body body_ahead;
     bool body_read_ahead = false;
     /// When the body's first read began (server.body-timeout counts from there).
     std::optional<std::chrono::steady_clock::time_point> body_started;
@@ -99,7 +102,7 @@ struct request_state {
         return {parser.get(),
                 record.path,
                 peer,
-                body_ahead,
+                body_ahead.view(),
                 body_read_ahead && parser.is_done(),
                 peer_text};
     }

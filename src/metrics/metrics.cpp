@@ -181,6 +181,12 @@ constexpr scalar_metric scalar_metrics[] = {
      "state freed until their next bytes.",
      nullptr,
      &registry::connections_parked},
+    {"sluice_request_body_buffer_bytes",
+     "Bytes allocated now by request bodies held in memory: read ahead up to "
+     "server.request-buffer-size (or a json: limit's cost.max-body) as they arrive, freed once "
+     "the request has gone upstream.",
+     nullptr,
+     &registry::request_body_buffer_bytes},
     {"sluice_bad_requests_total",
      "Requests answered 400/413/414/431 by sluice: a broken or too large header or body.",
      &registry::bad_requests_total},

@@ -270,5 +270,52 @@ TEST(SlowBody, BufferedSlowBodiesHoldNoUpstreamConnection) {
     EXPECT_EQ(upstream.stats().broken, 0u);
 }
 
+// A body read ahead (server.request-buffer-size) is counted in sluice_request_body_buffer_bytes
+// from its first read, with nothing upstream meanwhile, and freed once the request has gone
+// upstream: a response that goes on (its body 3 s behind its head here, as a token stream's)
+// does not keep it. Were it freed only with the request, the gauge would reach 0 as the
+// response ended, not seconds before.
+TEST(SlowBody, ABufferedBodyIsCountedWhileItComesAndFreedOnceSent) {
+    constexpr std::size_t body_size = 10'000;
+    static constexpr auto body_delay = 3s;
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.body_delay = body_delay;
+        return plan;
+    });
+    sluice_process sluice(slow_config(upstream, "30s", 8, "30s"));
+    const auto admin = admin_port(sluice);
+    const auto buffered = [](const std::string& t) {
+        return metric_or_zero(t, "sluice_request_body_buffer_bytes");
+    };
+
+    http_connection client(sluice.port(), 30s);
+    client.send_raw(fmt::format("POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n",
+                                body_size));
+    client.send_raw(std::string(body_size / 2, 'a'));
+    bool met = false;
+    auto metrics = wait_for_metrics(
+        admin, [&](const std::string& t) { return buffered(t) >= double(body_size); }, 5s, met);
+    ASSERT_TRUE(met) << metrics;
+    EXPECT_EQ(upstream.stats().connections, 0u);
+
+    client.send_raw(std::string(body_size / 2, 'b'));
+    metrics = wait_for_metrics(
+        admin, [&](const std::string& t) { return buffered(t) == 0.0; }, 10s, met);
+    const auto freed = clock_type::now();
+    ASSERT_TRUE(met) << metrics;
+    error_code ec;
+    const auto response = client.try_read_response(ec);
+    const auto ended = clock_type::now();
+    ASSERT_TRUE(response) << ec.message();
+    EXPECT_EQ(response->status, 200u);
+    EXPECT_EQ(response->body, "ok");
+    EXPECT_GE(ended - freed, body_delay - 2s) << "freed only as the response ended";
+    const auto requests = upstream.requests();
+    ASSERT_EQ(requests.size(), 1u);
+    EXPECT_EQ(requests[0].body_prefix,
+              std::string(body_size / 2, 'a') + std::string(body_size / 2, 'b'));
+}
+
 } // namespace
 } // namespace sluice::test

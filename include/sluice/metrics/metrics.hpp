@@ -125,7 +125,8 @@ public:
     // Connections and requests.
     gauge connections_open{0};
     counter connections_total{0};
-    gauge connections_parked{0};      // idle keep-alive connections parked without their buffers
+    gauge connections_parked{0};        // idle keep-alive connections parked without their buffers
+    gauge request_body_buffer_bytes{0}; // allocated by request bodies read ahead, held in memory
     counter bad_requests_total{0};    // 400/413/414/431 answered by sluice itself (header or body)
     counter client_timeouts_total{0}; // 408: a header or body not in within its timeout
     counter dropped_header_fields_total{0}; // names with '_': server.headers-with-underscores

@@ -79,7 +79,8 @@ protected:
     header_scratch scratch_;
     buffer_pool buffers_{relay_buffer_size, 1};
     bool draining_ = false;
-    std::string body_ahead_;
+    metrics::gauge body_bytes_{0};
+    buffered_body body_ahead_{body_bytes_};
     forward_args args_{client_,
                        client_buffer_,
                        request_,

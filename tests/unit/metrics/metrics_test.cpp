@@ -99,6 +99,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     r.connections_open = -3; // a gauge may go below zero for a moment; it renders as it is
     r.held_now = 42;
     r.connections_parked = 7;
+    r.request_body_buffer_bytes = 16384;
     r.count_workers(2);
     r.worker_connections()[1].value = 5;
     const auto text = r.render();
@@ -114,6 +115,8 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     EXPECT_THAT(text, HasSubstr("\nsluice_connections_open -3\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_held_requests 42\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_connections_parked 7\n"));
+    EXPECT_THAT(text, HasSubstr("\nsluice_request_body_buffer_bytes 16384\n"));
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_request_body_buffer_bytes gauge\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_worker_connections_open{worker=\"0\"} 0\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_worker_connections_open{worker=\"1\"} 5\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_worker_connections_open gauge\n"));
@@ -125,13 +128,13 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     // One TYPE line per family: the requests, the concurrency in flight (per rule), the
     // upstream responses, the 3 cost counters and the cost histogram (per rule), the 3 Redis
     // Cluster families with labels (redirections, map refreshes, calls per node), the counters
-    // without labels, 3 gauges, the connections per worker and 3 histograms.
+    // without labels, 4 gauges, the connections per worker and 3 histograms.
     std::size_t families = 0;
     for (auto at = text.find("# TYPE "); at != std::string::npos;
          at = text.find("# TYPE ", at + 1)) {
         ++families;
     }
-    EXPECT_EQ(families, 3u + 4u + 3u + (std::size(counters) - 6u) + 3u + 1u + 3u);
+    EXPECT_EQ(families, 3u + 4u + 3u + (std::size(counters) - 6u) + 4u + 1u + 3u);
 }
 
 // The settle error's buckets are cumulative upper bounds, negative ones included: a refund of
