@@ -20,7 +20,11 @@ public:
     explicit buffered_body(metrics::gauge& allocated) noexcept
         : allocated_(&allocated) {}
 
-    ~buffered_body() { release(); }
+    ~buffered_body() {
+        if (counted_ != 0) {
+            allocated_->fetch_sub(counted_, std::memory_order_relaxed);
+        }
+    }
 
     buffered_body(const buffered_body&) = delete;
     buffered_body& operator=(const buffered_body&) = delete;
