@@ -18,7 +18,8 @@ namespace sluice::http::detail {
 /**
  * What the buffer says about the request header, scanning on from `scanned` (updated; once the
  * header is complete, its length, blank line included): complete (and free of obsolete line
- * folding: else bad_value), over `limit` (header_limit), not a request at all (bad_method,
+ * folding: else bad_value), over `limit` bytes with its blank line, however it came
+ * (header_limit), not a request at all (bad_method,
  * bad_version: see request_checks.cpp), or nullopt, not all there yet.
  */
 std::optional<error_code>
