@@ -8,47 +8,30 @@
 // peer sends), and no field whose name has an underscore survives the default policy.
 #include "http/message_reader.hpp"
 #include "http/request_checks.hpp"
+#include "request_input.hpp"
 
 #include <boost/beast/http/error.hpp>
 
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string_view>
 
 namespace {
 
 using namespace sluice::http::detail;
+using namespace sluice::fuzz;
 using sluice::error_code;
 namespace beast = boost::beast;
 
-constexpr std::uint64_t header_limit = 1024;
 constexpr chunk_limits limits{64, 256};
 
 void fail(const char* what, std::size_t held) {
     std::fprintf(stderr, "request_head_fuzz: %s (%zu bytes held)\n", what, held);
     std::abort();
-}
-
-// Moves up to `step` more input bytes into `buffer`; false when the input is used up.
-bool deliver(beast::flat_buffer& buffer,
-             const std::uint8_t*& data,
-             std::size_t& size,
-             std::size_t step) {
-    if (size == 0) {
-        return false;
-    }
-    const auto n = std::min(size, step);
-    std::memcpy(buffer.prepare(n).data(), data, n);
-    buffer.commit(n);
-    data += n;
-    size -= n;
-    return true;
 }
 
 } // namespace
@@ -59,14 +42,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     // The first byte chooses the size of the pieces the rest arrives in: 1..256 bytes.
     const std::size_t step = std::size_t{data[0]} + 1;
-    ++data;
-    --size;
+    std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
 
     header_arena arena;
     std::optional<request_parser> parser;
-    make_parser(parser, arena.allocator());
-    parser->header_limit(static_cast<std::uint32_t>(header_limit));
-    parser->body_limit(64 * 1024);
+    make_request_parser(parser, arena);
     beast::flat_buffer buffer;
 
     // The header, as handle_request reads it.
@@ -75,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (buffer.size() > header_limit + step) {
             fail("header bytes held beyond the limit", buffer.size());
         }
-        if (!deliver(buffer, data, size, step)) {
+        if (!deliver(buffer, input, step)) {
             return 0;
         }
     }
@@ -100,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // The body, as the forwarder reads it: one put at a time into a small block.
     std::array<char, 64> block;
     for (int stalled = 0; !parser->is_done() && stalled < 8;) {
-        if (buffer.size() == 0 && !deliver(buffer, data, size, step)) {
+        if (buffer.size() == 0 && !deliver(buffer, input, step)) {
             return 0;
         }
         parser->get().body().data = block.data();
@@ -111,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (buffer.size() > limits.line + limits.trailer + 6 + step) {
                 fail("body bytes held beyond the chunk limits", buffer.size());
             }
-            if (!deliver(buffer, data, size, step)) {
+            if (!deliver(buffer, input, step)) {
                 return 0;
             }
         } else if (ec && ec != bhttp::error::need_buffer) {

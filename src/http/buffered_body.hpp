@@ -48,8 +48,9 @@ public:
     }
 
 private:
-    /// What an empty string holds in itself, allocating nothing.
-    static constexpr std::size_t inline_capacity = std::string().capacity();
+    /// What an empty string holds in itself, allocating nothing. (Not constexpr: clang 14 cannot
+    /// evaluate libstdc++ 12's string constructor at compile time.)
+    static inline const std::size_t inline_capacity = std::string().capacity();
 
     void recount() noexcept {
         const auto now = bytes_.capacity() > inline_capacity

@@ -3,9 +3,9 @@
 
 // Reading a request's body from the client (client_body.cpp): the deadline of each read, the
 // 100 Continue a client may wait for, what a failed read means, and the body read ahead into a
-// string, which the limiter searches (`json:` fields) and the forwarder sends from
-// (server.request-buffer-size). The forwarder's streaming of the rest reads with the same
-// deadline and meaning.
+// buffered_body, which the limiter searches (`json:` fields) and the forwarder sends from
+// (server.request-buffer-size); what of that needs no I/O is body_ahead.cpp's. The forwarder's
+// streaming of the rest reads with the same deadline and meaning.
 
 #include "http/buffered_body.hpp"
 #include "http/message_types.hpp"
@@ -63,6 +63,19 @@ struct body_source {
  * limits, idle-timeout per read and body-timeout for the whole body.
  */
 awaitable<body_read> read_body_ahead(body_source src, buffered_body& body, std::uint64_t max);
+
+// The steps of a body read ahead, shared by the read that waits (`read_body_ahead`) and the one
+// that takes what is there (`take_body_ahead`).
+
+/// Makes room at the end of `body` for the next piece and points the parser's buffer at it,
+/// never past `max`; returns the size the body had.
+std::size_t make_body_room(request_parser& parser, buffered_body& body, std::uint64_t max);
+
+/// Keeps what the parse put into the room `make_body_room` made (from `had` on).
+void keep_body_piece(request_parser& parser, buffered_body& body, std::size_t had);
+
+/// Points the parser's buffer nowhere again (the forwarder points it at its own): done.
+body_read end_body_ahead(request_parser& parser);
 
 /// `read_body_ahead` for what the client buffer already holds, without reading (the usual case:
 /// a small body came with its header); nullopt: more is to come (or a 100 Continue to send),

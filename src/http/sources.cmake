@@ -1,5 +1,6 @@
 list(APPEND SLUICE_NET_SOURCES
   src/http/access_log.cpp
+  src/http/body_ahead.cpp
   src/http/client_body.cpp
   src/http/connection_balancer.cpp
   src/http/request_handler.cpp
