@@ -86,7 +86,9 @@ outcome read_ahead(std::string_view input, std::size_t step, std::uint64_t max) 
         if (body.size() > max) {
             fail("the body grew past max", body.size());
         }
-        if (allocated.load() < static_cast<std::int64_t>(body.size() > 15 ? body.size() : 0)) {
+        // A body short enough for the string's own bytes allocates nothing.
+        const bool on_heap = body.size() > std::string().capacity();
+        if (allocated.load() < static_cast<std::int64_t>(on_heap ? body.size() : 0)) {
             fail("the gauge counts less than the body holds", body.size());
         }
         if (out.read || !deliver(buffer, input, step)) {
