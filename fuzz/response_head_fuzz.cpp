@@ -9,7 +9,9 @@
 // it (keep-alive, to the end of the stream, chunked, Content-Length); the body comes out the
 // same; and set_chunked(true or false) leaves the same fields as Beast's chunked(). Each piece is
 // erased once parsed, as a reused read buffer would be. Beast's parser takes any
-// Transfer-Encoding; sluice's refuses one other than `chunked` alone, and only that.
+// Transfer-Encoding; sluice's refuses one other than `chunked` alone, and only that. And Beast's
+// reads on past its header limit when a head, or its status line, comes in one put; sluice's
+// refuses a head that does not end within the limit, and only that.
 #include "sluice/http/response_parser.hpp"
 
 #include <boost/beast/core/buffers_to_string.hpp>
@@ -40,6 +42,8 @@ using sluice::http::response_head;
 using sluice::http::response_parser;
 
 using field_list = std::vector<std::pair<std::string, std::string>>;
+
+constexpr std::uint32_t header_limit = 1024;
 
 [[noreturn]] void fail(const char* what) {
     std::fprintf(stderr, "response_head_fuzz: %s\n", what);
@@ -165,8 +169,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // On the heap, as an interim response's head is: a block not given back is a leak.
     response_parser ours(std::pmr::new_delete_resource());
     bhttp::response_parser<bhttp::dynamic_body> beasts;
-    ours.header_limit(1024);
-    beasts.header_limit(1024);
+    ours.header_limit(header_limit);
+    beasts.header_limit(header_limit);
     // As the relay reads: no body limit. (Beast's dynamic_body reserves nothing for a
     // Content-Length, as its string_body would.)
     ours.body_limit(boost::none);
@@ -193,6 +197,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // something later (a Transfer-Encoding in the trailer, say): the parsers stopped at
         // different places, and nothing else compares. A head Beast refused itself, or a
         // refusal of `chunked` alone, goes on to the comparison below.
+        return 0;
+    }
+    if (mine.error == bhttp::error::header_limit && theirs.error != mine.error &&
+        input.substr(0, header_limit).find("\r\n\r\n") == std::string_view::npos) {
+        // sluice's own limit, exact however the head came (response_parser.cpp): Beast lets in
+        // more than its limit when the head, or its status line, comes in one put.
         return 0;
     }
     if (mine.error != theirs.error || mine.done != theirs.done) {

@@ -7,6 +7,7 @@
 
 #include <boost/beast/http/error.hpp>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string_view>
 
@@ -20,6 +21,8 @@ std::size_t chunk_window(const chunk_limits& limits) {
     return static_cast<std::size_t>(limits.line + limits.trailer + 6);
 }
 
+constexpr std::string_view hex_digits = "0123456789abcdefABCDEF";
+
 // The bytes of a chunk header that Beast will parse: without the CRLF that ends the previous
 // chunk's data, which Beast counts as part of the next header.
 std::string_view without_chunk_end(std::string_view data) {
@@ -29,8 +32,22 @@ std::string_view without_chunk_end(std::string_view data) {
 // Whether a chunk-size line (the CRLF before it taken off) is the last chunk's: a size of
 // zeros ("last-chunk = 1*("0") [ chunk-ext ] CRLF", RFC 9112 7.1).
 bool is_last_chunk_line(std::string_view line) {
-    const auto digits = line.substr(0, line.find_first_not_of("0123456789abcdefABCDEF"));
+    const auto digits = line.substr(0, line.find_first_not_of(hex_digits));
     return !digits.empty() && digits.find_first_not_of('0') == std::string_view::npos;
+}
+
+// Whether a chunk-size line Beast parsed (its extensions at `extensions`, among `data`'s bytes) is
+// longer than the limit. Beast parses a line of any length once its CRLF is there: a line that
+// came whole would otherwise get past the limit check_unparsed holds one that comes in pieces to.
+// Its hex digits are those right before its extensions.
+error_code
+check_chunk_line(std::string_view data, std::string_view extensions, const chunk_limits& limits) {
+    const char* first = extensions.data();
+    while (first != data.data() && hex_digits.find(first[-1]) != std::string_view::npos) {
+        --first;
+    }
+    const auto line = static_cast<std::uint64_t>(extensions.data() + extensions.size() - first);
+    return line > limits.line ? error_code(bhttp::error::bad_chunk_extension) : error_code{};
 }
 
 // What a chunked body that the parser needs more of holds unparsed: a chunk-size line not yet
@@ -93,6 +110,9 @@ error_code put_buffered(beast::flat_buffer& buffer, Parser& parser, const chunk_
         ec = bhttp::error::header_limit;
         used = 0;
     }
+    if (const auto extensions = parser.take_chunk_extensions(); extensions && chunks && !ec) {
+        ec = check_chunk_line(data, *extensions, limits);
+    }
     if (chunks && ec == bhttp::error::need_more) {
         if (const auto bad = check_unparsed(data, limits)) {
             ec = bad;
@@ -124,6 +144,16 @@ std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
     return more ? std::nullopt : std::optional(ec);
 }
 
+template <typename Parser>
+error_code stream_ended(Parser& parser) {
+    if (!parser.got_some()) {
+        return bhttp::error::end_of_stream;
+    }
+    error_code ec;
+    parser.put_eof(ec);
+    return ec;
+}
+
 chunk_limits chunk_limits_of(const config::config& cfg) {
     return {cfg.server.max_chunk_header_bytes, cfg.server.max_trailer_bytes};
 }
@@ -134,5 +164,7 @@ template std::optional<error_code>
 parse_buffered(beast::flat_buffer&, request_parser&, bool, const chunk_limits&);
 template std::optional<error_code>
 parse_buffered(beast::flat_buffer&, response_parser&, bool, const chunk_limits&);
+template error_code stream_ended(request_parser&);
+template error_code stream_ended(response_parser&);
 
 } // namespace sluice::http::detail

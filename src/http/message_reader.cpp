@@ -15,20 +15,10 @@
 namespace sluice::http::detail {
 namespace {
 
-/// What a failed read means for the message: the end of one that lasts until the connection
-/// closes, a truncated one, or (end_of_stream) the stream ended before a message began.
+/// What a failed read means for the message: stream_ended's answer to the end of the stream.
 template <typename Parser>
 error_code read_failed(const error_code& ec, Parser& parser) {
-    if (ec != net::error::eof) {
-        return ec;
-    }
-    if (!parser.got_some()) {
-        return bhttp::error::end_of_stream;
-    }
-    // The end of a body that lasts until the connection closes, or a truncated message.
-    error_code eof_ec;
-    parser.put_eof(eof_ec);
-    return eof_ec;
+    return ec == net::error::eof ? stream_ended(parser) : ec;
 }
 
 /// Where the next read goes.

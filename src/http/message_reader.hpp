@@ -96,6 +96,12 @@ awaitable<error_code> read_message(timed_stream& stream,
                                    const chunk_limits& limits,
                                    first_read first = first_read::tried);
 
+/// What the end of the stream means for the message `parser` reads: end_of_stream when it
+/// ended before a message began, else the parser's put_eof (the end of a body read to it, or a
+/// truncated message: partial_message).
+template <typename Parser>
+error_code stream_ended(Parser& parser);
+
 /// One parse of what `buffer` holds (read_message's step without I/O, message_parse.cpp);
 /// nullopt: the parser needs more bytes.
 template <typename Parser>

@@ -16,7 +16,9 @@
 #include <cstddef>
 #include <memory_resource>
 #include <optional>
+#include <string_view>
 #include <tuple>
+#include <utility>
 
 namespace sluice::http::detail {
 
@@ -42,7 +44,19 @@ class request_parser final : public bhttp::request_parser<bhttp::buffer_body, he
 public:
     using base::base;
 
+    /// The extensions of the chunk-size line the last put parsed, where they are among the
+    /// bytes it was given (the line's hex digits are those right before them); cleared.
+    std::optional<std::string_view> take_chunk_extensions() noexcept {
+        return std::exchange(chunk_extensions_, std::nullopt);
+    }
+
 private:
+    void
+    on_chunk_header_impl(std::uint64_t, beast::string_view extensions, error_code& ec) override {
+        chunk_extensions_.emplace(extensions.data(), extensions.size());
+        ec = {};
+    }
+
     void on_field_impl(bhttp::field name,
                        beast::string_view name_string,
                        beast::string_view value,
@@ -51,6 +65,8 @@ private:
             get().insert(name, name_string, value);
         }
     }
+
+    std::optional<std::string_view> chunk_extensions_;
 };
 
 // response_parser (sluice/http/response_parser.hpp) keeps a response's fields flat, in the same

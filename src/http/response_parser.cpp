@@ -130,7 +130,8 @@ bool relayable_framing(const response_head& head) noexcept {
 
 std::size_t response_parser::put(net::const_buffer buffer, error_code& ec) {
     if (beast_) {
-        return beast_->put(buffer, ec);
+        return beast_->is_header_done() ? beast_->put(buffer, ec)
+                                        : put_to_beast_within_limit(buffer, ec);
     }
     const auto* data = static_cast<const char*>(buffer.data());
     const auto size = buffer.size();
@@ -396,8 +397,33 @@ std::size_t response_parser::put_to_beast(net::const_buffer buffer, error_code& 
     beast_->header_limit(header_limit_);
     beast_->body_limit(body_limit_);
     beast_->skip(skip_);
+    head_taken_ = 0;
+    return put_to_beast_within_limit(buffer, ec);
+}
+
+// Beast 1.81 holds a head to its limit loosely when the head comes in one put (the status line
+// and the fields each get the whole limit), and when the first piece holds the status line (it
+// takes that line, and the fields get the limit again): the same bytes would be let in or refused
+// depending on how they came. So Beast is given no more of a head than the limit leaves, and a
+// head it has not ended within that is over the limit.
+std::size_t response_parser::put_to_beast_within_limit(net::const_buffer buffer, error_code& ec) {
+    const std::size_t room = header_limit_ - head_taken_;
+    const auto size = buffer.size();
+    // A head, first, on its own: what follows it is parsed below, once its length is known.
+    beast_->eager(false);
+    auto used = room == 0 ? 0 : beast_->put(net::buffer(buffer.data(), std::min(size, room)), ec);
     beast_->eager(eager_);
-    return beast_->put(buffer, ec);
+    if (!beast_->is_header_done()) {
+        head_taken_ += static_cast<std::uint32_t>(used);
+        if (room == 0 || (ec == bhttp::error::need_more && size >= room)) {
+            ec = bhttp::error::header_limit;
+        }
+        return used;
+    }
+    if (eager_ && !ec && used < size && !beast_->is_done()) {
+        used += beast_->put(buffer + used, ec);
+    }
+    return used;
 }
 
 // --- Beast's parser ------------------------------------------------------------------------
@@ -449,8 +475,9 @@ std::size_t beast_response_parser::on_body_impl(beast::string_view body, error_c
 }
 
 void beast_response_parser::on_chunk_header_impl(std::uint64_t,
-                                                 beast::string_view,
+                                                 beast::string_view extensions,
                                                  error_code& ec) {
+    chunk_extensions_.emplace(extensions.data(), extensions.size());
     ec = {};
 }
 

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <memory_resource>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 namespace sluice::http {
 
@@ -29,6 +31,12 @@ public:
     /// While set, a head put is parsed for what it says of the body and the connection only:
     /// the scan, which read the real head, primes the parser for a chunked body with one.
     void priming(bool priming) noexcept { priming_ = priming; }
+
+    /// The extensions of the chunk-size line the last put parsed, where they are among the
+    /// bytes it was given (the line's hex digits are those right before them); cleared.
+    std::optional<std::string_view> take_chunk_extensions() noexcept {
+        return std::exchange(chunk_extensions_, std::nullopt);
+    }
 
 private:
     void on_request_impl(
@@ -52,6 +60,7 @@ private:
 
     response_head& head_;
     beast::http::buffer_body::value_type& body_;
+    std::optional<std::string_view> chunk_extensions_;
     bool priming_ = false;
 };
 
@@ -127,6 +136,11 @@ public:
     /// The Content-Length the head gave, if any.
     boost::optional<std::uint64_t> content_length() const noexcept;
 
+    /// As beast_response_parser's: the extensions of the chunk-size line the last put parsed.
+    std::optional<std::string_view> take_chunk_extensions() noexcept {
+        return beast_ ? beast_->take_chunk_extensions() : std::nullopt;
+    }
+
 private:
     enum class state : unsigned char { start, body, body_to_eof, complete };
 
@@ -149,6 +163,8 @@ private:
     std::size_t put_body(const char* data, std::size_t size, error_code& ec) noexcept;
     /// Hands the whole message to Beast's parser.
     std::size_t put_to_beast(net::const_buffer buffer, error_code& ec);
+    /// A put to Beast's parser, holding a head to the header limit exactly.
+    std::size_t put_to_beast_within_limit(net::const_buffer buffer, error_code& ec);
     /// Hands a chunked body to Beast's parser, after a head of its own that says what the
     /// scanned one said (version, Connection); false if Beast did not take it as expected.
     bool prime_beast_for_chunks();
@@ -159,6 +175,7 @@ private:
     boost::optional<std::uint64_t> body_limit_ = 8 * 1024 * 1024; // Beast's for a response
     std::uint64_t remaining_ = 0;                                 // of a body with a length
     std::uint32_t header_limit_ = 8192;                           // Beast's
+    std::uint32_t head_taken_ = 0; // of a head Beast has not ended: its status line
     head_flags flags_;
     state state_ = state::start;
     bool skip_ = false;

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstring>
+#include <memory_resource>
 #include <optional>
 #include <string>
 
@@ -333,6 +334,45 @@ TEST(PutBuffered, RefusesAChunkSizeLineLongerThanTheLimit) {
               error_code(bhttp::error::bad_chunk_extension));
     EXPECT_EQ(parse_chunked("5;a=" + std::string(50, 'a') + "\r\nhello\r\n0\r\n\r\n", limits),
               error_code{});
+}
+
+// A chunk-size line longer than the limit is refused when it came with its CRLF too: Beast parses
+// a line of any length once its end is there, and one that came whole within the window got past
+// the limit (the response_body fuzz target found it). Its hex digits count, leading zeros
+// included; a line of exactly the limit passes. Requests and upstream responses alike.
+TEST(PutBuffered, AChunkSizeLineOverTheLimitIsRefusedHoweverItCame) {
+    const chunk_limits limits{64, 1024};
+    const error_code refused = bhttp::error::bad_chunk_extension;
+    const auto line_of = [](std::size_t size, const std::string& digits) {
+        return digits + ";a=" + std::string(size - digits.size() - 3, 'a') + "\r\n";
+    };
+    for (const std::string digits : {"5", "0005"}) {
+        EXPECT_EQ(parse_chunked(line_of(64, digits) + "hello\r\n0\r\n\r\n", limits), error_code{});
+        EXPECT_EQ(parse_chunked(line_of(65, digits) + "hello\r\n0\r\n\r\n", limits), refused);
+    }
+    // A later chunk's line (the CRLF that ends the data before it is not the line's), and the
+    // last chunk's.
+    EXPECT_EQ(parse_chunked("5\r\nhello\r\n" + line_of(64, "3") + "abc\r\n0\r\n\r\n", limits),
+              error_code{});
+    EXPECT_EQ(parse_chunked("5\r\nhello\r\n" + line_of(65, "3") + "abc\r\n0\r\n\r\n", limits),
+              refused);
+    EXPECT_EQ(parse_chunked("5\r\nhello\r\n" + line_of(64, "0") + "\r\n", limits), error_code{});
+    EXPECT_EQ(parse_chunked("5\r\nhello\r\n" + line_of(65, "0") + "\r\n", limits), refused);
+
+    // An upstream response's, after a head sluice's scan read (its body is Beast's parser's).
+    for (const std::size_t size : {64, 65}) {
+        response_parser parser(std::pmr::new_delete_resource());
+        auto buffer = buffer_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                                line_of(size, "5") + "hello\r\n0\r\n\r\n");
+        error_code ec;
+        std::array<char, 64> block;
+        while (!ec && !parser.is_done()) {
+            parser.body().data = block.data();
+            parser.body().size = block.size();
+            ec = put_buffered(buffer, parser, limits);
+        }
+        EXPECT_EQ(ec, size > limits.line ? refused : error_code{}) << size;
+    }
 }
 
 // An extension Beast reads on across its line's end (a quoted string with the CRLF in it) is
