@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <fstream>
@@ -414,6 +415,20 @@ std::string upstream_head_name(const testing::TestParamInfo<upstream_head_case>&
 
 class UpstreamHead : public testing::TestWithParam<upstream_head_case> {};
 
+/// The largest upstream response head sluice takes (response_relay.cpp).
+constexpr std::size_t upstream_head_limit = 64 * 1024;
+
+/// An upstream response whose head (status line, fields, blank line) is `size` bytes, with a
+/// body of 5: two padding fields, each within Beast's 65,535 bytes per value.
+std::string upstream_head_of(std::size_t size) {
+    const std::string first = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Pad-1: ";
+    const std::string middle = "\r\nX-Pad-2: ";
+    const std::string last = "\r\n\r\n";
+    const auto pad = size - first.size() - middle.size() - last.size();
+    return first + std::string(pad / 2, 'a') + middle + std::string(pad - pad / 2, 'b') + last +
+           "hello";
+}
+
 // A status no client reads as a final response, nor as an interim one, or a body a client would
 // frame otherwise than sluice (Transfer-Encoding overrides Content-Length, and a final coding
 // other than chunked is read to the close: RFC 9112 6.1, 6.3): one 502, and the connection
@@ -461,10 +476,38 @@ INSTANTIATE_TEST_SUITE_P(
                            "5\r\nhello\r\n0\r\n\r\n"},
         upstream_head_case{"DifferentLengthsInAList",
                            "HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello!"},
+        // One byte over the limit, which Beast alone let in once the status line had come in
+        // the first read.
+        upstream_head_case{"HeadOverTheLimit", upstream_head_of(upstream_head_limit + 1)},
         upstream_head_case{"DifferentLengthsOnTwoLines",
                            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"
                            "hello!"}),
     upstream_head_name);
+
+// A head of exactly the limit is passed on, its fields with it.
+TEST(HostileInput, AnUpstreamHeadOfTheLimitIsRelayed) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.interim = upstream_head_of(upstream_head_limit);
+        plan.close = true;
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream));
+    http_connection connection(sluice.port(), 5s);
+    connection.send("GET", "/large");
+    error_code ec;
+    const auto response = connection.try_read_response(ec);
+    ASSERT_TRUE(response) << "no response: " << ec.message();
+    EXPECT_EQ(response->status, 200u);
+    EXPECT_EQ(response->body, "hello");
+    // The padding fields whole: the 65,536 bytes but the other 60 of the head, in two.
+    const auto pad_1 = response->header("X-Pad-1").value_or("");
+    const auto pad_2 = response->header("X-Pad-2").value_or("");
+    EXPECT_EQ(pad_1.size(), 32738u);
+    EXPECT_EQ(pad_1.find_first_not_of('a'), std::string::npos);
+    EXPECT_EQ(pad_2.size(), 32738u);
+    EXPECT_EQ(pad_2.find_first_not_of('b'), std::string::npos);
+}
 
 // RFC 9110 8.6: a Content-Length of identical values, in a list or on several lines, may be
 // taken as the one value, and a proxy must then send that value alone (RFC 9112 6.3): a client
