@@ -2,8 +2,9 @@
 // A request body read ahead into memory (take_body_ahead: server.request-buffer-size, a `json:`
 // limit's cost.max-body) on arbitrary bytes: the room made in the buffered_body for each piece,
 // the parse into it, what is kept of it. The input's first byte chooses the size of the pieces
-// the rest arrives in (1..256 bytes), its second how much may be read ahead (`max`, 1 to 16 KiB);
-// the rest is a request, header and body. Properties, beyond "no crash, no sanitizer report":
+// the rest arrives in (1..256 bytes), its second how much may be read ahead (`max`, 1 to 16 KiB),
+// its third the chunk limits (server.max-chunk-header-size, server.max-trailer-size); the rest is
+// a request, header and body. Properties, beyond "no crash, no sanitizer report":
 // nothing throws; the body never grows past `max`; its gauge counts what it allocated, and
 // nothing once freed; whether the header is let in, how the read ahead ends and the bytes it
 // read do not depend on how the input was cut into pieces (it found a header over
@@ -52,10 +53,15 @@ struct outcome {
 
 /// Feeds `input` in pieces of `step` bytes: the header as handle_request takes it, then the body
 /// read ahead up to `max`, checking the bounds and the gauge as it goes.
-outcome read_ahead(std::string_view input, std::size_t step, std::uint64_t max) {
+outcome read_ahead(std::string_view input,
+                   std::size_t step,
+                   std::uint64_t max,
+                   const chunk_limits& limits) {
     static boost::asio::io_context ioc;
     sluice::timed_stream client(ioc.get_executor()); // never read: the bytes are buffered
-    const sluice::config::config cfg;
+    sluice::config::config cfg;
+    cfg.server.max_chunk_header_bytes = limits.line;
+    cfg.server.max_trailer_bytes = limits.trailer;
     header_arena arena;
     std::optional<request_parser> parser;
     make_request_parser(parser, arena);
@@ -106,15 +112,18 @@ outcome read_ahead(std::string_view input, std::size_t step, std::uint64_t max) 
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    if (size < 2) {
+    if (size < 3) {
         return 0;
     }
     const std::size_t step = std::size_t{data[0]} + 1;
     const std::uint64_t max = std::uint64_t{data[1]} * 64 + 1;
-    const std::string_view input(reinterpret_cast<const char*>(data) + 2, size - 2);
+    // As response_body's: a chunk-size line of 1 to 241 bytes, a trailer of 1 to 961.
+    const chunk_limits limits{std::uint64_t{data[2]} % 16 * 16 + 1,
+                              std::uint64_t{data[2]} / 16 * 64 + 1};
+    const std::string_view input(reinterpret_cast<const char*>(data) + 3, size - 3);
 
-    const auto cut = read_ahead(input, step, max);
-    const auto whole = read_ahead(input, input.size() + 1, max);
+    const auto cut = read_ahead(input, step, max, limits);
+    const auto whole = read_ahead(input, input.size() + 1, max, limits);
     // Whether the header was let in (why one was refused may differ: a bad request line is
     // refused by its first bytes, or by Beast once the header is whole).
     const auto let_in = [](const outcome& o) {

@@ -50,6 +50,19 @@ check_chunk_line(std::string_view data, std::string_view extensions, const chunk
     return line > limits.line ? error_code(bhttp::error::bad_chunk_extension) : error_code{};
 }
 
+// What Beast's refusal of a chunk header (`refused`: the bytes it was given, `data`, begin with
+// it) comes to: bad_chunk_extension when its line, ended, is longer than the limit. Beast judges
+// the size (against the body limit, say) once the line's end is there, and a line that came in
+// pieces would have been refused for its length before (check_unparsed).
+error_code
+check_refused_chunk_line(std::string_view data, error_code refused, const chunk_limits& limits) {
+    const auto line = without_chunk_end(data);
+    const auto end = line.find("\r\n");
+    return end != std::string_view::npos && end > limits.line
+               ? error_code(bhttp::error::bad_chunk_extension)
+               : refused;
+}
+
 // What a chunked body that the parser needs more of holds unparsed: a chunk-size line not yet
 // ended (bad_chunk_extension once it is longer than the limit), or the last chunk's line and a
 // trailer section not yet ended (header_limit once that is longer than the limit).
@@ -112,6 +125,8 @@ error_code put_buffered(beast::flat_buffer& buffer, Parser& parser, const chunk_
     }
     if (const auto extensions = parser.take_chunk_extensions(); extensions && chunks && !ec) {
         ec = check_chunk_line(data, *extensions, limits);
+    } else if (chunks && ec && ec != bhttp::error::need_more && ec != bhttp::error::need_buffer) {
+        ec = check_refused_chunk_line(data, ec, limits);
     }
     if (chunks && ec == bhttp::error::need_more) {
         if (const auto bad = check_unparsed(data, limits)) {

@@ -356,6 +356,12 @@ TEST(PutBuffered, AChunkSizeLineOverTheLimitIsRefusedHoweverItCame) {
               error_code{});
     EXPECT_EQ(parse_chunked("5\r\nhello\r\n" + line_of(65, "3") + "abc\r\n0\r\n\r\n", limits),
               refused);
+    // A size over the body limit (Beast's 1 MiB for a request): 413, but a line over the limit
+    // is refused for that first, as it is when it comes in pieces (the request_body fuzz target
+    // found 413 whole against 400 in pieces).
+    EXPECT_EQ(parse_chunked(line_of(64, "ffffffff") + "x", limits),
+              error_code(bhttp::error::body_limit));
+    EXPECT_EQ(parse_chunked(line_of(65, "ffffffff") + "x", limits), refused);
     EXPECT_EQ(parse_chunked("5\r\nhello\r\n" + line_of(64, "0") + "\r\n", limits), error_code{});
     EXPECT_EQ(parse_chunked("5\r\nhello\r\n" + line_of(65, "0") + "\r\n", limits), refused);
 
