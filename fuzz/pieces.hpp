@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// A fuzz input's bytes arriving in pieces, as a socket would deliver them into a read buffer.
+// What the fuzz targets that read a message share: the input's bytes arriving in pieces, as a
+// socket would deliver them into a read buffer, and the chunk limits one byte of it chooses.
+
+#include "http/message_reader.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 
@@ -22,6 +26,12 @@ inline bool deliver(boost::beast::flat_buffer& buffer, std::string_view& input, 
     buffer.commit(n);
     input.remove_prefix(n);
     return true;
+}
+
+/// The chunk limits (server.max-chunk-header-size, server.max-trailer-size) `byte` chooses: small
+/// enough for inputs to reach them, a chunk-size line of 1 to 241 bytes and a trailer of 1 to 961.
+inline http::detail::chunk_limits chunk_limits_from(std::uint8_t byte) {
+    return {std::uint64_t{byte} % 16 * 16 + 1, std::uint64_t{byte} / 16 * 64 + 1};
 }
 
 } // namespace sluice::fuzz

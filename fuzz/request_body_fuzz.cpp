@@ -117,9 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     const std::size_t step = std::size_t{data[0]} + 1;
     const std::uint64_t max = std::uint64_t{data[1]} * 64 + 1;
-    // As response_body's: a chunk-size line of 1 to 241 bytes, a trailer of 1 to 961.
-    const chunk_limits limits{std::uint64_t{data[2]} % 16 * 16 + 1,
-                              std::uint64_t{data[2]} / 16 * 64 + 1};
+    const auto limits = sluice::fuzz::chunk_limits_from(data[2]);
     const std::string_view input(reinterpret_cast<const char*>(data) + 3, size - 3);
 
     const auto cut = read_ahead(input, step, max, limits);

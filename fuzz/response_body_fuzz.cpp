@@ -152,8 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t step = std::size_t{data[0]} + 1;
     const std::size_t room = std::size_t{data[1]} % 64 + 1;
     const bool head_request = (data[1] & 0x40) != 0;
-    const chunk_limits limits{std::uint64_t{data[2]} % 16 * 16 + 1,
-                              std::uint64_t{data[2]} / 16 * 64 + 1};
+    const auto limits = sluice::fuzz::chunk_limits_from(data[2]);
     const std::string_view input(reinterpret_cast<const char*>(data) + 3, size - 3);
 
     const auto cut = relay(input, step, room, head_request, limits);

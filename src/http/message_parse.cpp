@@ -7,7 +7,6 @@
 
 #include <boost/beast/http/error.hpp>
 
-#include <cstdint>
 #include <stdexcept>
 #include <string_view>
 
@@ -21,8 +20,6 @@ std::size_t chunk_window(const chunk_limits& limits) {
     return static_cast<std::size_t>(limits.line + limits.trailer + 6);
 }
 
-constexpr std::string_view hex_digits = "0123456789abcdefABCDEF";
-
 // The bytes of a chunk header that Beast will parse: without the CRLF that ends the previous
 // chunk's data, which Beast counts as part of the next header.
 std::string_view without_chunk_end(std::string_view data) {
@@ -32,35 +29,15 @@ std::string_view without_chunk_end(std::string_view data) {
 // Whether a chunk-size line (the CRLF before it taken off) is the last chunk's: a size of
 // zeros ("last-chunk = 1*("0") [ chunk-ext ] CRLF", RFC 9112 7.1).
 bool is_last_chunk_line(std::string_view line) {
-    const auto digits = line.substr(0, line.find_first_not_of(hex_digits));
+    const auto digits = line.substr(0, line.find_first_not_of("0123456789abcdefABCDEF"));
     return !digits.empty() && digits.find_first_not_of('0') == std::string_view::npos;
 }
 
-// Whether a chunk-size line Beast parsed (its extensions at `extensions`, among `data`'s bytes) is
-// longer than the limit. Beast parses a line of any length once its CRLF is there: a line that
-// came whole would otherwise get past the limit check_unparsed holds one that comes in pieces to.
-// Its hex digits are those right before its extensions.
-error_code
-check_chunk_line(std::string_view data, std::string_view extensions, const chunk_limits& limits) {
-    const char* first = extensions.data();
-    while (first != data.data() && hex_digits.find(first[-1]) != std::string_view::npos) {
-        --first;
-    }
-    const auto line = static_cast<std::uint64_t>(extensions.data() + extensions.size() - first);
-    return line > limits.line ? error_code(bhttp::error::bad_chunk_extension) : error_code{};
-}
-
-// What Beast's refusal of a chunk header (`refused`: the bytes it was given, `data`, begin with
-// it) comes to: bad_chunk_extension when its line, ended, is longer than the limit. Beast judges
-// the size (against the body limit, say) once the line's end is there, and a line that came in
-// pieces would have been refused for its length before (check_unparsed).
-error_code
-check_refused_chunk_line(std::string_view data, error_code refused, const chunk_limits& limits) {
-    const auto line = without_chunk_end(data);
-    const auto end = line.find("\r\n");
-    return end != std::string_view::npos && end > limits.line
-               ? error_code(bhttp::error::bad_chunk_extension)
-               : refused;
+// Whether the chunk-size line `data` begins with (after the CRLF that ends the previous chunk's
+// data) has ended and is longer than the limit, hex digits and leading zeros included.
+bool ended_chunk_line_over_limit(std::string_view data, const chunk_limits& limits) {
+    const auto end = without_chunk_end(data).find("\r\n");
+    return end != std::string_view::npos && end > limits.line;
 }
 
 // What a chunked body that the parser needs more of holds unparsed: a chunk-size line not yet
@@ -123,10 +100,15 @@ error_code put_buffered(beast::flat_buffer& buffer, Parser& parser, const chunk_
         ec = bhttp::error::header_limit;
         used = 0;
     }
-    if (const auto extensions = parser.take_chunk_extensions(); extensions && chunks && !ec) {
-        ec = check_chunk_line(data, *extensions, limits);
-    } else if (chunks && ec && ec != bhttp::error::need_more && ec != bhttp::error::need_buffer) {
-        ec = check_refused_chunk_line(data, ec, limits);
+    // Beast parses a chunk-size line of any length once its CRLF is there, and judges the size
+    // it gives (against the body limit, say) then: a line over the limit is refused as such, as
+    // check_unparsed refuses it when it comes in pieces. A put that parsed a chunk header, or
+    // was refused (only a chunk header or the trailer after the last one can be), began with
+    // that line: without the eager option, one put parses one piece.
+    const bool parsed_chunk_header = parser.take_chunk_header();
+    if (chunks && ec != bhttp::error::need_more && ec != bhttp::error::need_buffer &&
+        (ec || parsed_chunk_header) && ended_chunk_line_over_limit(data, limits)) {
+        ec = bhttp::error::bad_chunk_extension;
     }
     if (chunks && ec == bhttp::error::need_more) {
         if (const auto bad = check_unparsed(data, limits)) {

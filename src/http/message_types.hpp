@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <memory_resource>
 #include <optional>
-#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -44,16 +43,12 @@ class request_parser final : public bhttp::request_parser<bhttp::buffer_body, he
 public:
     using base::base;
 
-    /// The extensions of the chunk-size line the last put parsed, where they are among the
-    /// bytes it was given (the line's hex digits are those right before them); cleared.
-    std::optional<std::string_view> take_chunk_extensions() noexcept {
-        return std::exchange(chunk_extensions_, std::nullopt);
-    }
+    /// Whether the last put parsed a chunk header (put_buffered then checks its line); cleared.
+    bool take_chunk_header() noexcept { return std::exchange(chunk_header_, false); }
 
 private:
-    void
-    on_chunk_header_impl(std::uint64_t, beast::string_view extensions, error_code& ec) override {
-        chunk_extensions_.emplace(extensions.data(), extensions.size());
+    void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code& ec) override {
+        chunk_header_ = true;
         ec = {};
     }
 
@@ -66,7 +61,7 @@ private:
         }
     }
 
-    std::optional<std::string_view> chunk_extensions_;
+    bool chunk_header_ = false;
 };
 
 // response_parser (sluice/http/response_parser.hpp) keeps a response's fields flat, in the same

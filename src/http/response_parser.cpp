@@ -475,9 +475,9 @@ std::size_t beast_response_parser::on_body_impl(beast::string_view body, error_c
 }
 
 void beast_response_parser::on_chunk_header_impl(std::uint64_t,
-                                                 beast::string_view extensions,
+                                                 beast::string_view,
                                                  error_code& ec) {
-    chunk_extensions_.emplace(extensions.data(), extensions.size());
+    chunk_header_ = true;
     ec = {};
 }
 

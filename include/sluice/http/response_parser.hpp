@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <memory_resource>
 #include <optional>
-#include <string_view>
 #include <utility>
 
 namespace sluice::http {
@@ -32,11 +31,8 @@ public:
     /// the scan, which read the real head, primes the parser for a chunked body with one.
     void priming(bool priming) noexcept { priming_ = priming; }
 
-    /// The extensions of the chunk-size line the last put parsed, where they are among the
-    /// bytes it was given (the line's hex digits are those right before them); cleared.
-    std::optional<std::string_view> take_chunk_extensions() noexcept {
-        return std::exchange(chunk_extensions_, std::nullopt);
-    }
+    /// Whether the last put parsed a chunk header (put_buffered then checks its line); cleared.
+    bool take_chunk_header() noexcept { return std::exchange(chunk_header_, false); }
 
 private:
     void on_request_impl(
@@ -60,7 +56,7 @@ private:
 
     response_head& head_;
     beast::http::buffer_body::value_type& body_;
-    std::optional<std::string_view> chunk_extensions_;
+    bool chunk_header_ = false;
     bool priming_ = false;
 };
 
@@ -136,10 +132,8 @@ public:
     /// The Content-Length the head gave, if any.
     boost::optional<std::uint64_t> content_length() const noexcept;
 
-    /// As beast_response_parser's: the extensions of the chunk-size line the last put parsed.
-    std::optional<std::string_view> take_chunk_extensions() noexcept {
-        return beast_ ? beast_->take_chunk_extensions() : std::nullopt;
-    }
+    /// As beast_response_parser's: whether the last put parsed a chunk header; cleared.
+    bool take_chunk_header() noexcept { return beast_ && beast_->take_chunk_header(); }
 
 private:
     enum class state : unsigned char { start, body, body_to_eof, complete };
