@@ -80,9 +80,6 @@ private:
     std::shared_ptr<state> state_;
 };
 
-/// An upstream response header may be larger than a request's (cookies): allow this much.
-constexpr std::uint32_t response_header_limit = 64 * 1024;
-
 // The fields that frame a body.
 bool is_framing_field(bhttp::field name) {
     return name == bhttp::field::content_length || name == bhttp::field::transfer_encoding;
@@ -134,7 +131,8 @@ error_code parse_buffered_body(const forward_args& a,
 void start_response(forward_args& a, std::optional<response_parser>& rp, bool first) {
     rp.emplace(first ? a.arena.allocator().resource() : std::pmr::new_delete_resource());
     rp->body_limit(boost::none);
-    rp->header_limit(response_header_limit);
+    rp->header_limit(static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(a.config.upstream.max_header_bytes, UINT32_MAX)));
     rp->skip(a.reply.head);
 }
 

@@ -509,6 +509,41 @@ TEST(HostileInput, AnUpstreamHeadOfTheLimitIsRelayed) {
     EXPECT_EQ(pad_2.find_first_not_of('b'), std::string::npos);
 }
 
+// upstream.max-header-size is the operator's to set: under 1 KiB a head of 1,024 bytes is
+// relayed and one of 1,025 gets 502; under 128 KiB a head past the default's 64 KiB is relayed.
+TEST(HostileInput, TheUpstreamHeadLimitIsTheOperators) {
+    struct limit_case {
+        std::string setting;
+        std::size_t head;
+        unsigned status;
+    };
+
+    const limit_case cases[] = {
+        {"1KiB", 1024, 200}, {"1KiB", 1025, 502}, {"128KiB", 100 * 1024, 200}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.setting + ", a head of " + std::to_string(c.head));
+        recording_upstream upstream([&c](const recorded_request&) {
+            response_plan plan;
+            plan.interim = upstream_head_of(c.head);
+            plan.close = true;
+            return plan;
+        });
+        auto yaml = yaml_for(upstream);
+        const std::string section = "upstream:\n";
+        yaml.insert(yaml.find(section) + section.size(), "  max-header-size: " + c.setting + "\n");
+        sluice_process sluice(yaml);
+        http_connection connection(sluice.port(), 5s);
+        connection.send("GET", "/large");
+        error_code ec;
+        const auto response = connection.try_read_response(ec);
+        ASSERT_TRUE(response) << "no response: " << ec.message();
+        EXPECT_EQ(response->status, c.status);
+        if (c.status == 200) {
+            EXPECT_EQ(response->body, "hello");
+        }
+    }
+}
+
 // RFC 9110 8.6: a Content-Length of identical values, in a list or on several lines, may be
 // taken as the one value, and a proxy must then send that value alone (RFC 9112 6.3): a client
 // (or a cache behind it) that refuses the list, or reads the two lines otherwise, must get one

@@ -273,6 +273,9 @@ struct upstream_settings {
     /// to `timeout` for one, then get 503.
     std::size_t max_connections = 256;
     milliseconds idle_timeout{60'000};
+    /// A response head (status line, fields, blank line) longer than this gets 502: it bounds
+    /// what an upstream makes sluice hold per connection before a byte of the body.
+    std::uint64_t max_header_bytes = 64 * 1024;
 };
 
 struct logging_settings {

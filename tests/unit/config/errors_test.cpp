@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 namespace sluice::config::test {
 namespace {
 
@@ -103,6 +106,18 @@ TEST(ConfigErrors, BadSizes) {
     EXPECT_TRUE(has_problem(p, 8, "server.max-trailer-size", "must be a size between 1B and 1GiB"));
     EXPECT_TRUE(
         has_problem(p, 9, "server.request-buffer-size", "must be a size between 0B and 1GiB"));
+}
+
+TEST(ConfigErrors, AnUpstreamHeadLimitOutOfRange) {
+    const std::pair<std::string, std::string> cases[] = {
+        {"0", "must be a size between 1B and 1GiB"},
+        {"2GiB", "must be a size between 1B and 1GiB"},
+        {"64kb", "got '64kb'"},
+    };
+    for (const auto& [value, text] : cases) {
+        const auto p = problems_of(base + "  max-header-size: " + value + "\n");
+        EXPECT_TRUE(has_problem(p, 3, "upstream.max-header-size", text)) << value;
+    }
 }
 
 TEST(ConfigErrors, BadListenAddresses) {

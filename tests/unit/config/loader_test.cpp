@@ -42,6 +42,7 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.upstream.max_idle, 64u);
     EXPECT_EQ(cfg.upstream.max_connections, 256u);
     EXPECT_EQ(cfg.upstream.idle_timeout, 60s);
+    EXPECT_EQ(cfg.upstream.max_header_bytes, 64u * 1024);
 
     const auto& rl = cfg.rate_limit;
     EXPECT_EQ(rl.store, store_kind::memory);
@@ -167,6 +168,7 @@ upstream:
   max-idle-connections: 0
   max-connections: 9
   idle-timeout: 30s
+  max-header-size: 128KiB
 rate-limit:
   store: redis
   max-held: 7
@@ -215,6 +217,7 @@ admin:
     EXPECT_EQ(cfg.upstream.max_idle, 0u);
     EXPECT_EQ(cfg.upstream.max_connections, 9u);
     EXPECT_EQ(cfg.upstream.idle_timeout, 30s);
+    EXPECT_EQ(cfg.upstream.max_header_bytes, 128u * 1024);
     const auto& rl = cfg.rate_limit;
     EXPECT_EQ(rl.store, store_kind::redis);
     EXPECT_EQ(rl.max_held, 7);
@@ -224,7 +227,7 @@ admin:
     EXPECT_EQ(rl.fallback.limit_count, 10);
     EXPECT_EQ(rl.fallback.window, 30s);
     EXPECT_TRUE(rl.fallback.dry_run);
-    EXPECT_EQ(rl.fallback.line, 28);
+    EXPECT_EQ(rl.fallback.line, 29);
     ASSERT_EQ(rl.fallback.key.size(), 1u);
     EXPECT_EQ(rl.fallback.key[0].what, key_part::kind::global);
     EXPECT_EQ(rl.redis.host, "/run/redis.sock");
