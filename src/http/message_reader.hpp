@@ -39,6 +39,10 @@ struct chunk_limits {
 /// requests and upstream responses alike.
 chunk_limits chunk_limits_of(const config::config& cfg);
 
+/// A header limit from the configuration (server.max-header-size, upstream.max-header-size) as
+/// Beast's parser takes it, in 32 bits: one beyond them saturates, the most it can be told.
+std::uint32_t header_limit_of(std::uint64_t bytes);
+
 /**
  * One `put` of what `buffer` holds, consuming what it parsed; returns Beast's error (need_more,
  * need_buffer...). Unlike a bare put it throws nothing (Beast's std::length_error for a field

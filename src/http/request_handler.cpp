@@ -107,8 +107,7 @@ void begin_hold(connection_state& c, request_state& r) {
 // Sets up the parser for this request's header and body.
 void prepare_parser(request_state& r) {
     const auto& cfg = *r.cfg;
-    r.parser.header_limit(static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(cfg.server.max_header_bytes, UINT32_MAX)));
+    r.parser.header_limit(header_limit_of(cfg.server.max_header_bytes));
     if (cfg.server.max_body_bytes > 0) {
         r.parser.body_limit(cfg.server.max_body_bytes);
     } else {

@@ -131,8 +131,7 @@ error_code parse_buffered_body(const forward_args& a,
 void start_response(forward_args& a, std::optional<response_parser>& rp, bool first) {
     rp.emplace(first ? a.arena.allocator().resource() : std::pmr::new_delete_resource());
     rp->body_limit(boost::none);
-    rp->header_limit(static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(a.config.upstream.max_header_bytes, UINT32_MAX)));
+    rp->header_limit(header_limit_of(a.config.upstream.max_header_bytes));
     rp->skip(a.reply.head);
 }
 

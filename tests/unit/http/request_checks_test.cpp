@@ -7,8 +7,11 @@
 #include <boost/beast/http/error.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory_resource>
 #include <optional>
 #include <string>
@@ -297,24 +300,42 @@ TEST(RewriteAbsoluteForm, LeavesOriginFormAloneAndRefusesABadAbsoluteForm) {
     EXPECT_FALSE(rewrite_absolute_form(bad.parser->get()));
 }
 
+// A configured header limit reaches Beast as it is, and one past its 32 bits saturates.
+TEST(HeaderLimitOf, PassesASizeAndSaturatesPast32Bits) {
+    EXPECT_EQ(header_limit_of(64 * 1024), 64u * 1024);
+    EXPECT_EQ(header_limit_of(std::uint64_t{1} << 40), std::numeric_limits<std::uint32_t>::max());
+}
+
 // --- put_buffered: a chunked body in bounded memory --------------------------------------
 
 /// Parses a chunked request whose body bytes are `body`, as the forwarder does (one put per
-/// step, into a small buffer_body), until an error other than need_buffer or the end.
-error_code parse_chunked(const std::string& body, const chunk_limits& limits) {
+/// step, into a small buffer_body), until an error other than need_buffer or the end; the body
+/// arrives whole, or `step` bytes at a time (need_more: it ended first).
+error_code parse_chunked(const std::string& body,
+                         const chunk_limits& limits,
+                         std::size_t step = std::string::npos) {
     parsed_request r;
     auto buffer = buffer_of("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
     if (auto ec = take_header(buffer, *r.parser, 16 * 1024); !ec || *ec) {
         return ec.value_or(bhttp::error::need_more);
     }
-    const auto more = buffer_of(body);
-    buffer.commit(net::buffer_copy(buffer.prepare(more.size()), more.data()));
+    std::size_t delivered = 0;
+    const auto deliver = [&] {
+        const auto piece = std::min(step, body.size() - delivered);
+        buffer.commit(
+            net::buffer_copy(buffer.prepare(piece), net::buffer(body.data() + delivered, piece)));
+        delivered += piece;
+    };
+    deliver();
     std::array<char, 512> block;
     while (!r.parser->is_done()) {
         r.parser->get().body().data = block.data();
         r.parser->get().body().size = block.size();
-        const auto ec = put_buffered(buffer, *r.parser, limits);
-        if (ec && ec != bhttp::error::need_buffer) {
+        const auto ec = buffer.size() == 0 ? error_code(bhttp::error::need_more)
+                                           : put_buffered(buffer, *r.parser, limits);
+        if (ec == bhttp::error::need_more && delivered < body.size()) {
+            deliver();
+        } else if (ec && ec != bhttp::error::need_buffer) {
             return ec;
         }
     }
@@ -429,16 +450,54 @@ TEST(PutBuffered, ATrailerValueOver64KiBWithinTheLimitIsTakenNotThrown) {
     EXPECT_EQ(ec, error_code{});
 }
 
-// A chunk line ended by a bare LF looks complete to a line scan but not to Beast, which waits
-// for CRLF: given the whole window and still waiting, the body is refused rather than buffered
-// without end (found by fuzz/request_head_fuzz.cpp).
+// A bare LF ends no chunk-size line, for Beast, which waits for its CRLF, nor for sluice: the
+// line runs on, and is refused once it is longer than the limit rather than buffered without
+// end (a line scan that ended it at the LF once let it grow: fuzz/request_head_fuzz.cpp found
+// it).
+TEST(PutBuffered, ALineABareLfDoesNotEndIsRefusedPastTheLimit) {
+    const chunk_limits limits{64, 256};
+    for (const std::size_t step : {std::string::npos, std::size_t{1}, std::size_t{7}}) {
+        EXPECT_EQ(
+            parse_chunked("5\r\nhello\r\n0=" + std::string(63, 'x') + "\n" + std::string(2000, 'y'),
+                          limits,
+                          step),
+            error_code(bhttp::error::bad_chunk_extension))
+            << step;
+    }
+}
+
+// Given the whole window (a chunk-size line and a trailer section, each at its limit) and still
+// waiting for the trailer's end, the body is refused: what it waits for lies past the limits.
 TEST(PutBuffered, AWindowFullOfWhatBeastCannotEndIsRefused) {
     const chunk_limits limits{64, 256};
-    // The line ends (for a scan) exactly at the line limit, so what follows fits the trailer limit.
-    EXPECT_EQ(
-        parse_chunked("5\r\nhello\r\n0=" + std::string(63, 'x') + "\n" + std::string(2000, 'y'),
-                      limits),
-        error_code(bhttp::error::header_limit));
+    const std::string last_chunk = "0;a=" + std::string(60, 'x') + "\r\n";
+    for (const std::size_t step : {std::string::npos, std::size_t{1}}) {
+        EXPECT_EQ(
+            parse_chunked("5\r\nhello\r\n" + last_chunk + std::string(258, 'y'), limits, step),
+            error_code(bhttp::error::header_limit))
+            << step;
+        EXPECT_EQ(
+            parse_chunked("5\r\nhello\r\n" + last_chunk + std::string(257, 'y'), limits, step),
+            error_code(bhttp::error::need_more))
+            << step;
+    }
+}
+
+// Whatever a bare LF is followed by, the line it is in is judged once its CRLF comes, as a whole
+// line: a size over the body limit gets 413 however the bytes came. Taking the LF for the line's
+// end made the rest a trailer, refused in pieces by the trailer limit (400) but whole for the
+// size (413): the request_body fuzz target found it.
+TEST(PutBuffered, ABareLfInAChunkSizeLineIsJudgedWithTheLineHoweverItCame) {
+    const chunk_limits limits{113, 1};
+    const std::string too_large = "5\r\nhello\r\n6000000\n\n   x =\r\n\t\toos";
+    const std::string broken = "5\r\nhello\r\n6\n\n   x =\r\n\t\toos";
+    for (const std::size_t step : {std::string::npos, std::size_t{1}, std::size_t{6}}) {
+        EXPECT_EQ(parse_chunked(too_large, limits, step), error_code(bhttp::error::body_limit))
+            << step;
+        EXPECT_EQ(parse_chunked(broken, limits, step),
+                  error_code(bhttp::error::bad_chunk_extension))
+            << step;
+    }
 }
 
 } // namespace
