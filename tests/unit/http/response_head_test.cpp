@@ -325,6 +325,31 @@ TEST(ResponseParser, AHeadOverTheLimitIsRefusedHoweverItCame) {
     }
 }
 
+// An upstream head with obsolete line folding goes to Beast's parser, which joins a folded value
+// with spaces (RFC 9112 5.2 lets a proxy do that or answer 502) in a buffer of 4 KiB: a folded
+// value longer than that is refused as a header too large (header_limit, so 502), whatever the
+// header limit; an unfolded one of any length within the limit is not.
+TEST(ResponseParser, AFoldedValueIsJoinedWithin4KiBAndRefusedPastIt) {
+    const auto parse = [](const std::string& value_tail, bool folded) {
+        const std::string text = "HTTP/1.1 200 OK\r\nX-Fold: a" +
+                                 std::string(folded ? "\r\n " : " ") + value_tail +
+                                 "\r\nContent-Length: 0\r\n\r\n";
+        response_parser parser(std::pmr::new_delete_resource());
+        parser.header_limit(64 * 1024);
+        error_code ec;
+        parser.put(net::buffer(text), ec);
+        const auto* field = parser.head().find("x-fold");
+        return std::pair{ec, field != nullptr ? std::string(field->value()) : std::string()};
+    };
+    const auto [joined_ec, joined] = parse(std::string(4000, 'b'), true);
+    EXPECT_EQ(joined_ec, error_code{});
+    EXPECT_EQ(joined, "a " + std::string(4000, 'b'));
+    EXPECT_EQ(parse(std::string(5000, 'b'), true).first, error_code(bhttp::error::header_limit));
+    const auto [plain_ec, plain] = parse(std::string(50'000, 'b'), false);
+    EXPECT_EQ(plain_ec, error_code{});
+    EXPECT_EQ(plain.size(), 50'002u);
+}
+
 // set_chunked against Beast's message::chunked on the same fields: the same fields, in the same
 // order, come out.
 TEST(ResponseHead, SetChunkedEditsTransferEncodingAsBeastDoes) {
