@@ -12,10 +12,10 @@
 // Transfer-Encoding; sluice's refuses one other than `chunked` alone, and only that. And Beast's
 // reads on past its header limit when a head, or its status line, comes in one put; sluice's
 // refuses a head that does not end within the limit, and only that.
+#include "sluice/core/text.hpp"
 #include "sluice/http/response_parser.hpp"
 
 #include <boost/beast/core/buffers_to_string.hpp>
-#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/dynamic_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -85,7 +85,7 @@ bool chunked_alone_or_none(const Fields& fields) {
     for (const auto& f : fields) {
         if (f.name() == bhttp::field::transfer_encoding) {
             ++count;
-            chunked = boost::beast::iequals(f.value(), "chunked");
+            chunked = sluice::iequals(f.value(), "chunked");
         }
     }
     return count == 0 || (count == 1 && chunked);

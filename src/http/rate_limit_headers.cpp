@@ -4,8 +4,6 @@
 #include "sluice/core/text.hpp"
 #include "sluice/http/response_head.hpp"
 
-#include <boost/beast/core/string.hpp>
-
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -200,7 +198,7 @@ struct beast_field_values : value_buffer {
 // Whether `name` is one of the fields we set (the X-RateLimit ones only when we set those).
 bool is_ours(std::string_view name, bool x_ratelimit) {
     const auto named = [name](std::string_view field) {
-        return boost::beast::iequals(name, field);
+        return iequals(name, field);
     };
     return std::any_of(ietf_fields.begin(), ietf_fields.end(), named) ||
            (x_ratelimit &&

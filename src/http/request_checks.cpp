@@ -8,7 +8,6 @@
 #include "http/message_reader.hpp"
 #include "sluice/core/text.hpp"
 
-#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
 #include <algorithm>
@@ -260,11 +259,10 @@ std::optional<bhttp::status> check_request(const request_parser& parser,
     // ("identity": no coding at all) would split the stream where sluice did not.
     if (fields.encodings > 0 &&
         (fields.encodings > 1 || req.version() < 11 ||
-         !beast::iequals(trim_blanks(fields.first_encoding->value()), "chunked"))) {
+         !iequals(trim_blanks(fields.first_encoding->value()), "chunked"))) {
         return bhttp::status::bad_request;
     }
-    if (fields.first_expect != nullptr &&
-        !beast::iequals(fields.first_expect->value(), "100-continue")) {
+    if (fields.first_expect != nullptr && !iequals(fields.first_expect->value(), "100-continue")) {
         return bhttp::status::expectation_failed;
     }
     return std::nullopt;
@@ -294,9 +292,9 @@ std::optional<std::size_t> take_underscored_fields(header_fields& fields,
 
 std::optional<absolute_target> split_absolute_form(std::string_view target) {
     std::size_t scheme = 0;
-    if (target.size() >= 7 && beast::iequals(target.substr(0, 7), "http://")) {
+    if (target.size() >= 7 && iequals(target.substr(0, 7), "http://")) {
         scheme = 7;
-    } else if (target.size() >= 8 && beast::iequals(target.substr(0, 8), "https://")) {
+    } else if (target.size() >= 8 && iequals(target.substr(0, 8), "https://")) {
         scheme = 8;
     } else {
         return std::nullopt;

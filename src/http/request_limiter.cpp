@@ -8,12 +8,11 @@
 #include "http/request_limiter.hpp"
 
 #include "sluice/core/json_fields.hpp"
+#include "sluice/core/text.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
 #include "sluice/key/client_address.hpp"
 #include "sluice/key/rate_limit_key.hpp"
 #include "sluice/limiter/cost.hpp"
-
-#include <boost/beast/core/string.hpp>
 
 #include <algorithm>
 #include <iterator>
@@ -69,7 +68,7 @@ forwarded_for(const limited_request& req, const config::config& cfg, std::string
         return xff;
     }
     for (const auto& f : req.message) {
-        if (!beast::iequals(f.name_string(), "x-forwarded-for")) {
+        if (!iequals(f.name_string(), "x-forwarded-for")) {
             continue;
         }
         const std::string_view value = f.value();

@@ -4,17 +4,9 @@
 #include "sluice/core/text.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 namespace sluice::http::detail {
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) noexcept {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
 
 // The media type of a Content-Type value, without its parameters.
 std::string_view media_type(std::string_view content_type) noexcept {

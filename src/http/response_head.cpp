@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/response_head.hpp"
 
-#include <boost/beast/core/string.hpp>
+#include "sluice/core/text.hpp"
+
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/status.hpp>
@@ -92,7 +93,7 @@ void response_head::keep_read_bytes(std::string_view bytes) {
 
 const head_field* response_head::find(std::string_view name) const noexcept {
     for (const auto& f : fields_) {
-        if (beast::iequals(f.name_string(), name)) {
+        if (iequals(f.name_string(), name)) {
             return &f;
         }
     }
@@ -127,7 +128,7 @@ std::string_view last_coding(std::string_view list) {
 } // namespace
 
 bool response_head::chunked() const noexcept {
-    return beast::iequals(last_coding(value_of(bhttp::field::transfer_encoding)), "chunked");
+    return iequals(last_coding(value_of(bhttp::field::transfer_encoding)), "chunked");
 }
 
 void response_head::set_chunked(bool chunked) {
@@ -137,7 +138,7 @@ void response_head::set_chunked(bool chunked) {
     if (chunked) {
         if (te == nullptr) {
             list = "chunked";
-        } else if (!beast::iequals(last_coding(te->value()), "chunked")) {
+        } else if (!iequals(last_coding(te->value()), "chunked")) {
             list = std::string(te->value()) + ", chunked";
         }
     } else if (te != nullptr) {
@@ -148,7 +149,7 @@ void response_head::set_chunked(bool chunked) {
         for (auto it = tokens.begin(); it != tokens.end();) {
             const std::string_view token{it->data(), it->size()};
             const bool last = ++it == tokens.end();
-            if (last && beast::iequals(token, "chunked")) {
+            if (last && iequals(token, "chunked")) {
                 break;
             }
             list->append(list->empty() ? "" : ", ").append(token);

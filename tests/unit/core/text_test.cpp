@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The text helpers: blanks trimmed, UTF-8 read, JSON strings escaped.
+// The text helpers: blanks trimmed, ASCII case ignored, UTF-8 read, JSON strings escaped.
 #include "sluice/core/text.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <memory>
 #include <string>
+#include <string_view>
 
 namespace sluice {
 namespace {
@@ -15,6 +18,29 @@ TEST(TrimBlanks, TakesSpacesAndTabsFromBothEnds) {
     EXPECT_EQ(trim_blanks(" \t "), "");
     EXPECT_EQ(trim_blanks(""), "");
     EXPECT_EQ(trim_blanks("\nx\r"), "\nx\r") << "only OWS: a line's end is no blank";
+}
+
+TEST(Iequals, IgnoresTheCaseOfAsciiLettersOnly) {
+    EXPECT_TRUE(iequals("Transfer-Encoding", "transfer-encoding"));
+    EXPECT_TRUE(iequals("", ""));
+    EXPECT_FALSE(iequals("chunked", "chunke"));
+    EXPECT_FALSE(iequals("chunked", "chunkex"));
+    EXPECT_FALSE(iequals("@", "`")) << "0x40 and 0x60 differ by the case bit but are no letters";
+    EXPECT_FALSE(iequals("[", "{"));
+    EXPECT_FALSE(iequals("\xc9", "\xe9")) << "ASCII only";
+}
+
+// Beast 1.81's iequals read a byte past both ends when they differed only in the case of their
+// last byte. Each value here ends its heap block, so under AddressSanitizer (the suite's build)
+// a read past it is a report, and a failed test.
+TEST(Iequals, ReadsNothingPastTheEnds) {
+    for (const std::string_view text : {"chunkeD", "Chunked", "CHUNKED", "chunkex"}) {
+        const auto copy = std::make_unique<char[]>(text.size());
+        std::memcpy(copy.get(), text.data(), text.size());
+        const std::string_view value(copy.get(), text.size());
+        EXPECT_EQ(iequals(value, "chunked"), text != "chunkex") << text;
+        EXPECT_EQ(iequals("chunked", value), text != "chunkex") << text;
+    }
 }
 
 TEST(Utf8, WellFormedSequencesOnly) {
