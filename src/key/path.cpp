@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/key/path.hpp"
 
+#include "sluice/core/text.hpp"
+
 #include <cstddef>
 
 namespace sluice::key {
@@ -54,20 +56,8 @@ bool is_path_delim(unsigned char c) noexcept {
     }
 }
 
-bool iequals_prefix(std::string_view text, std::string_view lower_prefix) noexcept {
-    if (text.size() < lower_prefix.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < lower_prefix.size(); ++i) {
-        char c = text[i];
-        if (c >= 'A' && c <= 'Z') {
-            c = static_cast<char>(c - 'A' + 'a');
-        }
-        if (c != lower_prefix[i]) {
-            return false;
-        }
-    }
-    return true;
+bool iequals_prefix(std::string_view text, std::string_view prefix) noexcept {
+    return text.size() >= prefix.size() && iequals(text.substr(0, prefix.size()), prefix);
 }
 
 void append_encoded(std::string& out, unsigned char c) {
