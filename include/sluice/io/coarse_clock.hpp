@@ -7,9 +7,11 @@
 // steady_clock::now() reads the TSC through the vdso, 22 ns on this machine, and a proxied
 // request read it twelve times (a perf probe on clock_gettime): 1.7% of sluice's CPU in a
 // `perf record` of one worker under wrk -c64. CLOCK_MONOTONIC_COARSE is the same clock without
-// the TSC read, 5 ns. The kernel advances it at a tick by whole ticks, so it lags steady_clock
-// by less than two ticks (`resolution()` is one: 4 ms here; 20 million readings on this
-// machine, busy or not, lagged by at most 4.95 ms). Latencies and the limiter's clock keep
+// the TSC read, 5 ns. The kernel advances it at a tick by whole ticks, so while its ticks come
+// on time it lags steady_clock by less than two ticks (`resolution()` is one: 4 ms here; 20
+// million readings on this machine, busy or not, lagged by at most 4.95 ms). A tick that comes
+// late (a virtual CPU descheduled) lets it lag further: CI once saw 8.0049 ms. A deadline that
+// then fires that much early does no harm here. Latencies and the limiter's clock keep
 // steady_clock: they need its precision.
 
 #include <chrono>
@@ -38,8 +40,9 @@ struct coarse_clock {
         return tick;
     }
 
-    /// At or after steady_clock::now(), by less than two ticks: a deadline of latest_now() + d
-    /// comes no sooner than d from now, and at most two ticks later.
+    /// At or after steady_clock::now(), by less than two ticks, while the kernel's ticks come on
+    /// time: a deadline of latest_now() + d comes no sooner than d from now (a late tick can
+    /// make it a little sooner), and at most two ticks later.
     static time_point latest_now() noexcept { return now() + 2 * resolution(); }
 
 private:
