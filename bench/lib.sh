@@ -35,6 +35,15 @@ if [ ! -x "$sluice" ]; then
   scripts/build release >/dev/null
 fi
 
+# With $pin set (bench/run --pin): the proxies under test run on CPU 1, and wrk, the upstream and
+# Redis on CPU 0, so that a proxy at one worker has a core to itself and its requests/s is what
+# that core gives it, not its share of two cores taken with the load it is measured under.
+load_cpu=() proxy_cpu=()
+if [ -n "${pin:-}" ]; then
+  [ "$(nproc)" -ge 2 ] || { echo "bench: --pin needs two CPUs" >&2; exit 2; }
+  load_cpu=(taskset -c 0) proxy_cpu=(taskset -c 1)
+fi
+
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -98,7 +107,7 @@ finish_syscall_count() {
 
 start_redis() {
   redis_port=$(free_port)
-  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+  "${load_cpu[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
     >"$work/redis.log" 2>&1 & redis_pid=$!; pids+=($redis_pid)
   redis_ports=("$redis_port")
 }
@@ -110,7 +119,7 @@ start_cluster() { # primaries
   for i in $(seq "$1"); do
     port=$(free_port)
     mkdir -p "$work/cluster-$port"
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/cluster-$port" \
+    "${load_cpu[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/cluster-$port" \
       --cluster-enabled yes --cluster-port "$(free_port)" --cluster-config-file "$work/cluster-$port/nodes.conf" \
       >"$work/cluster-$port.log" 2>&1 & pids+=($!)
     redis_ports+=("$port") nodes+=("127.0.0.1:$port") seeds+="${seeds:+, }127.0.0.1:$port"
@@ -159,7 +168,7 @@ http { access_log off;
   server { listen 127.0.0.1:$upstream_port; keepalive_requests 1000000;
     location / { ${1:-} return 200 $body; } } }
 CONF
-  nginx -c "$work/upstream.conf" -p "$work" & pids+=($!)
+  "${load_cpu[@]}" nginx -c "$work/upstream.conf" -p "$work" & pids+=($!)
 }
 
 # The configurations of the proxies under test read $workers, $upstream_port, $redis_port and
@@ -210,7 +219,7 @@ start_sluice() { # name port store [limit] [binary]
   local bin=${5:-$sluice}
   sluice_config "$2" "$3" "${4:-}" > "$work/$1.yaml"
   "$bin" --check-config --config "$work/$1.yaml" >/dev/null
-  "$bin" --config "$work/$1.yaml" >"$work/$1.log" 2>&1 & printf -v "$1_pid" %s $!; pids+=($!)
+  "${proxy_cpu[@]}" "$bin" --config "$work/$1.yaml" >"$work/$1.log" 2>&1 & printf -v "$1_pid" %s $!; pids+=($!)
 }
 
 # The requests wrk sends: GET / (no script: wrk's fastest path), or GET /k<i> over $1 paths,
@@ -237,7 +246,7 @@ count_syscalls() { # port pid
   [ -n "$have_perf" ] && [ -z "${skip_syscall_count:-}" ] || return 0
   local seconds=3 out rps
   start_syscall_count "$2" "$seconds"
-  out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" "${wrk_script[@]}" "http://127.0.0.1:$1/")
+  out=$("${load_cpu[@]}" wrk -t"$threads" -c"$connections" -d"${seconds}s" "${wrk_script[@]}" "http://127.0.0.1:$1/")
   finish_syscall_count
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   # perf counted for wrk's duration: its rate over wrk's is the count per request.
@@ -254,11 +263,11 @@ count_syscalls() { # port pid
 measure() { # name port pid
   local before after sys_before sys_after redis_before redis_after sleeps_before sleeps_after
   local out rps reqs p50 p99
-  wrk -t"$threads" -c"$connections" -d1s "${wrk_script[@]}" "http://127.0.0.1:$2/" >/dev/null 2>&1 # warm-up
+  "${load_cpu[@]}" wrk -t"$threads" -c"$connections" -d1s "${wrk_script[@]}" "http://127.0.0.1:$2/" >/dev/null 2>&1 # warm-up
   reset_redis_stats
   before=$(cpu_ticks "$3") sys_before=$(cpu_sys_ticks "$3") redis_before=$(redis_cpu_us)
   sleeps_before=$(sleeps "$3")
-  out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "${wrk_script[@]}" "http://127.0.0.1:$2/")
+  out=$("${load_cpu[@]}" wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "${wrk_script[@]}" "http://127.0.0.1:$2/")
   after=$(cpu_ticks "$3") sys_after=$(cpu_sys_ticks "$3") redis_after=$(redis_cpu_us)
   sleeps_after=$(sleeps "$3")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
