@@ -36,11 +36,10 @@ bool is_framing(std::string_view name) {
            iequals(name, "host");
 }
 
-// Whether a field Beast has no enumerator for is called `name` (which must be lower case).
+// Whether a field Beast has no enumerator for is called `name`.
 template <typename Field>
 bool is_unknown_named(const Field& f, std::string_view name) {
-    return f.name() == bhttp::field::unknown && f.name_string().size() == name.size() &&
-           iequals(f.name_string(), name);
+    return f.name() == bhttp::field::unknown && iequals(f.name_string(), name);
 }
 
 // Removes the client's X-Forwarded-For and X-Forwarded-Proto, appending each non-blank

@@ -292,9 +292,9 @@ std::optional<std::size_t> take_underscored_fields(header_fields& fields,
 
 std::optional<absolute_target> split_absolute_form(std::string_view target) {
     std::size_t scheme = 0;
-    if (target.size() >= 7 && iequals(target.substr(0, 7), "http://")) {
+    if (istarts_with(target, "http://")) {
         scheme = 7;
-    } else if (target.size() >= 8 && iequals(target.substr(0, 8), "https://")) {
+    } else if (istarts_with(target, "https://")) {
         scheme = 8;
     } else {
         return std::nullopt;

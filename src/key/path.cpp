@@ -56,10 +56,6 @@ bool is_path_delim(unsigned char c) noexcept {
     }
 }
 
-bool iequals_prefix(std::string_view text, std::string_view prefix) noexcept {
-    return text.size() >= prefix.size() && iequals(text.substr(0, prefix.size()), prefix);
-}
-
 void append_encoded(std::string& out, unsigned char c) {
     out.push_back('%');
     out.push_back(upper_hex[c >> 4]);
@@ -149,9 +145,9 @@ std::optional<std::string> normalize_path(std::string_view request_target) {
     if (rest.empty() || rest[0] != '/') {
         // Absolute-form: "http://authority/path?query"; only http and https are proxied.
         std::size_t skip = 0;
-        if (iequals_prefix(rest, "http://")) {
+        if (istarts_with(rest, "http://")) {
             skip = 7;
-        } else if (iequals_prefix(rest, "https://")) {
+        } else if (istarts_with(rest, "https://")) {
             skip = 8;
         } else {
             return std::nullopt; // includes "" and the asterisk-form "*"

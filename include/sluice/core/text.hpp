@@ -72,6 +72,11 @@ constexpr bool iequals(std::string_view a, std::string_view b) noexcept {
     return true;
 }
 
+/// Whether `text` begins with `prefix` but for the case of ASCII letters (a URL's scheme).
+constexpr bool istarts_with(std::string_view text, std::string_view prefix) noexcept {
+    return text.size() >= prefix.size() && iequals(text.substr(0, prefix.size()), prefix);
+}
+
 /// The index after the well-formed UTF-8 sequence that starts at `i` in `text`, or npos when
 /// none does there (overlong forms, surrogates and code points above U+10FFFF are not UTF-8).
 std::size_t next_code_point(std::string_view text, std::size_t i) noexcept;

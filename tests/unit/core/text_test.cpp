@@ -43,6 +43,14 @@ TEST(Iequals, ReadsNothingPastTheEnds) {
     }
 }
 
+TEST(IstartsWith, ComparesThePrefixButForTheCaseOfAsciiLetters) {
+    EXPECT_TRUE(istarts_with("HTTP://host/", "http://"));
+    EXPECT_TRUE(istarts_with("https://", "https://"));
+    EXPECT_FALSE(istarts_with("http:/", "http://")) << "shorter than the prefix";
+    EXPECT_FALSE(istarts_with("ftp://host/", "http://"));
+    EXPECT_TRUE(istarts_with("anything", ""));
+}
+
 TEST(Utf8, WellFormedSequencesOnly) {
     EXPECT_TRUE(is_utf8("plain"));
     EXPECT_TRUE(is_utf8("Jos\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf"));

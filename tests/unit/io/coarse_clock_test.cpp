@@ -33,8 +33,8 @@ TEST(CoarseClock, ResolutionIsOneKernelTick) {
 // 8.0049 ms behind, two 4 ms ticks and 4.9 us, at reading 5,774 of 100,000 under the suite's
 // load. So the test allows one tick more: a deadline early by less than a tick is within the
 // coarse clock's own resolution, and a clock that lagged by a tick or more past two (another
-// clock, a wrong resolution) still fails here. (A pause between the two
-// readings only widens the gap the wrong way for a failure.)
+// clock, a wrong resolution) still fails here. (A pause between the two readings only widens
+// the gap the wrong way for a failure.)
 TEST(CoarseClock, LatestNowIsAtOrAfterSteadyClockButForALateTick) {
     const auto late_tick = coarse_clock::resolution();
     for (int i = 0; i < 100'000; ++i) {
