@@ -2,6 +2,7 @@
 #include "sluice/key/cidr.hpp"
 
 #include "cidr_detail.hpp"
+#include "sluice/core/text.hpp"
 
 #include <charconv>
 #include <cstddef>
@@ -9,19 +10,6 @@
 namespace sluice::key {
 
 namespace {
-
-int hex_value(char c) noexcept {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
 
 // Appends `v` as lower-case hex without leading zeros (RFC 5952 4.1, 4.3).
 void append_hex16(std::string& out, unsigned v) {
@@ -92,8 +80,8 @@ bool parse_v6(std::string_view text, std::array<std::uint8_t, 16>& out) noexcept
     while (pos < n) {
         std::size_t start = pos;
         unsigned value = 0;
-        while (pos < n && hex_value(text[pos]) >= 0 && pos - start < 5) {
-            value = value * 16 + static_cast<unsigned>(hex_value(text[pos]));
+        while (pos < n && hex_digit_value(text[pos]) >= 0 && pos - start < 5) {
+            value = value * 16 + static_cast<unsigned>(hex_digit_value(text[pos]));
             ++pos;
         }
         if (pos < n && text[pos] == '.') {

@@ -11,19 +11,6 @@ namespace {
 
 constexpr char upper_hex[] = "0123456789ABCDEF";
 
-int hex_value(char c) noexcept {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 bool is_control(unsigned char c) noexcept {
     return c <= 0x20 || c == 0x7f;
 }
@@ -71,8 +58,8 @@ bool append_segment(std::string& out, std::string_view segment) {
             if (i + 2 >= segment.size()) {
                 return false;
             }
-            const int hi = hex_value(segment[i + 1]);
-            const int lo = hex_value(segment[i + 2]);
+            const int hi = hex_digit_value(segment[i + 1]);
+            const int lo = hex_digit_value(segment[i + 2]);
             if (hi < 0 || lo < 0) {
                 return false;
             }

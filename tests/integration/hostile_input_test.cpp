@@ -26,14 +26,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// A limit that never refuses anything here.
-constexpr const char* roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
-
 /// Text access log on stdout, so the tests can look for a request's line.
 constexpr const char* access_logging = "  level: info\n  access-log: true\n";
 
 std::string yaml_for(const recording_upstream& upstream, const std::string& server_extra = "") {
-    return compose_yaml(upstream.url(), roomy, server_extra, access_logging);
+    return compose_yaml(upstream.url(), roomy_fallback_yaml(), server_extra, access_logging);
 }
 
 /// The resident set of process `pid` in KiB (VmRSS in /proc/<pid>/status); 0 if unreadable.

@@ -27,11 +27,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// A limit that refuses nothing.
-constexpr const char* roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
-
 std::string yaml_for(const recording_upstream& upstream,
-                     const std::string& rate_limit = roomy,
+                     const std::string& rate_limit = roomy_fallback_yaml(),
                      const std::string& server_extra = "") {
     return compose_yaml(upstream.url(), rate_limit, server_extra);
 }
@@ -131,7 +128,7 @@ TEST(IdleMemory, AParkedConnectionTheClientClosesIsClosedAtOnce) {
 
 TEST(IdleMemory, AParkedConnectionIsClosedAtTheIdleTimeout) {
     recording_upstream upstream;
-    sluice_process sluice(yaml_for(upstream, roomy, "  idle-timeout: 3s\n"));
+    sluice_process sluice(yaml_for(upstream, roomy_fallback_yaml(), "  idle-timeout: 3s\n"));
     http_connection connection(sluice.port());
     park(connection, sluice);
     const auto parked_at = std::chrono::steady_clock::now();

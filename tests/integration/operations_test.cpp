@@ -37,12 +37,6 @@ std::string make_yaml(const recording_upstream& upstream,
 // Capacity 2 per key, one slot every 100 s: the third request of a key is refused.
 constexpr const char* two_per_key = "  fallback: { capacity: 2, flowRate: 0.01, mode: police }\n";
 
-/// A limit that never refuses anything in a test, with a recognisable quota.
-std::string roomy(long long capacity) {
-    return fmt::format("  fallback: {{ capacity: {}, flowRate: 100000, mode: police }}\n",
-                       capacity);
-}
-
 /// Parses `text` with prometheus_client's parser; the script's output, and its exit code.
 command_result parse_with_prometheus_client(const std::string& text) {
     temp_dir dir;
@@ -133,7 +127,8 @@ TEST(OperationsMetrics, ParseWithPrometheusClientAndFollowTheTraffic) {
 // to one with two fewer), each counted where it is served until it closes.
 TEST(OperationsMetrics, ConnectionsOpenedTogetherAreSpreadOverTheWorkers) {
     recording_upstream upstream;
-    sluice_process sluice(compose_yaml(upstream.url(), roomy(1000000), "  workers: 2\n"));
+    sluice_process sluice(
+        compose_yaml(upstream.url(), roomy_fallback_yaml(1000000), "  workers: 2\n"));
     const auto admin = admin_port(sluice);
     std::vector<std::unique_ptr<http_connection>> connections;
     for (int i = 0; i < 10; ++i) {
@@ -197,7 +192,7 @@ TEST(OperationsAdmin, ReadyzFollowsRedisUnderFailureModeClosed) {
                                                "    connect-timeout: 500ms\n"
                                                "    failure-mode: closed\n",
                                                redis.port()) +
-                                   roomy(1000);
+                                   roomy_fallback_yaml(1000);
     sluice_process sluice(make_yaml(upstream, rate_limit));
     const auto admin = admin_port(sluice);
 
@@ -320,13 +315,13 @@ long long quota_of(std::uint16_t port, const std::string& target) {
 
 TEST(OperationsReload, ValidConfigUnderLoadAppliesWithoutAFailedRequest) {
     recording_upstream upstream;
-    sluice_process sluice(make_yaml(upstream, roomy(1'000'000)));
+    sluice_process sluice(make_yaml(upstream, roomy_fallback_yaml(1'000'000)));
     EXPECT_EQ(quota_of(sluice.port(), "/probe"), 1'000'000);
 
     load_generator load(sluice.port(), "/load", 2);
     ASSERT_TRUE(load.wait_for_more(100, 10s)) << load.first_failure();
 
-    const std::string next = make_yaml(upstream, roomy(900'000) + R"(  rules:
+    const std::string next = make_yaml(upstream, roomy_fallback_yaml(900'000) + R"(  rules:
     - name: limited
       match: { path: /limited }
       limits: [ { capacity: 1, flowRate: 0.01, mode: police } ]
@@ -357,7 +352,7 @@ TEST(OperationsReload, ValidConfigUnderLoadAppliesWithoutAFailedRequest) {
 
 TEST(OperationsReload, InvalidConfigIsReportedAndTheOldOneStays) {
     recording_upstream upstream;
-    const std::string good = make_yaml(upstream, roomy(1'000'000));
+    const std::string good = make_yaml(upstream, roomy_fallback_yaml(1'000'000));
     sluice_process sluice(good);
     load_generator load(sluice.port(), "/load", 2);
     ASSERT_TRUE(load.wait_for_more(100, 10s)) << load.first_failure();
@@ -382,7 +377,7 @@ TEST(OperationsReload, InvalidConfigIsReportedAndTheOldOneStays) {
     EXPECT_EQ(load.failed(), 0) << load.first_failure();
 
     // The process is intact: a later valid file still reloads.
-    replace_file(sluice.config_path(), make_yaml(upstream, roomy(777)));
+    replace_file(sluice.config_path(), make_yaml(upstream, roomy_fallback_yaml(777)));
     sluice.send_signal(SIGHUP);
     ASSERT_TRUE(sluice.wait_for_log("configuration reloaded", 10s)) << sluice.log_text();
     const auto deadline = std::chrono::steady_clock::now() + 5s;

@@ -117,8 +117,7 @@ TEST(Proxy, ACloseDelimitedResponseEndsWhenTheUpstreamCloses) {
         plan.body = body;
         return plan;
     });
-    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
-    sluice_process sluice(compose_yaml(upstream.url(), roomy));
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml()));
     for (int i = 0; i < 3; ++i) {
         const auto start = std::chrono::steady_clock::now();
         http_connection client(sluice.port());
@@ -144,8 +143,8 @@ TEST(Proxy, AClientThatClosesItsSideAfterARequestIsAnsweredAndLetGo) {
         plan.body.clear();
         return plan;
     });
-    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
-    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  idle-timeout: 60s\n"));
+    sluice_process sluice(
+        compose_yaml(upstream.url(), roomy_fallback_yaml(), "  idle-timeout: 60s\n"));
     for (const bool kept : {false, true}) {
         SCOPED_TRACE(kept ? "kept connection" : "new connection");
         http_connection client(sluice.port());
@@ -374,9 +373,8 @@ recording_upstream::handler close_unanswered_on_first_sight() {
 // sees it once (nginx's default, proxy_next_upstream without non_idempotent).
 TEST(Proxy, ANonIdempotentRequestWhoseKeptConnectionClosedUnansweredIsNotSentAgain) {
     recording_upstream upstream(close_unanswered_on_first_sight());
-    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
     // One worker: one pool, which every request draws from.
-    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  workers: 1\n"));
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml(), "  workers: 1\n"));
     for (const std::string method : {"POST", "PATCH"}) {
         const auto target = "/unanswered-" + method;
         // A connection for the pool, kept by sluice and the upstream.
@@ -392,8 +390,7 @@ TEST(Proxy, ANonIdempotentRequestWhoseKeptConnectionClosedUnansweredIsNotSentAga
 // The same close, for methods that may be repeated: sent again, at once, on a new connection.
 TEST(Proxy, AnIdempotentRequestWhoseKeptConnectionClosedUnansweredIsSentAgain) {
     recording_upstream upstream(close_unanswered_on_first_sight());
-    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
-    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  workers: 1\n"));
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml(), "  workers: 1\n"));
     for (const std::string method : {"GET", "PUT", "DELETE", "OPTIONS"}) {
         const auto target = "/unanswered-" + method;
         ASSERT_EQ(get(sluice.port(), "/warm").status, 200u);
@@ -419,9 +416,8 @@ TEST(Proxy, BytesAnUpstreamSentUnaskedAreNeverTakenForTheNextResponse) {
         }
         return plan;
     });
-    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
     // One worker: one pool, which the second client's request must draw from.
-    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  workers: 1\n"));
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml(), "  workers: 1\n"));
 
     ASSERT_EQ(get(sluice.port(), "/first").status, 200u);
     ASSERT_TRUE(
@@ -461,8 +457,7 @@ TEST(Proxy, ABusyWorkerServesKeepAliveAndPipelinedRequestsAndHearsACloseAsEver) 
         }
         return plan;
     });
-    const std::string roomy = "  fallback: { capacity: 1000000, flowRate: 100000, mode: police }\n";
-    sluice_process sluice(compose_yaml(upstream.url(), roomy, "  workers: 1\n"));
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml(), "  workers: 1\n"));
     const auto admin = admin_port(sluice);
     http_connection late(sluice.port());
     late.send("GET", "/late");

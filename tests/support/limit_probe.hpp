@@ -35,6 +35,16 @@ inline std::string compose_yaml(const std::string& upstream_url,
 }
 
 /**
+ * The lines of a `rate-limit:` block whose fallback refuses nothing a test sends: a police
+ * LEAKY_BUCKET of `capacity` (a recognisable quota in the RateLimit headers) that refills
+ * 100,000 a second.
+ */
+inline std::string roomy_fallback_yaml(long long capacity = 1'000'000) {
+    return fmt::format("  fallback: {{ capacity: {}, flowRate: 100000, mode: police }}\n",
+                       capacity);
+}
+
+/**
  * The `store: redis` lines of a `rate-limit:` block for a server on 127.0.0.1:`port`. It fails
  * closed, so that a Redis error shows as a 503 rather than as an admitted request.
  */

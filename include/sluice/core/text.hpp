@@ -44,6 +44,21 @@ constexpr bool is_token(std::string_view text) noexcept {
     return !text.empty() && std::all_of(text.begin(), text.end(), is_tchar);
 }
 
+/// The value of the hexadecimal digit `c` (either case), or -1 when `c` is none: a
+/// percent-encoded byte, an IPv6 group.
+constexpr int hex_digit_value(char c) noexcept {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
 /// `text` without the blanks (spaces and tabs: HTTP's OWS, RFC 9110 5.6.3) around it.
 constexpr std::string_view trim_blanks(std::string_view text) noexcept {
     const auto first = text.find_first_not_of(" \t");

@@ -51,6 +51,16 @@ TEST(IstartsWith, ComparesThePrefixButForTheCaseOfAsciiLetters) {
     EXPECT_TRUE(istarts_with("anything", ""));
 }
 
+TEST(HexDigitValue, BothCasesAndNothingElse) {
+    EXPECT_EQ(hex_digit_value('0'), 0);
+    EXPECT_EQ(hex_digit_value('9'), 9);
+    EXPECT_EQ(hex_digit_value('a'), 10);
+    EXPECT_EQ(hex_digit_value('F'), 15);
+    for (const char c : {'g', 'G', '/', ':', '@', '`', ' ', '\0', '\xff'}) {
+        EXPECT_EQ(hex_digit_value(c), -1) << static_cast<int>(c);
+    }
+}
+
 TEST(Utf8, WellFormedSequencesOnly) {
     EXPECT_TRUE(is_utf8("plain"));
     EXPECT_TRUE(is_utf8("Jos\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf"));
