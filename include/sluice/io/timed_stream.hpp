@@ -44,13 +44,13 @@ namespace detail {
 
 using steady_clock = std::chrono::steady_clock;
 
-/// What the stream and its watchdog's pending wait share; the wait keeps it alive.
 /// Where a stream's look (`event_since_emptied`) puts its operation: see look_allocator.
 struct look_memory {
     alignas(std::max_align_t) unsigned char bytes[256];
     bool taken = false;
 };
 
+/// What the stream and its watchdog's pending wait share; the wait keeps it alive.
 struct stream_state {
     explicit stream_state(tcp_socket s)
         : socket(std::move(s))
