@@ -80,8 +80,12 @@ bool parse_v6(std::string_view text, std::array<std::uint8_t, 16>& out) noexcept
     while (pos < n) {
         std::size_t start = pos;
         unsigned value = 0;
-        while (pos < n && hex_digit_value(text[pos]) >= 0 && pos - start < 5) {
-            value = value * 16 + static_cast<unsigned>(hex_digit_value(text[pos]));
+        while (pos < n && pos - start < 5) {
+            const int digit = hex_digit_value(text[pos]);
+            if (digit < 0) {
+                break;
+            }
+            value = value * 16 + static_cast<unsigned>(digit);
             ++pos;
         }
         if (pos < n && text[pos] == '.') {
