@@ -493,27 +493,30 @@ void application::publish(const config_ptr& cfg) {
 }
 
 void application::reload() {
-    config_ptr next;
+    config::config loaded;
     try {
-        next = std::make_shared<const config::config>(config::load_file(command_.config_path));
+        loaded = config::load_file(command_.config_path);
     } catch (const std::exception& e) {
         spdlog::error("reload failed, keeping the current configuration: {}", e.what());
         return;
     }
-    for (const auto& warning : next->warnings) {
+    for (const auto& warning : loaded.warnings) {
         spdlog::warn("{}", warning);
     }
     const auto& old = *config_;
-    if (const auto keys = redis_restart_keys(old, *next); !keys.empty()) {
+    if (const auto keys = redis_restart_keys(old, loaded); !keys.empty()) {
         spdlog::error("reload refused, keeping the current configuration: changing {} needs a "
                       "restart (the Redis connections were made with it)",
                       keys);
         return;
     }
-    if (changes_restart_only_keys(old, *next)) {
-        spdlog::warn("reload: server.listen, server.workers and rate-limit.store change only on "
-                     "restart; the running values stay");
+    // The listener, the workers, the store and the admin listener were built with these: the
+    // snapshot every request reads (the store's kind decides a Cluster key's hash tag) and
+    // /readyz keep the values they run with.
+    if (const auto keys = keep_restart_only_keys(old, loaded); !keys.empty()) {
+        spdlog::warn("reload: {} change only on restart; the running values stay", keys);
     }
+    auto next = std::make_shared<const config::config>(std::move(loaded));
     setup_logging(next->logging);
     config_ = next;
     publish(next);

@@ -127,11 +127,25 @@ std::string redis_restart_keys(const config::config& running, const config::conf
     return keys;
 }
 
-bool changes_restart_only_keys(const config::config& running, const config::config& next) {
-    return next.server.listen.host != running.server.listen.host ||
-           next.server.listen.port != running.server.listen.port ||
-           next.server.workers != running.server.workers ||
-           next.rate_limit.store != running.rate_limit.store;
+std::string keep_restart_only_keys(const config::config& running, config::config& next) {
+    std::string keys;
+    // Puts the running value back in `next` and names the key when the file changed it.
+    const auto keep = [&keys](auto& value, const auto& running_value, const char* key) {
+        if (!(value == running_value)) {
+            value = running_value;
+            keys += keys.empty() ? "" : ", ";
+            keys += key;
+        }
+    };
+    keep(next.server.listen, running.server.listen, "server.listen");
+    keep(next.server.workers, running.server.workers, "server.workers");
+    keep(next.rate_limit.store, running.rate_limit.store, "rate-limit.store");
+    keep(next.rate_limit.memory.max_keys,
+         running.rate_limit.memory.max_keys,
+         "rate-limit.memory.max-keys");
+    keep(next.admin.enabled, running.admin.enabled, "admin.enabled");
+    keep(next.admin.listen, running.admin.listen, "admin.listen");
+    return keys;
 }
 
 } // namespace sluice::app

@@ -3,7 +3,7 @@
 
 // What sluice says of a configuration in its log (config_report.cpp): the start-up summary,
 // which names addresses and never credentials, and what a reload cannot change. Pure functions
-// of the configuration.
+// of the configuration, with no I/O.
 
 #include "sluice/config/config.hpp"
 
@@ -35,8 +35,12 @@ summary_lines(const config::config& cfg, std::string_view bound, std::size_t wor
  */
 std::string redis_restart_keys(const config::config& running, const config::config& next);
 
-/// Whether `next` changes a key that a reload leaves as it runs: server.listen,
-/// server.workers, rate-limit.store.
-bool changes_restart_only_keys(const config::config& running, const config::config& next);
+/**
+ * Puts back in `next` the running values of the keys a reload leaves as they run (what was
+ * built with them at start-up: the listener, the workers, the store and the admin listener),
+ * so that nothing reads the file's values while the running ones are in use; returns the keys
+ * whose value the file changed ("server.listen, rate-limit.store"), empty when none.
+ */
+std::string keep_restart_only_keys(const config::config& running, config::config& next);
 
 } // namespace sluice::app

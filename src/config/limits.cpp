@@ -270,7 +270,8 @@ void read_cost_source(mapping& m, std::string_view name, bool number_allowed, co
         out = {cost_source::kind::json, 0, {}, std::move(*json)};
         return;
     }
-    if (number_allowed) {
+    // Something like a number gets the number's message (its range); anything else, the forms.
+    if (number_allowed && !text.empty() && text.find_first_of("0123456789+-.") == 0) {
         std::int64_t value = 0;
         if (m.read_int(name, value, 1, max_cost)) {
             out = {cost_source::kind::number, value, {}, {}};
@@ -316,7 +317,8 @@ void read_cost(mapping& m, limit& out, const std::string& algo_name, bool algo_k
     if (c.has("max-body")) {
         c.read_size("max-body", block.max_body, 1, max_json_body);
     }
-    if (block.request.what == cost_source::kind::none) {
+    // Only when it is not written at all: a written one that is invalid has its own message.
+    if (block.request.what == cost_source::kind::none && !c.has("request")) {
         c.require("request", "what the request reserves: a number, header:NAME or json:PATH");
     }
     c.finish();

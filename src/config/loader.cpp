@@ -301,8 +301,9 @@ void read_redis_topology(mapping& m, redis_settings& out) {
     }
     if (m.read_enum<hash_tag_mode>(
             "hash-tag", out.hash_tag, {{"none", hash_tag_mode::none}, {"ip", hash_tag_mode::ip}}) &&
-        out.topology != redis_topology::cluster) {
-        m.error("hash-tag", "applies only with cluster");
+        out.hash_tag == hash_tag_mode::ip && out.topology != redis_topology::cluster) {
+        // `none`, the default, may be written anywhere.
+        m.error("hash-tag", "ip applies only with cluster");
     }
 }
 
@@ -340,8 +341,9 @@ void read_rate_limit(mapping& root, rate_limit_settings& out) {
     m.read_int("max-held", out.max_held, 1, max_int);
     m.read("x-ratelimit-headers", out.x_ratelimit_headers);
     m.read_int("ipv6-prefix", out.ipv6_prefix, 1, 128);
-    // Absent or empty: the page's example (LEAKY_BUCKET, capacity 50, flowRate 5).
-    if (const auto fallback = m.get("fallback"); fallback.IsDefined() && !fallback.IsNull()) {
+    // Absent, empty or `{}`: the page's example (LEAKY_BUCKET, capacity 50, flowRate 5).
+    if (const auto fallback = m.get("fallback");
+        fallback.IsDefined() && !fallback.IsNull() && !(fallback.IsMap() && fallback.size() == 0)) {
         out.fallback = detail::parse_limit(
             m.report(), fallback, m.key_mark_of("fallback"), m.path_of("fallback"));
     } else {
@@ -379,16 +381,40 @@ void read_admin(mapping& root, admin_settings& out) {
     m.finish();
 }
 
-/// Two sockets on one fixed port cannot both bind; port 0 picks a free one each.
+/**
+ * Whether sockets listening at `a` and at `b` would both take one port: the same fixed port
+ * (0 picks a free one each) on the same host, or on a wildcard that covers the other: `::`
+ * covers both families (Linux's dual-stack default), 0.0.0.0 every IPv4 address.
+ */
+bool listen_addresses_clash(const endpoint_address& a, const endpoint_address& b) {
+    if (a.port == 0 || a.port != b.port) {
+        return false;
+    }
+    const auto ipv6 = [](const std::string& host) {
+        return host.find(':') != std::string::npos;
+    };
+    const auto covers = [&](const std::string& wildcard, const std::string& other) {
+        return wildcard == "::" || (wildcard == "0.0.0.0" && !ipv6(other));
+    };
+    return a.host == b.host || covers(a.host, b.host) || covers(b.host, a.host);
+}
+
 void check_ports(const config& cfg, mapping& root) {
     const auto& a = cfg.server.listen;
     const auto& b = cfg.admin.listen;
-    if (cfg.admin.enabled && a.port != 0 && a.port == b.port && a.host == b.host) {
-        auto admin = section(root, "admin");
-        admin.error("listen",
-                    "must differ from server.listen (both are " + a.host + ":" +
-                        std::to_string(a.port) + ")");
+    if (!cfg.admin.enabled || !listen_addresses_clash(a, b)) {
+        return;
     }
+    const auto both = format_address(a) + " and " + format_address(b);
+    if (auto admin = section(root, "admin"); admin.has("listen")) {
+        admin.error("listen", "must differ from server.listen (" + both + " take one port)");
+        return;
+    }
+    // admin.listen is its default: point at what the operator wrote.
+    auto server = section(root, "server");
+    server.error("listen",
+                 "must differ from admin.listen, whose default is " + format_address(b) + " (" +
+                     both + " take one port): set admin.listen, or admin.enabled: false");
 }
 
 /// The request header a limit reads by name whose name has an underscore, if any: a key part
@@ -500,6 +526,13 @@ config load_string(std::string_view yaml, const std::string& source, const envir
 }
 
 config load_file(const std::string& path, const environment& env) {
+    // A directory opens and reads as an empty file, which would be reported as a file missing
+    // every required key (a Kubernetes ConfigMap's mount named instead of the file in it).
+    struct stat status {};
+
+    if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
+        throw config_error(path + ": is a directory: name the configuration file in it");
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         throw config_error(path + ": cannot open: " + std::strerror(errno));

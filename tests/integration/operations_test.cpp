@@ -350,6 +350,33 @@ TEST(OperationsReload, ValidConfigUnderLoadAppliesWithoutAFailedRequest) {
     EXPECT_EQ(sluice.log_text().find("reload failed"), std::string::npos);
 }
 
+// A reload that switches the store to Redis keeps the memory store it runs with, in everything
+// that reads the configuration: /readyz does not wait for a Redis connection no worker makes
+// (with failure-mode closed it would say not ready until a restart), and requests are still
+// decided.
+TEST(OperationsReload, AChangedStoreStaysAsItRunsUntilRestart) {
+    recording_upstream upstream;
+    const auto redis_section = [](const char* store) {
+        // Nothing listens there: the memory store never connects, Redis would be down.
+        return fmt::format("  store: {}\n"
+                           "  redis: {{ host: 127.0.0.1, port: {}, failure-mode: closed }}\n",
+                           store,
+                           free_port()) +
+               roomy_fallback_yaml(1000);
+    };
+    sluice_process sluice(make_yaml(upstream, redis_section("memory")));
+    const auto admin = admin_port(sluice);
+    EXPECT_EQ(get(admin, "/readyz").status, 200u);
+
+    replace_file(sluice.config_path(), make_yaml(upstream, redis_section("redis")));
+    sluice.send_signal(SIGHUP);
+    ASSERT_TRUE(sluice.wait_for_log("configuration reloaded", 10s)) << sluice.log_text();
+    EXPECT_NE(sluice.log_text().find("rate-limit.store change only on restart"), std::string::npos)
+        << sluice.log_text();
+    EXPECT_EQ(get(admin, "/readyz").status, 200u) << "still the memory store";
+    EXPECT_EQ(get(sluice.port(), "/r").status, 200u);
+}
+
 TEST(OperationsReload, InvalidConfigIsReportedAndTheOldOneStays) {
     recording_upstream upstream;
     const std::string good = make_yaml(upstream, roomy_fallback_yaml(1'000'000));

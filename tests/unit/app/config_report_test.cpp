@@ -99,19 +99,30 @@ TEST(ConfigReport, AReloadNamesTheRedisKeysThatNeedARestart) {
     EXPECT_EQ(redis_restart_keys(memory, next), "");
 }
 
-TEST(ConfigReport, ListenWorkersAndStoreChangeOnlyOnRestart) {
+TEST(ConfigReport, AReloadKeepsTheRunningListenWorkersStoreAndAdmin) {
     const config::config running;
     auto next = running;
-    next.rate_limit.max_held = running.rate_limit.max_held + 1;
-    EXPECT_FALSE(changes_restart_only_keys(running, next));
-    next.server.workers = running.server.workers + 1;
-    EXPECT_TRUE(changes_restart_only_keys(running, next));
-    next = running;
+    next.rate_limit.max_held = running.rate_limit.max_held + 1; // applied on reload
+    EXPECT_EQ(keep_restart_only_keys(running, next), "");
+    EXPECT_EQ(next.rate_limit.max_held, running.rate_limit.max_held + 1);
+
     next.server.listen.port = static_cast<std::uint16_t>(running.server.listen.port + 1);
-    EXPECT_TRUE(changes_restart_only_keys(running, next));
-    next = running;
+    next.server.workers = running.server.workers + 1;
     next.rate_limit.store = config::store_kind::redis;
-    EXPECT_TRUE(changes_restart_only_keys(running, next));
+    next.rate_limit.memory.max_keys = running.rate_limit.memory.max_keys + 1;
+    next.admin.enabled = !running.admin.enabled;
+    next.admin.listen.host = "0.0.0.0";
+    EXPECT_EQ(keep_restart_only_keys(running, next),
+              "server.listen, server.workers, rate-limit.store, rate-limit.memory.max-keys, "
+              "admin.enabled, admin.listen");
+    EXPECT_EQ(next.server.listen, running.server.listen);
+    EXPECT_EQ(next.server.workers, running.server.workers);
+    EXPECT_EQ(next.rate_limit.store, running.rate_limit.store);
+    EXPECT_EQ(next.rate_limit.memory.max_keys, running.rate_limit.memory.max_keys);
+    EXPECT_EQ(next.admin.enabled, running.admin.enabled);
+    EXPECT_EQ(next.admin.listen, running.admin.listen);
+    EXPECT_EQ(next.rate_limit.max_held, running.rate_limit.max_held + 1) << "the rest stays";
+    EXPECT_EQ(keep_restart_only_keys(running, next), "") << "nothing left to put back";
 }
 
 } // namespace

@@ -188,6 +188,53 @@ TEST(ConfigErrors, AdminCannotShareTheProxyPort) {
     const auto p = problems_of(base + "server:\n  listen: 127.0.0.1:9000\nadmin:\n"
                                       "  listen: 127.0.0.1:9000\n");
     EXPECT_TRUE(has_problem(p, 6, "admin.listen", "must differ from server.listen"));
+
+    // A wildcard takes the port on the other's address too.
+    for (const auto& [server, admin] : {std::pair{":9000", "127.0.0.1:9000"},
+                                        std::pair{"127.0.0.1:9000", "0.0.0.0:9000"},
+                                        std::pair{"\"[::]:9000\"", "127.0.0.1:9000"},
+                                        std::pair{"\"[::1]:9000\"", "\"[::]:9000\""}}) {
+        const auto q = problems_of(base + "server:\n  listen: " + server +
+                                   "\nadmin:\n  listen: " + admin + "\n");
+        EXPECT_TRUE(has_problem(q, 6, "admin.listen", "must differ from server.listen"))
+            << server << " " << admin;
+    }
+    // Different hosts of one family, 0.0.0.0 beside an IPv6 address, and port 0 do not clash.
+    for (const auto& [server, admin] : {std::pair{"127.0.0.1:9000", "127.0.0.2:9000"},
+                                        std::pair{":9000", "\"[::1]:9000\""},
+                                        std::pair{"127.0.0.1:0", "127.0.0.1:0"}}) {
+        EXPECT_NO_THROW(
+            load(base + "server:\n  listen: " + server + "\nadmin:\n  listen: " + admin + "\n"))
+            << server << " " << admin;
+    }
+}
+
+// With admin.listen left to its default, the line to point at is server.listen's.
+TEST(ConfigErrors, AProxyPortOnTheDefaultAdminPortNamesServerListen) {
+    const auto p = problems_of(base + "server:\n  listen: 127.0.0.1:9901\n");
+    EXPECT_TRUE(has_problem(p, 4, "server.listen", "must differ from admin.listen"));
+    EXPECT_TRUE(has_problem(p, 4, "server.listen", "admin.enabled: false"));
+    EXPECT_EQ(p.size(), 1u);
+    EXPECT_NO_THROW(load(base + "server:\n  listen: 127.0.0.1:9901\nadmin:\n  enabled: false\n"));
+}
+
+// An invalid cost.request gets its own message, not also "is required": it is written. A
+// number out of range is told its range; anything else, the forms a source takes.
+TEST(ConfigErrors, AnInvalidCostRequestIsNotAlsoMissing) {
+    for (const auto& [source, words] :
+         {std::pair{"0", "an integer between 1"},
+          std::pair{"body:max_tokens",
+                    "a number, header:NAME or json:PATH, got 'body:max_tokens'"}}) {
+        const auto p = problems_of(base + R"(rate-limit:
+  fallback:
+    algorithm: SLIDING_WINDOW
+    limit: 5
+    window: 1m
+    cost: { request: )" + std::string(source) +
+                                   " }\n");
+        EXPECT_TRUE(has_problem(p, 8, "rate-limit.fallback.cost.request", words)) << source;
+        EXPECT_EQ(p.size(), 1u) << source;
+    }
 }
 
 // A limit reading a header that headers-with-underscores takes out (or refuses) would never see

@@ -145,6 +145,19 @@ TEST(ConfigLoader, MissingFileNamesThePath) {
     }
 }
 
+// A directory (a ConfigMap's mount, say) is named as one, not read as an empty file missing
+// every required key.
+TEST(ConfigLoader, ADirectoryIsNamedAsOne) {
+    try {
+        load_file(config_dir);
+        FAIL() << "loaded a directory";
+    } catch (const config_error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(config_dir + ": is a directory"), std::string::npos) << what;
+        EXPECT_EQ(what.find("is required"), std::string::npos) << what;
+    }
+}
+
 TEST(ConfigLoader, ReadsEveryKey) {
     const auto cfg = load(R"(server:
   listen: "[::1]:0"
@@ -313,10 +326,12 @@ TEST(ConfigLoader, JsonSourcesAndKeyPartsKeepTheirPaths) {
 }
 
 TEST(ConfigLoader, EmptyFallbackMeansThePageDefault) {
-    const auto cfg = load(base + "rate-limit:\n  fallback:\n");
-    EXPECT_EQ(cfg.rate_limit.fallback.algo, algorithm::leaky_bucket);
-    EXPECT_EQ(cfg.rate_limit.fallback.capacity, 50);
-    EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 5.0);
+    for (const char* empty : {"", " {}", " null"}) {
+        const auto cfg = load(base + "rate-limit:\n  fallback:" + empty + "\n");
+        EXPECT_EQ(cfg.rate_limit.fallback.algo, algorithm::leaky_bucket) << empty;
+        EXPECT_EQ(cfg.rate_limit.fallback.capacity, 50) << empty;
+        EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 5.0) << empty;
+    }
 }
 
 } // namespace

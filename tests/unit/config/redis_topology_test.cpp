@@ -103,7 +103,11 @@ TEST(RedisTopology, KeysThatBelongToAnotherTopologyAreRefused) {
     EXPECT_TRUE(has_problem(p, 7, "rate-limit.redis.db", "Redis Cluster has only database 0"));
 
     p = problems_of(with_redis("    host: 10.0.0.1\n    hash-tag: ip\n"));
-    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.hash-tag", "applies only with cluster"));
+    EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.hash-tag", "ip applies only with cluster"));
+    // The default written out is no problem, whatever the topology.
+    EXPECT_EQ(
+        load(with_redis("    host: 10.0.0.1\n    hash-tag: none\n")).rate_limit.redis.hash_tag,
+        hash_tag_mode::none);
     p = problems_of(with_redis("    cluster: [10.0.0.5]\n    hash-tag: client\n"));
     EXPECT_TRUE(has_problem(p, 6, "rate-limit.redis.hash-tag", "one of none, ip"));
 
