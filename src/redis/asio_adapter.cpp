@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "redis/asio_adapter_detail.hpp"
+#include "sluice/core/log_throttle.hpp"
 
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
@@ -202,8 +203,42 @@ private:
             // callbacks' next reply then reports: hiredis disconnects as its own read would.
             redisReaderFeed(ac_->c.reader, buffer_.data(), n);
             redisProcessCallbacks(ac_); // may run `cleanup`
+            if (ac_ != nullptr && reply_over_limit(n)) {
+                static log_throttle throttle{std::chrono::seconds(10)};
+                log_throttled(throttle,
+                              spdlog::level::warn,
+                              "redis: a reply of more than {} bytes; dropping the connection",
+                              max_reply_bytes);
+                // hiredis's own read then finds the end of the stream and disconnects, failing
+                // the commands in flight as unavailable, as any lost connection does. Its close
+                // resets the connection (linger 0): closed in order, with the server's bytes
+                // still coming into a full window, the socket sat in FIN-WAIT-2 for a minute.
+                const ::linger reset{1, 0};
+                ::setsockopt(ac_->c.fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+                ::shutdown(ac_->c.fd, SHUT_RD);
+            }
         }
         start_read();
+    }
+
+    /**
+     * Whether the reply the reader is in the middle of has come to more than max_reply_bytes,
+     * `n` bytes having just been fed. What the reader holds unparsed (a bulk string waits there
+     * whole), plus, for an aggregate, every byte fed since it began: its elements are parsed as
+     * they come. An aggregate is told from the next by its reply object, the reader's first
+     * task (hiredis 0.14's read.h).
+     */
+    bool reply_over_limit(std::size_t n) {
+        const redisReader& r = *ac_->c.reader;
+        const void* aggregate = r.ridx >= 0 ? r.rstack[0].obj : nullptr;
+        if (aggregate != aggregate_) {
+            aggregate_ = aggregate;
+            aggregate_bytes_ = 0;
+        }
+        if (aggregate != nullptr) {
+            aggregate_bytes_ += n;
+        }
+        return aggregate_bytes_ + (r.len - r.pos) > max_reply_bytes;
     }
 #endif
 
@@ -256,6 +291,9 @@ private:
 #ifdef SLUICE_REDIS_OWN_READS
     // As hiredis's own read buffer.
     std::array<char, 16 * 1024> buffer_{};
+    // The aggregate reply being read, and the bytes fed since it began (reply_over_limit).
+    const void* aggregate_ = nullptr;
+    std::size_t aggregate_bytes_ = 0;
 #endif
 };
 

@@ -5,6 +5,8 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <cstddef>
+
 struct redisAsyncContext;
 
 namespace sluice::redis::detail {
@@ -17,5 +19,13 @@ namespace sluice::redis::detail {
  * once its outstanding waits have finished; it never closes the fd, which hiredis owns.
  */
 bool attach_asio(redisAsyncContext* ac, const boost::asio::any_io_executor& ex);
+
+/**
+ * The most of one reply a connection takes before it is dropped as broken: a reply that never
+ * ends (a bulk string announced longer than it comes, an array whose elements keep coming)
+ * would otherwise grow the reader without bound. sluice's largest is `CLUSTER SLOTS` of a
+ * cluster split into every one of its 16384 slots, about 2.5 MB with two replicas each.
+ */
+inline constexpr std::size_t max_reply_bytes = 16 * 1024 * 1024;
 
 } // namespace sluice::redis::detail

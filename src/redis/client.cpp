@@ -255,10 +255,20 @@ struct client::state : std::enable_shared_from_this<client::state> {
         arm_deadline();
     }
 
-    // The set-up succeeded: the held commands go to Redis, in order.
+    // The set-up succeeded: the held commands go to Redis, in order. One that timed out while
+    // held is dropped, never sent: its caller has applied its failure mode (forwarded, refused,
+    // or charged the memory store), and sent late it would charge Redis for a request decided
+    // already, or take a concurrency slot nothing renews or gives back.
     void send_held() {
-        for (auto& p : pending_) {
+        for (std::size_t i = 0; i < pending_.size();) {
+            auto& p = pending_[i];
             if (p.unsent.empty()) {
+                ++i;
+                continue;
+            }
+            if (i < expired_) {
+                pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+                --expired_;
                 continue;
             }
             const int rc = redisAsyncFormattedCommand(
@@ -267,6 +277,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 break; // disconnecting: fail the rest below
             }
             p.unsent.clear();
+            ++i;
         }
         fail_held();
     }

@@ -567,6 +567,9 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
                           "redis store: unexpected reply to the limits script: {}",
                           log_excerpt(r.describe(log_excerpt_bytes)));
         }
+        if (ec == errc::bad_reply || ec == errc::redis_timeout) {
+            release_slots_of_failed(b);
+        }
         for (auto& w : b.waiters) {
             if (w.part) {
                 resume(w.handler, *w.out, undecided(ec));
@@ -589,6 +592,22 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
         field += request_checks.size() * stride;
         take_slots(request_checks, out, b.lease_prefix, ++request_number);
         std::move(w.handler)();
+    }
+}
+
+void redis_store::release_slots_of_failed(const batch& b) {
+    std::size_t request_number = 0;
+    for (const auto& w : b.waiters) {
+        ++request_number;
+        for (const auto& c : *w.request_checks) {
+            if (c.limit->algo == config::algorithm::concurrency) {
+                // Named as take_slots would have named it.
+                releasing_.emplace_back(c.key, b.lease_prefix + std::to_string(request_number));
+            }
+        }
+    }
+    if (!releasing_.empty()) {
+        post_flush(release_posted_, &redis_store::flush_releases);
     }
 }
 

@@ -146,6 +146,7 @@ void redis_store::take_slots(const checks& request_checks,
     // Made only for a request that took a slot: a string per request (an allocation, as the
     // prefix is longer than the short-string buffer) cost every request 320 instructions.
     std::string id;
+    auto shortest = std::chrono::milliseconds::max();
     for (std::size_t i = 0; i < request_checks.size(); ++i) {
         const auto& l = *request_checks[i].limit;
         if (out.decisions[i].in_flight && out.decisions[i].allowed) {
@@ -156,10 +157,11 @@ void redis_store::take_slots(const checks& request_checks,
             }
             out.slots.push_back({request_checks[i].key, id, l.lease});
             live_slots_.emplace(live_name(request_checks[i].key, id), out.slots.back());
+            shortest = std::min(shortest, l.lease);
         }
     }
-    if (!live_slots_.empty()) {
-        schedule_renewal();
+    if (!id.empty()) {
+        schedule_renewal(shortest);
     }
 }
 
@@ -326,18 +328,23 @@ void redis_store::flush_releases() {
     });
 }
 
-void redis_store::schedule_renewal() {
-    if (renewing_ || stopped_) {
+void redis_store::schedule_renewal(std::chrono::milliseconds lease) {
+    if (stopped_) {
         return;
     }
     // Every slot is renewed each third of the shortest lease held: a renewal may be lost or
-    // late once without the lease lapsing.
-    auto shortest = std::chrono::milliseconds::max();
-    for (const auto& [name, s] : live_slots_) {
-        shortest = std::min(shortest, s.lease);
+    // late once without the lease lapsing. A slot whose lease ends sooner than the armed wait
+    // allows for brings the wait forward: waiting for a longer lease's third, its own would
+    // lapse mid-request and its key admit one more than its limit.
+    const auto due =
+        std::chrono::steady_clock::now() + std::max(lease / 3, std::chrono::milliseconds{1});
+    if (renewing_ && due >= renew_due_) {
+        return;
     }
     renewing_ = true;
-    renew_timer_.expires_after(std::max(shortest / 3, std::chrono::milliseconds{1}));
+    renew_due_ = due;
+    // Re-arming cancels the wait before, whose handler then returns at once.
+    renew_timer_.expires_at(due);
     renew_timer_.async_wait([alive = std::weak_ptr(self_)](error_code ec) {
         const auto self = alive.lock();
         if (!self || ec) {
@@ -346,8 +353,12 @@ void redis_store::schedule_renewal() {
         auto& owner = **self;
         owner.renewing_ = false;
         owner.renew_all();
+        auto shortest = std::chrono::milliseconds::max();
+        for (const auto& [name, s] : owner.live_slots_) {
+            shortest = std::min(shortest, s.lease);
+        }
         if (!owner.live_slots_.empty()) {
-            owner.schedule_renewal();
+            owner.schedule_renewal(shortest);
         }
     });
 }

@@ -412,6 +412,59 @@ TEST_F(RedisConcurrencyTest, SlotsAreLeasesInRedisAndNoneOutlivesItsRequest) {
                                                                 << stats;
 }
 
+// A slot of a short lease taken while the renewal waits for a long one's third is renewed
+// within its own lease: the wait is brought forward. (Left for the 30 s lease's renewal, 10 s
+// on, the 1 s lease would lapse while its request runs, and its key admit one more.)
+TEST_F(RedisConcurrencyTest, AShorterLeaseTakenLaterIsRenewedWithinItsLease) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.delay = 3s; // both requests in flight for the whole test
+        return plan;
+    });
+    const auto rule = [](const char* name, const char* lease) {
+        return fmt::format("    - name: {0}\n"
+                           "      match: {{ path: /{0} }}\n"
+                           "      limits:\n"
+                           "        - {{ algorithm: CONCURRENCY, limit: 1, mode: police, "
+                           "lease: {1}, key: [endpoint] }}\n",
+                           name,
+                           lease);
+    };
+    sluice_process sluice(compose_yaml(upstream.url(),
+                                       redis_store_yaml(redis_->port()) + "  rules:\n" +
+                                           rule("long", "30s") + rule("short", "1s")));
+    resp_client redis(redis_->port());
+    const auto in_flight = [&](const char* target) {
+        return std::thread([&sluice, target] {
+            http_connection connection(sluice.port(), 20s);
+            connection.send("GET", target);
+            EXPECT_EQ(connection.read_response().status, 200u) << target;
+        });
+    };
+    std::thread long_request = in_flight("/long");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+    std::thread short_request = in_flight("/short");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
+
+    const auto keys = redis.command({"KEYS", "rate-limit:*short*"});
+    ASSERT_EQ(keys.elements.size(), 1u) << keys.describe();
+    const auto expiry = [&] {
+        const auto leases =
+            redis.command({"ZRANGE", keys.elements[0].text, "0", "-1", "WITHSCORES"});
+        return leases.elements.size() == 2 ? std::stoll(leases.elements[1].text) : 0LL;
+    };
+    const auto taken = expiry();
+    ASSERT_GT(taken, 0);
+    // Renewed every third of a second; it lapses a second after it was taken.
+    EXPECT_TRUE(eventually([&] { return expiry() > taken; }, 900ms))
+        << "the 1 s lease was not renewed";
+    EXPECT_GT(expiry(), redis.time_ms()) << "the lease lapsed";
+    long_request.join();
+    short_request.join();
+}
+
 // A graceful stop (SIGTERM) lets the running request finish, gives its slot back in Redis before
 // the connection closes (not after a lease), and ends at once: nothing (a pending renewal, the
 // subscriber) keeps the process alive.

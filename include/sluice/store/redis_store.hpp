@@ -328,8 +328,18 @@ private:
     /// Posts `flush_pending` to run after this turn of the event loop, once however often asked.
     void post_flush(bool& posted, void (redis_store::*flush_pending)());
     void flush_releases();
+    /**
+     * Releases every CONCURRENCY slot a batch's requests may hold in Redis, when its call
+     * failed after it was sent: the script has run (a reply refused as malformed, an error or
+     * a delay out of bound) or may run yet (a timeout; the release, sent after it on the same
+     * connection, runs after it). Left alone, those slots would count against their keys for a
+     * whole lease with no request behind them. Releasing a lease never taken frees nothing.
+     */
+    void release_slots_of_failed(const batch& b);
     void flush_settlements();
-    void schedule_renewal();
+    /// Arms the renewal of every held slot within `lease` / 3 (a slot of that lease was just
+    /// taken), unless it is armed to come sooner.
+    void schedule_renewal(std::chrono::milliseconds lease);
     void renew_all();
 
     std::unique_ptr<redis::client> owned_client_;
@@ -400,6 +410,8 @@ private:
     bool settle_posted_ = false;
     steady_timer renew_timer_;
     bool renewing_ = false;
+    /// When the armed renewal comes, while `renewing_`.
+    std::chrono::steady_clock::time_point renew_due_;
     bool stopped_ = false;
 };
 

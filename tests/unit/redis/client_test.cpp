@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "redis/asio_adapter_detail.hpp"
 #include "sluice/redis/backoff.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/command_writer.hpp"
@@ -14,6 +15,7 @@
 #include <arpa/inet.h>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <netinet/in.h>
 #include <optional>
@@ -394,12 +396,32 @@ TEST_F(RedisClient, AConnectCommandThatMayBeRefusedLeavesTheSetUpGoingOn) {
     EXPECT_EQ(c->connection_count(), 1u);
 }
 
-/// A server that answers every connection as a Redis in protected mode does: an error, then
-/// close. Counts the connections it accepted.
-class refusing_server {
+// A command held while the connection is set up that times out before the set-up ends is never
+// sent: its caller has applied its failure mode, and a late INCR (a limit's charge) would count
+// the request again.
+TEST_F(RedisClient, ACommandThatTimedOutWhileHeldIsNeverSent) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 100ms;
+    auto c = std::make_unique<client>(executor{ioc_.get_executor()}, o);
+    // A set-up that takes half a second: the list never fills, BLPOP answers nil when it ends.
+    c->add_connect_command({"BLPOP", "nothing-comes", "0.5"});
+    c->start();
+    auto [ec, r] = run(*c, {"INCR", "charged"});
+    EXPECT_EQ(ec, errc::redis_timeout) << r.describe();
+    ASSERT_TRUE(test::run_coro(ioc_, ping_until(c.get(), true, steady::now() + 5s)));
+    auto [get_ec, value] = run(*c, {"GET", "charged"});
+    ASSERT_FALSE(get_ec) << get_ec.message();
+    EXPECT_TRUE(value.is_nil()) << "the timed-out INCR reached Redis: " << value.describe();
+}
+
+/// A server on 127.0.0.1 that hands each connection it accepts to `serve` (on its own thread,
+/// one connection at a time), then closes it. Counts the connections it accepted.
+class scripted_server {
 public:
-    refusing_server()
-        : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    explicit scripted_server(std::function<void(int)> serve)
+        : serve_(std::move(serve))
+        , fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
         sockaddr_in address{};
         address.sin_family = AF_INET;
         address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -408,13 +430,13 @@ public:
         if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
             ::listen(fd_, 64) != 0 ||
             ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-            throw std::runtime_error("refusing_server: cannot listen");
+            throw std::runtime_error("scripted_server: cannot listen");
         }
         port_ = ntohs(address.sin_port);
         thread_ = std::thread([this] { run(); });
     }
 
-    ~refusing_server() {
+    ~scripted_server() {
         stop_ = true;
         thread_.join();
         ::close(fd_);
@@ -424,9 +446,10 @@ public:
 
     long long accepted() const { return accepted_; }
 
+    bool stopping() const { return stop_; }
+
 private:
     void run() {
-        static constexpr char denied[] = "-DENIED Redis is running in protected mode\r\n";
         while (!stop_) {
             pollfd p{fd_, POLLIN, 0};
             if (::poll(&p, 1, 10) != 1) {
@@ -437,11 +460,12 @@ private:
                 continue;
             }
             ++accepted_;
-            (void)::send(client, denied, sizeof denied - 1, MSG_NOSIGNAL);
+            serve_(client);
             ::close(client);
         }
     }
 
+    std::function<void(int)> serve_;
     int fd_;
     std::uint16_t port_ = 0;
     std::atomic<bool> stop_{false};
@@ -449,11 +473,58 @@ private:
     std::thread thread_;
 };
 
+/// A server that answers every connection as a Redis in protected mode does: an error, then
+/// close.
+scripted_server refusing_server() {
+    return scripted_server([](int client) {
+        static constexpr char denied[] = "-DENIED Redis is running in protected mode\r\n";
+        (void)::send(client, denied, sizeof denied - 1, MSG_NOSIGNAL);
+    });
+}
+
+// A reply that never ends (a bulk string announced at a gigabyte, then bytes for as long as the
+// client takes them) drops the connection once it passes max_reply_bytes, rather than growing
+// the reader until the process dies; the command fails as on any lost connection.
+TEST_F(RedisClient, AReplyThatNeverEndsDropsTheConnectionAtItsLimit) {
+    // Whatever the client does, the server gives up at this, far above the limit.
+    constexpr std::size_t ceiling = 256u * 1024 * 1024;
+    std::atomic<std::size_t> sent{0};
+    std::atomic<bool> peer_gone{false};
+    scripted_server flooding([&](int client) {
+        char command[256];
+        if (::recv(client, command, sizeof command, 0) <= 0) {
+            return;
+        }
+        static constexpr char head[] = "$1000000000\r\n";
+        (void)::send(client, head, sizeof head - 1, MSG_NOSIGNAL);
+        const std::string block(64 * 1024, 'x');
+        while (sent < ceiling) {
+            const auto n = ::send(client, block.data(), block.size(), MSG_NOSIGNAL);
+            if (n <= 0) {
+                peer_gone = true;
+                return;
+            }
+            sent += static_cast<std::size_t>(n);
+        }
+    });
+    auto o = options_for(flooding.port());
+    o.command_timeout = 5s; // neither the timeout nor the stall check ends it first
+    o.stall_timeout = 5s;
+    auto c = make_client(o);
+    auto [ec, r] = run(*c, {"PING"});
+    EXPECT_EQ(ec, errc::redis_unavailable) << ec.message() << ": " << r.describe();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return peer_gone.load(); }, 5s))
+        << "the connection was not dropped; " << sent << " bytes sent";
+    // The limit, plus what the two sockets' buffers held when the client stopped reading.
+    EXPECT_LT(sent.load(), detail::max_reply_bytes + 16u * 1024 * 1024);
+}
+
 // Issue 12: a server that closes every connection right after accepting it (protected mode,
 // nothing to set up) is retried on the backoff's schedule, not at its shortest wait forever: a
 // connection lost at once does not reset the backoff.
 TEST_F(RedisClient, AConnectionClosedAtOnceIsRetriedOnTheBackoffSchedule) {
-    refusing_server refusing;
+    auto refusing = refusing_server();
     auto o = options_for(refusing.port());
     o.reconnect_min = 40ms;
     o.reconnect_max = 160ms;

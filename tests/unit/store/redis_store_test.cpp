@@ -590,6 +590,35 @@ TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
     EXPECT_EQ(decide_with(1).ec, errc::bad_reply);
 }
 
+// A batch whose reply is refused (malformed, an error, a delay out of bound) may hold
+// CONCURRENCY slots in Redis all the same: the script ran. They are released as their requests'
+// would be, not left to count against their key for a whole lease with no request behind them.
+TEST_F(RedisStore, SlotsTakenByABatchWhoseReplyIsRefusedAreReleased) {
+    EXPECT_TRUE(acquire_one("warm", leaky(10, 1), t0).allowed); // the store's own library, loaded
+    // The function the store calls, replaced by one that takes the first request's slot as the
+    // script would (the lease prefix is its last argument), then fails (an error of a kind of
+    // its own: the store logs each kind once per 10 s, and another test counts its lines).
+    const auto name = std::string(redis::limits_script.function_name);
+    command({"FUNCTION",
+             "LOAD",
+             "REPLACE",
+             "#!lua name=" + name + "\nredis.register_function('" + name +
+                 "', function(keys, args) redis.call('INCR', 'took'); "
+                 "redis.call('ZADD', keys[1], 1e15, args[#args] .. '1'); "
+                 "return redis.error_reply('FAKE failed after taking a slot') end)\n"});
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 5;
+    l.lease = 30s;
+    EXPECT_EQ(acquire(one("slots", l), t0).ec, errc::bad_reply);
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (command({"ZCARD", "slots"}).integer != 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+    }
+    EXPECT_EQ(command({"GET", "took"}).str, "1") << "the replacement did not run";
+    EXPECT_EQ(command({"ZCARD", "slots"}).integer, 0) << "the slot was left for its lease";
+}
+
 /// What the default logger writes while this lives, one message a line (no pattern).
 class captured_log {
 public:
