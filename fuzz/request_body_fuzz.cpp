@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A request body read ahead into memory (take_body_ahead: server.request-buffer-size, a `json:`
-// limit's cost.max-body) on arbitrary bytes: the room made in the buffered_body for each piece,
+// limit's cost.max-body) on arbitrary bytes: the room made in the buffered_body for the pieces,
 // the parse into it, what is kept of it. The input's first byte chooses the size of the pieces
 // the rest arrives in (1..256 bytes), its second how much may be read ahead (`max`, 1 to 16 KiB),
 // its third the chunk limits (server.max-chunk-header-size, server.max-trailer-size); the rest is

@@ -12,25 +12,40 @@
 
 namespace sluice::http::detail {
 
-// No more than the body has left when its length is known (no zero-filled block for a small
-// body), otherwise doubling, from 4 KiB to a relay buffer a step.
-std::size_t make_body_room(request_parser& parser, buffered_body& body, std::uint64_t max) {
-    std::uint64_t room = std::min<std::uint64_t>(max - body.size(), relay_buffer_size);
+namespace {
+
+// The room to add for the next pieces: no more than the body has left when its length is known
+// (no zero-filled block for a small body), otherwise doubling, from 4 KiB to a relay buffer a
+// step; never past `most`.
+std::size_t room_step(request_parser& parser, const buffered_body& body, std::uint64_t most) {
+    std::uint64_t step = std::min<std::uint64_t>(most, relay_buffer_size);
     if (const auto left = parser.content_length_remaining()) {
-        room = std::min<std::uint64_t>(room, std::max<std::uint64_t>(*left, 1));
+        step = std::min<std::uint64_t>(step, std::max<std::uint64_t>(*left, 1));
     } else {
-        room = std::min<std::uint64_t>(room, std::max<std::size_t>(body.size(), 4096));
+        step = std::min<std::uint64_t>(step, std::max<std::size_t>(body.size(), 4096));
     }
-    const auto had = body.size();
-    body.resize(had + static_cast<std::size_t>(room));
-    auto& b = parser.get().body();
-    b.data = body.data() + had;
-    b.size = static_cast<std::size_t>(room);
-    return had;
+    return static_cast<std::size_t>(step);
 }
 
-void keep_body_piece(request_parser& parser, buffered_body& body, std::size_t had) {
-    body.resize(had + (body.size() - had - parser.get().body().size));
+} // namespace
+
+// The room is added only once what was made before is filled, so that what is zero-filled, in
+// all, is the body and one step at most, however small its pieces: a chunk of one byte takes
+// two parses (its size line, its data), and a room made for each parse was 64 KiB of memset
+// per byte of body.
+std::size_t make_body_room(request_parser& parser, buffered_body& body, std::uint64_t max) {
+    const std::uint64_t most = max - body.size();
+    if (body.room() == 0) {
+        body.add_room(room_step(parser, body, most));
+    }
+    auto& b = parser.get().body();
+    b.data = body.room_data();
+    b.size = static_cast<std::size_t>(std::min<std::uint64_t>(body.room(), most));
+    return b.size;
+}
+
+void keep_body_piece(request_parser& parser, buffered_body& body, std::size_t given) {
+    body.fill(given - parser.get().body().size);
 }
 
 body_read end_body_ahead(request_parser& parser) {
@@ -60,9 +75,9 @@ std::optional<body_read> take_body_ahead(body_source src, buffered_body& body, s
     }
     const auto limits = chunk_limits_of(src.config);
     while (!src.parser.is_done() && body.size() < max) {
-        const auto had = make_body_room(src.parser, body, max);
+        const auto given = make_body_room(src.parser, body, max);
         const auto ec = parse_buffered(src.client_buffer, src.parser, false, limits);
-        keep_body_piece(src.parser, body, had);
+        keep_body_piece(src.parser, body, given);
         if (!ec) {
             return std::nullopt; // more to read: read_body_ahead goes on from here
         }

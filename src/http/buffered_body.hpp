@@ -29,21 +29,34 @@ public:
     buffered_body(const buffered_body&) = delete;
     buffered_body& operator=(const buffered_body&) = delete;
 
-    std::size_t size() const noexcept { return bytes_.size(); }
+    /// The bytes of the body held (the room after them aside).
+    std::size_t size() const noexcept { return filled_; }
 
-    char* data() noexcept { return bytes_.data(); }
+    std::string_view view() const noexcept { return {bytes_.data(), filled_}; }
 
-    std::string_view view() const noexcept { return bytes_; }
+    /// The bytes made after the body for what comes next, not yet filled.
+    std::size_t room() const noexcept { return bytes_.size() - filled_; }
 
-    /// As std::string::resize (the new bytes zero-filled); the gauge follows the allocation.
-    void resize(std::size_t n) {
-        bytes_.resize(n);
+    char* room_data() noexcept { return bytes_.data() + filled_; }
+
+    /// The body and its room: every byte zero-filled since it was made or released (no room is
+    /// made twice).
+    std::size_t reserved() const noexcept { return bytes_.size(); }
+
+    /// Makes the room `n` bytes more; only the new bytes are zero-filled, and the room's
+    /// bytes stay as they were. The gauge follows the allocation.
+    void add_room(std::size_t n) {
+        bytes_.resize(bytes_.size() + n);
         recount();
     }
+
+    /// The first `n` bytes of the room (n <= room()) are the body's now.
+    void fill(std::size_t n) noexcept { filled_ += n; }
 
     /// Frees the bytes: the request has gone upstream and no retry will send it again.
     void release() noexcept {
         std::string{}.swap(bytes_);
+        filled_ = 0;
         recount();
     }
 
@@ -63,7 +76,11 @@ private:
     }
 
     metrics::gauge* allocated_;
+    /// The body, `filled_` bytes, then its room. The room is kept between the pieces of a body
+    /// read ahead: made again for each piece (resized up, then down), a body sent as chunks of
+    /// one byte made a zero-filled 4-32 KiB per parse, two parses a byte.
     std::string bytes_;
+    std::size_t filled_ = 0;
     /// What `allocated_` has of this body's.
     std::int64_t counted_ = 0;
 };

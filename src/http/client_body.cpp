@@ -40,11 +40,11 @@ awaitable<body_read> read_body_ahead(body_source src, buffered_body& body, std::
     }
     const auto limits = chunk_limits_of(src.config);
     while (!src.parser.is_done() && body.size() < max) {
-        const auto had = make_body_room(src.parser, body, max);
+        const auto given = make_body_room(src.parser, body, max);
         src.client.expires_after(body_read_timeout(src.config, src.body_started));
         const auto ec =
             co_await read_message(src.client, src.client_buffer, src.parser, false, limits);
-        keep_body_piece(src.parser, body, had);
+        keep_body_piece(src.parser, body, given);
         if (ec && ec != bhttp::error::need_buffer) {
             co_return body_read_of(ec);
         }

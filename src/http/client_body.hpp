@@ -67,12 +67,12 @@ awaitable<body_read> read_body_ahead(body_source src, buffered_body& body, std::
 // The steps of a body read ahead, shared by the read that waits (`read_body_ahead`) and the one
 // that takes what is there (`take_body_ahead`).
 
-/// Makes room at the end of `body` for the next piece and points the parser's buffer at it,
-/// never past `max`; returns the size the body had.
+/// Points the parser's buffer at the room after `body` for the next piece, never past `max`,
+/// making room only when none is left; returns the size of the buffer given.
 std::size_t make_body_room(request_parser& parser, buffered_body& body, std::uint64_t max);
 
-/// Keeps what the parse put into the room `make_body_room` made (from `had` on).
-void keep_body_piece(request_parser& parser, buffered_body& body, std::size_t had);
+/// Keeps what the parse put into the buffer `make_body_room` gave it (`given` bytes).
+void keep_body_piece(request_parser& parser, buffered_body& body, std::size_t given);
 
 /// Points the parser's buffer nowhere again (the forwarder points it at its own): done.
 body_read end_body_ahead(request_parser& parser);
