@@ -50,9 +50,9 @@ failure judge_response_header(const error_code& ec,
                               bool retryable,
                               bool upgrade);
 
-/// Passes a 1xx interim response (other than 100, which we answer ourselves) to the client.
-/// Returns false if the client is gone.
-awaitable<bool> relay_interim(forward_args& a, const response_head& interim);
+/// Passes a 1xx interim response (other than 100, which we answer ourselves) to the client,
+/// rewriting `interim` (hop-by-hop and framing fields out). Returns false if the client is gone.
+awaitable<bool> relay_interim(forward_args& a, response_head& interim);
 
 /**
  * Rewrites the upstream's response header for the client: hop-by-hop fields out, rate-limit

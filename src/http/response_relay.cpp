@@ -6,9 +6,7 @@
 #include "sluice/http/forward_headers.hpp"
 #include "sluice/http/rate_limit_headers.hpp"
 
-#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include <cerrno>
 #include <memory>
@@ -162,24 +160,25 @@ failure judge_response_header(const error_code& ec,
     return status >= 200 ? failure::none : failure::interim;
 }
 
-awaitable<bool> relay_interim(forward_args& a, const response_head& interim) {
+awaitable<bool> relay_interim(forward_args& a, response_head& interim) {
     if (a.reply.version < 11 || interim.status == 100) {
         co_return true; // HTTP/1.0 knows no 1xx
     }
-    // By number and reason: Beast names no status it does not know (103 Early Hints, say), and
-    // result() would make it 000 <unknown-status>.
-    bhttp::response<bhttp::empty_body> res;
-    res.version(11);
-    res.result(interim.status);
-    res.reason(interim.reason());
-    for (const auto& f : interim) {
-        if (!is_framing_field(f.name())) { // a 1xx has no body (RFC 9110 8.6, RFC 9112 6.1)
-            res.insert(f.name_string(), f.value());
-        }
-    }
-    strip_hop_by_hop(res);
+    // Written from the head as it came, as a final response's is: by number and reason (Beast
+    // names no status it does not know, 103 Early Hints say), and each field whatever its
+    // length, within upstream.max-header-size (Beast's fields throw std::length_error for a
+    // value of 65,534 bytes or more: a 103's long Link field escaped the request's coroutine).
+    interim.remove_if([](const head_field& f) {
+        return is_framing_field(f.name()); // a 1xx has no body (RFC 9110 8.6, RFC 9112 6.1)
+    });
+    strip_hop_by_hop(interim);
+    interim.version = 11;
+    message_writer writer(interim, body_framing::none, a.scratch.header, {});
     a.client.expires_after(a.config.server.idle_timeout);
-    auto [ec, n] = co_await bhttp::async_write(a.client, res);
+    error_code ec;
+    if (!writer.write_now(a.client, {}, true, ec)) {
+        ec = co_await writer.finish(a.client);
+    }
     co_return !ec;
 }
 
