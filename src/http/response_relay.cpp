@@ -302,6 +302,11 @@ awaitable<failure> response_relay::run() {
         }
     }
     auto& body = rp_.body();
+    // No deadline on the client between writes (each write sets its own): the watchdog of one
+    // that passed while the upstream was silent cancelled the watch's wait, which was not armed
+    // again, and a client that left then was noticed only at the upstream's next piece
+    // (upstream.timeout longer than server.idle-timeout, a stream of rare events).
+    a_.client.expires_never();
     // Only once the request is all in: before that, the client's bytes are its body.
     std::optional<client_watch> watch;
     if (a_.parser.is_done()) {
@@ -332,6 +337,7 @@ awaitable<failure> response_relay::run() {
         if (ec) {
             co_return failure::client_gone;
         }
+        a_.client.expires_never();
         if (scan_ != nullptr) {
             scan_->feed({buf_.data(), body.size});
         }

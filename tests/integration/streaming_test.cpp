@@ -488,6 +488,43 @@ void StreamingTest::client_leaves_mid_stream(bool half_close) {
     }
 }
 
+// As above, but the client leaves once its stream has been silent longer than
+// server.idle-timeout (1 s), with upstream.timeout (60 s) longer, as for a stream of rare events.
+// The client stream's deadline, set for the last write, passed meanwhile, and its watchdog
+// cancelled what waited on the socket: the watch on the client too, which was not armed again,
+// so that its leaving was noticed only at the upstream's next event (here 30 s later).
+TEST(Streaming, AClientLeavingAfterTheIdleTimeoutStillClosesTheUpstreamAtOnce) {
+    event_stream_upstream upstream(2, 30s);
+    auto yaml = compose_yaml(upstream.url(), roomy_fallback_yaml(), "  idle-timeout: 1s\n");
+    const auto url_line = fmt::format("  url: \"{}\"\n", upstream.url());
+    ASSERT_NE(yaml.find(url_line), std::string::npos) << yaml;
+    yaml.insert(yaml.find(url_line) + url_line.size(), "  timeout: 60s\n");
+    sluice_process sluice(yaml);
+    auto client = fd_stream::connect_loopback(sluice.port());
+    client.timeout(5s);
+    client.write_all("GET /events HTTP/1.1\r\nHost: test\r\n\r\n");
+    std::string text;
+    char buffer[4096];
+    while (text.find("data: 0") == std::string::npos) {
+        error_code ec;
+        const auto n = client.read_some(boost::asio::buffer(buffer), ec);
+        ASSERT_FALSE(ec) << ec.message() << "\n" << text;
+        text.append(buffer, n);
+    }
+    // Past the idle timeout after the last write (and the coarse clock's two ticks), the
+    // condition under test: time passing, not a wait for sluice.
+    std::this_thread::sleep_for(1500ms);
+    ASSERT_FALSE(upstream.closed_at()) << "sluice closed the stream while the client was there";
+    client.close();
+    const auto left = clock_type::now();
+    ASSERT_TRUE(eventually([&] { return upstream.closed_at().has_value(); }, 5s))
+        << "the upstream connection stayed open after the client left";
+    EXPECT_LT(*upstream.closed_at() - left, 500ms);
+    EXPECT_EQ(upstream.sent().size(), 1u) << "nothing more was sent for the departed client";
+    EXPECT_TRUE(sluice.wait_for_log("path=/events", 2s)) << sluice.log_text();
+    EXPECT_NE(sluice.log_text().find("end=client_left"), std::string::npos) << sluice.log_text();
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores,
                          StreamingTest,
                          ::testing::Values(streaming_case{"memory", "shape"},
