@@ -181,6 +181,9 @@ end
 -- one before it wrote (stored numbers round-trip exactly: see format_number).
 -- Per call, as are lease_prefix, request_number and out below: decide_batch sets them afresh.
 local cached      -- key -> {algorithm, f1, f2, a, b, replace, dirty, expire}
+-- 1e15 ms, 31,700 years: a key idle that long is gone for any purpose, and the value is an exact
+-- integer that every Redis reads as one.
+local MAX_EXPIRE_MS = 1e15
 local cached_keys -- in order of first use, so that the writes are deterministic
 
 local function write_out(key, c)
@@ -190,7 +193,9 @@ local function write_out(key, c)
       redis.call('DEL', key) -- absent, or another algorithm's state
     end
     redis.call('HSET', key, c.f1, string.format('%d', c.a), c.f2, format_number(c.b))
-    redis.call('PEXPIRE', key, c.expire)
+    -- Bounded: a debt of 2^53 at a slow rate drains in more milliseconds than Redis takes
+    -- (past 1e17 or 9.2e18, by version), and a refused PEXPIRE would fail the whole call.
+    redis.call('PEXPIRE', key, string.format('%d', math.min(c.expire, MAX_EXPIRE_MS)))
   end
 end
 
@@ -713,6 +718,17 @@ local algorithms = {
 -- string per key, joined at the end.
 local pack, byte -- struct.pack, string.byte: see floor above
 local REPLY_FORMAT = '<i8i8i8i8i8i8'
+-- The largest double below 2^63. A reset or retry-after past it (q slots of T ms: a settled debt
+-- of 2^53 at 0.5/s is 1.8e19 ms) is packed as it, where struct.pack's conversion would wrap to
+-- a negative; src/store/limits_call.hpp reads it back as the int64 maximum, which is what the
+-- memory store's saturating conversion gives.
+local I8_CEILING = 9223372036854774784
+local function saturated(ms)
+  if ms > I8_CEILING then
+    return I8_CEILING
+  end
+  return ms
+end
 local TENTATIVE_FORMAT = '<i8i8i8i8i8i8i8i8'
 local out, out_n -- per call
 
@@ -823,7 +839,7 @@ local function decide_batch(KEYS, ARGV)
     if charged and r1 == 1 and algorithm.token ~= nil then
       t1, t2 = algorithm.token(w1, w2)
     end
-    return pack(TENTATIVE_FORMAT, r1, r2, r3, r4, r5, r6, t1, t2)
+    return pack(TENTATIVE_FORMAT, r1, r2, saturated(r3), saturated(r4), r5, r6, t1, t2)
   end
 
   local p = 1
@@ -880,7 +896,8 @@ local function decide_batch(KEYS, ARGV)
         out[out_n] = tentative_reply(true, algorithm, allowed, remaining, reset, retry_after,
                                      delay, level, w1, w2)
       else
-        out[out_n] = pack(REPLY_FORMAT, allowed, remaining, reset, retry_after, delay, level)
+        out[out_n] = pack(REPLY_FORMAT, allowed, remaining, saturated(reset),
+                          saturated(retry_after), delay, level)
       end
     else
       request_number = request_number + 1
@@ -918,7 +935,8 @@ local function decide_batch(KEYS, ARGV)
           out[out_n] = tentative_reply(admit and last_of[keys[i]] == i, limits[i].algorithm, r[1],
                                        r[2], r[3], r[4], r[5], r[6], r[7], r[8])
         else
-          out[out_n] = pack(REPLY_FORMAT, r[1], r[2], r[3], r[4], r[5], r[6])
+          out[out_n] = pack(REPLY_FORMAT, r[1], r[2], saturated(r[3]), saturated(r[4]), r[5],
+                            r[6])
         end
       end
     end

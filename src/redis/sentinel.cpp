@@ -270,12 +270,17 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
         }
         if (previous) {
             switches_.fetch_add(1, std::memory_order_relaxed);
-            spdlog::warn("sentinel: the primary of '{}' moved from {} to {} ({}); moving the "
-                         "connections",
-                         opts_.master,
-                         config::format_address(*previous),
-                         config::format_address(address),
-                         switched ? "+switch-master from " + source : "named by " + source);
+            // At most a line a second: a flapping (or hostile) Sentinel announces at its own
+            // pace. switches() counts every one.
+            static log_throttle switches{std::chrono::seconds(1)};
+            log_throttled(switches,
+                          spdlog::level::warn,
+                          "sentinel: the primary of '{}' moved from {} to {} ({}); moving the "
+                          "connections",
+                          opts_.master,
+                          config::format_address(*previous),
+                          config::format_address(address),
+                          switched ? "+switch-master from " + source : "named by " + source);
         } else {
             spdlog::info("sentinel: the primary of '{}' is {} (named by {})",
                          opts_.master,

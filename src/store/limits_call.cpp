@@ -161,8 +161,8 @@ void decisions_at(std::string_view packed,
         describe_policy(*c.limit, d);
         d.allowed = field_at(packed, field) == 1;
         d.remaining = field_at(packed, field + 1);
-        d.reset_after = milliseconds{field_at(packed, field + 2)};
-        d.retry_after = milliseconds{field_at(packed, field + 3)};
+        d.reset_after = duration_at(packed, field + 2);
+        d.retry_after = duration_at(packed, field + 3);
         d.delay = milliseconds{field_at(packed, field + 4)};
         d.never_fits = never_fits(*c.limit, c.cost);
         out.decisions.push_back(d);

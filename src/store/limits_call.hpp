@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -266,6 +267,18 @@ inline std::int64_t field_at(std::string_view packed, std::size_t i) noexcept {
     static_assert(field_bytes == sizeof(std::int64_t));
     return boost::endian::load_little_s64(
         reinterpret_cast<const unsigned char*>(packed.data() + i * field_bytes));
+}
+
+/**
+ * A duration field (reset, retry-after): the script packs one past the largest double below
+ * 2^63 as that double (limits.lua's `saturated`, where struct.pack would wrap), read back here
+ * as the int64 maximum, which is what the memory store's saturating conversion gives.
+ */
+inline std::chrono::milliseconds duration_at(std::string_view packed, std::size_t i) noexcept {
+    constexpr std::int64_t script_ceiling = 9'223'372'036'854'774'784; // 2^63 - 1024
+    const auto ms = field_at(packed, i);
+    return std::chrono::milliseconds{ms >= script_ceiling ? std::numeric_limits<std::int64_t>::max()
+                                                          : ms};
 }
 
 /**

@@ -213,7 +213,7 @@ struct redis_settings {
 };
 
 struct memory_settings {
-    /// Keys the memory store holds at most (about 64 MB at the measured cost per key); beyond
+    /// Keys the memory store holds at most (about 46 MB at the measured cost per key); beyond
     /// it, reset keys and then the least recently used are evicted.
     std::size_t max_keys = 375'000;
 };

@@ -14,6 +14,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
@@ -582,6 +583,27 @@ config::limit make(config::algorithm algo, std::int64_t n, double rate, millisec
     l.refill_rate = rate;
     l.window = window;
     return l;
+}
+
+// A settled debt as large as a cost may be (2^53) at a slow rate: its reset and retry-after
+// pass what an int64 holds in milliseconds, and both stores give the int64 maximum (the
+// script's packing wrapped them to negatives: Retry-After 1). The key's expiry, as long, is
+// bounded, so that Redis does not refuse the settlement's PEXPIRE.
+TEST_F(StoreContractAgreement, AnEnormousDebtSaturatesAlike) {
+    for (const auto algo : {config::algorithm::leaky_bucket, config::algorithm::token_bucket}) {
+        const auto l = make(algo, 10, 0.5, 0ms);
+        const std::string key = "rate-limit:debt:" + std::to_string(static_cast<int>(algo));
+        const double now = 1'700'000'000'000.0;
+        ASSERT_TRUE(agree(checks{check{key, &l, 1}}, now));
+        settle_both(settlement{key, &l, std::int64_t{1} << 53, false}, now);
+        outcome refused;
+        ASSERT_TRUE(agree(checks{check{key, &l, 1}}, now + 1000, &refused));
+        ASSERT_EQ(refused.decisions.size(), 1u);
+        EXPECT_FALSE(refused.decisions[0].allowed);
+        EXPECT_EQ(refused.decisions[0].retry_after.count(),
+                  std::numeric_limits<std::int64_t>::max());
+        EXPECT_GT(redis_->command({"PTTL", key}).integer, 0) << "the settlement's PEXPIRE failed";
+    }
 }
 
 TEST_F(StoreContractAgreement, RandomizedTrafficDecidesIdenticallyPerAlgorithm) {
