@@ -85,25 +85,26 @@ failure failure_of(body_read read) noexcept {
     return failure::client_gone;
 }
 
-// Reads the client's body until one block of it is in `buf` (or the body is all in). Done
-// before the upstream is even contacted, so that a body that is broken from its first chunk
-// (a bad chunk size, say) is refused with nothing sent upstream. Later damage can only be
-// found mid-stream, and then the upstream connection is aborted.
+// Reads the client's body until one block of it is in `buf` (or the body is all in): the piece
+// a read brings, and every piece already buffered after it, so that they go upstream in one
+// write. Done before the upstream is even contacted, so that a body that is broken from its
+// first chunk (a bad chunk size, say) is refused with nothing sent upstream. Later damage can
+// only be found mid-stream, and then the upstream connection is aborted.
 awaitable<failure> read_body_block(forward_args& a, const relay_buffer& buf) {
     auto& body = a.parser.get().body();
+    const auto limits = chunk_limits_of(a.config);
     do {
-        body.data = buf.data();
-        body.size = buf.size();
+        open_block(body, buf);
         a.client.expires_after(body_read_timeout(a.config, a.body_started));
-        const auto ec = co_await read_message(
-            a.client, a.client_buffer, a.parser, false, chunk_limits_of(a.config));
+        auto ec = co_await read_message(a.client, a.client_buffer, a.parser, false, limits);
+        if (!ec) {
+            ec = parse_buffered_body(a.client_buffer, a.parser, limits);
+        }
         if (ec && ec != bhttp::error::need_buffer) {
             co_return failure_of(body_read_of(ec));
         }
-        body.size = buf.size() - body.size;
-        body.data = buf.data();
-        body.more = !a.parser.is_done();
-    } while (body.size == 0 && body.more); // a chunk header only: nothing to pass on yet
+        close_block(body, buf, a.parser.is_done());
+    } while (body.size == 0 && body.more); // chunk headers only: nothing to pass on yet
     co_return failure::none;
 }
 

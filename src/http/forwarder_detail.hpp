@@ -16,6 +16,21 @@ namespace sluice::http::detail {
 
 using relay_buffer = std::span<char, relay_buffer_size>;
 
+/// Points the parser's body block at the whole of `buf`, for it to fill.
+inline void open_block(bhttp::buffer_body::value_type& body, const relay_buffer& buf) noexcept {
+    body.data = buf.data();
+    body.size = buf.size();
+}
+
+/// Makes the body block what the parser filled of `buf` since `open_block`; `done`: the message
+/// is (no more blocks follow).
+inline void
+close_block(bhttp::buffer_body::value_type& body, const relay_buffer& buf, bool done) noexcept {
+    body.size = buf.size() - body.size;
+    body.data = buf.data();
+    body.more = !done;
+}
+
 /// Where an exchange failed, which decides the answer.
 enum class failure {
     none,

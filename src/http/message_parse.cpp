@@ -148,6 +148,25 @@ std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
 }
 
 template <typename Parser>
+error_code
+parse_buffered_body(beast::flat_buffer& buffer, Parser& parser, const chunk_limits& limits) {
+    error_code ec;
+    // A full block is no stop: a put then still takes a chunk header, or the last chunk, and
+    // the block goes out as the body's last rather than a write of the last chunk alone.
+    while (buffer.size() != 0 && !parser.is_done()) {
+        const auto before = buffer.size();
+        ec = put_buffered(buffer, parser, limits);
+        if (ec == bhttp::error::need_buffer || ec == bhttp::error::need_more) {
+            return {};
+        }
+        if (ec || buffer.size() == before) {
+            break;
+        }
+    }
+    return ec;
+}
+
+template <typename Parser>
 error_code stream_ended(Parser& parser) {
     if (!parser.got_some()) {
         return bhttp::error::end_of_stream;
@@ -172,6 +191,8 @@ template std::optional<error_code>
 parse_buffered(beast::flat_buffer&, request_parser&, bool, const chunk_limits&);
 template std::optional<error_code>
 parse_buffered(beast::flat_buffer&, response_parser&, bool, const chunk_limits&);
+template error_code parse_buffered_body(beast::flat_buffer&, request_parser&, const chunk_limits&);
+template error_code parse_buffered_body(beast::flat_buffer&, response_parser&, const chunk_limits&);
 template error_code stream_ended(request_parser&);
 template error_code stream_ended(response_parser&);
 

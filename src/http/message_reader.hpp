@@ -114,4 +114,16 @@ std::optional<error_code> parse_buffered(beast::flat_buffer& buffer,
                                          bool header_only,
                                          const chunk_limits& limits);
 
+/**
+ * Parses the rest of what `buffer` holds into the parser's body block (its buffer_body, from
+ * where it points, up to its size), piece after piece, without reading: until the buffer is
+ * empty, the message is done or the block is full. One put parses one piece, and a body of
+ * one-byte chunks made a block, and a write (a TCP segment, with TCP_NODELAY), per byte: 2,000
+ * such chunks sent in one write went on in 2,001 writes, now 12, one per read. Returns
+ * put_buffered's error; need_more and need_buffer (more to read, a full block) are none.
+ */
+template <typename Parser>
+error_code
+parse_buffered_body(beast::flat_buffer& buffer, Parser& parser, const chunk_limits& limits);
+
 } // namespace sluice::http::detail

@@ -95,35 +95,6 @@ body_framing response_framing(const forward_args& a, const response_parser& rp) 
     return rp.head().chunked() ? body_framing::chunked : body_framing::raw;
 }
 
-// Parses into `buf` the part of the body that came in with the header, without reading, so
-// that the header and the first block of the body go out to the client in one write.
-error_code parse_buffered_body(const forward_args& a,
-                               upstream::connection& conn,
-                               response_parser& rp,
-                               const relay_buffer& buf) {
-    auto& body = rp.body();
-    body.data = buf.data();
-    body.size = buf.size();
-    error_code ec;
-    const auto limits = chunk_limits_of(a.config);
-    while (conn.buffer.size() != 0 && !rp.is_done()) {
-        // Without the eager option one call parses one piece (a chunk header, say): loop.
-        const auto before = conn.buffer.size();
-        ec = put_buffered(conn.buffer, rp, limits);
-        if (ec == bhttp::error::need_buffer || ec == bhttp::error::need_more) {
-            ec = {};
-            break;
-        }
-        if (ec || conn.buffer.size() == before) {
-            break;
-        }
-    }
-    body.size = buf.size() - body.size;
-    body.data = buf.data();
-    body.more = !rp.is_done();
-    return ec;
-}
-
 } // namespace
 
 void start_response(forward_args& a, std::optional<response_parser>& rp, bool first) {
@@ -260,9 +231,13 @@ response_relay::response_relay(forward_args& a,
 std::optional<failure> response_relay::start() {
     std::string_view block;
     if (has_body_) {
-        // A body broken in its buffered part still gets the header first, as a later break
-        // would.
-        broken_ = static_cast<bool>(parse_buffered_body(a_, conn_, rp_, buf_));
+        // The part of the body that came in with the header, parsed without reading, goes out
+        // with it in one write. A body broken in its buffered part still gets the header
+        // first, as a later break would.
+        open_block(rp_.body(), buf_);
+        broken_ =
+            static_cast<bool>(parse_buffered_body(conn_.buffer, rp_, chunk_limits_of(a_.config)));
+        close_block(rp_.body(), buf_, rp_.is_done());
         block = {buf_.data(), broken_ ? 0 : rp_.body().size};
     }
     first_block_ = block;
@@ -312,16 +287,17 @@ awaitable<failure> response_relay::run() {
     if (a_.parser.is_done()) {
         watch.emplace(a_.client.socket(), conn_.stream.socket());
     }
+    const auto limits = chunk_limits_of(a_.config);
     for (;;) {
         do {
-            body.data = buf_.data();
-            body.size = buf_.size();
+            open_block(body, buf_);
             conn_.stream.expires_after(a_.config.upstream.timeout);
-            const auto rec = co_await read_message(
-                conn_.stream, conn_.buffer, rp_, false, chunk_limits_of(a_.config));
-            body.size = buf_.size() - body.size;
-            body.data = buf_.data();
-            body.more = !rp_.is_done();
+            auto rec = co_await read_message(conn_.stream, conn_.buffer, rp_, false, limits);
+            if (!rec) {
+                // What came with that piece joins it, without I/O: one write for all of it.
+                rec = parse_buffered_body(conn_.buffer, rp_, limits);
+            }
+            close_block(body, buf_, rp_.is_done());
             if (rec && rec != bhttp::error::need_buffer) {
                 if (watch && watch->client_left()) {
                     co_return failure::client_gone;

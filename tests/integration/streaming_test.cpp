@@ -7,6 +7,7 @@
 
 #include "integration_util.hpp"
 #include "support/admin_client.hpp"
+#include "support/body_pattern.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
@@ -16,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -523,6 +525,146 @@ TEST(Streaming, AClientLeavingAfterTheIdleTimeoutStillClosesTheUpstreamAtOnce) {
     EXPECT_EQ(upstream.sent().size(), 1u) << "nothing more was sent for the departed client";
     EXPECT_TRUE(sluice.wait_for_log("path=/events", 2s)) << sluice.log_text();
     EXPECT_NE(sluice.log_text().find("end=client_left"), std::string::npos) << sluice.log_text();
+}
+
+/// A chunked body as it came on the wire: its data, and how many chunks (the last one aside)
+/// carried it; nullopt if the bytes are not a whole chunked body.
+struct dechunked {
+    std::string data;
+    std::size_t chunks = 0;
+};
+
+std::optional<dechunked> dechunk(std::string_view wire) {
+    dechunked out;
+    for (;;) {
+        const auto eol = wire.find("\r\n");
+        if (eol == std::string_view::npos) {
+            return std::nullopt;
+        }
+        std::size_t size = 0;
+        const auto digits = wire.substr(0, eol);
+        const auto [end, err] =
+            std::from_chars(digits.data(), digits.data() + digits.size(), size, 16);
+        if (err != std::errc{} || end != digits.data() + digits.size()) {
+            return std::nullopt;
+        }
+        wire.remove_prefix(eol + 2);
+        if (size == 0) {
+            return wire == "\r\n" ? std::optional(out) : std::nullopt;
+        }
+        if (wire.size() < size + 2 || wire.substr(size, 2) != "\r\n") {
+            return std::nullopt;
+        }
+        out.data.append(wire.substr(0, size));
+        ++out.chunks;
+        wire.remove_prefix(size + 2);
+    }
+}
+
+/// Reads from `fd` into `text` until it holds `what`; false if the connection ended or failed
+/// first, or the socket's timeout passed.
+bool read_until(fd_stream& stream, std::string& text, std::string_view what) {
+    char buffer[16 * 1024];
+    while (text.find(what) == std::string::npos) {
+        error_code ec;
+        const auto n = stream.read_some(boost::asio::buffer(buffer), ec);
+        if (ec) {
+            return false;
+        }
+        text.append(buffer, n);
+    }
+    return true;
+}
+
+// The chunked body after the header in `message`.
+std::optional<dechunked> body_of(const std::string& message) {
+    const auto end = message.find("\r\n\r\n");
+    return end == std::string::npos ? std::nullopt
+                                    : dechunk(std::string_view(message).substr(end + 4));
+}
+
+// How many one-byte chunks the tests below send in one write (12,005 bytes on the wire), and the
+// most writes sluice may make of them: each block it forwards is one chunk of its own framing,
+// so the chunks that arrive count its writes. A write per read is the most: a read takes 512
+// bytes at least (Beast's read_size; sluice's buffers of about 1 KiB read 1,020 bytes, 12
+// writes here), and the bound allows reads of half that. A write per parsed piece made one per
+// chunk, 2,000.
+constexpr std::size_t tiny_chunks = 2000;
+constexpr std::size_t most_writes = tiny_chunks * 6 / 256;
+
+// A request body of one-byte chunks that came in one write goes upstream in a write or a few, not
+// one per chunk: what a read brought is parsed whole before the block is forwarded. A first
+// chunk, sent alone and seen upstream, puts the rest on the relay's path (not the first block's,
+// read before the upstream is contacted). The body arrives intact.
+TEST(Streaming, BufferedChunksOfAnUploadGoUpstreamInOneWrite) {
+    std::atomic<bool> first_arrived = false;
+    std::mutex mutex;
+    std::string received;
+    one_connection_server upstream([&](int fd) {
+        fd_stream stream(fd);
+        stream.timeout(10s);
+        std::string text;
+        const bool first = read_until(stream, text, "\r\n\r\n1\r\nF\r\n");
+        first_arrived = first;
+        if (first && read_until(stream, text, "\r\n0\r\n\r\n")) {
+            error_code ignored;
+            stream.write_all("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", ignored);
+        }
+        std::lock_guard lock(mutex);
+        received = text;
+    });
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml()));
+    auto client = fd_stream::connect_loopback(sluice.port());
+    client.timeout(10s);
+    client.write_all("POST /upload HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "1\r\nF\r\n");
+    ASSERT_TRUE(eventually([&] { return first_arrived.load(); }, 5s))
+        << "the first chunk never reached the upstream";
+    client.write_all(chunk_encode(pattern_string(1, tiny_chunks), 1));
+    std::string response;
+    ASSERT_TRUE(read_until(client, response, "\r\n\r\nok")) << response;
+    EXPECT_TRUE(response.starts_with("HTTP/1.1 200")) << response;
+    std::lock_guard lock(mutex);
+    const auto body = body_of(received);
+    ASSERT_TRUE(body) << received.substr(0, 2000);
+    EXPECT_EQ(body->data, "F" + pattern_string(1, tiny_chunks));
+    EXPECT_GE(body->chunks, 2u); // the first chunk went alone
+    EXPECT_LE(body->chunks, 1 + most_writes);
+}
+
+// The mirror: a response body of one-byte chunks that came in one read goes to the client in a
+// write or a few. A first chunk, sent alone and seen by the client, puts the rest on the relay's
+// loop (not the first write, which takes what came with the header).
+TEST(Streaming, BufferedChunksOfAResponseGoToTheClientInOneWrite) {
+    std::atomic<bool> go = false;
+    one_connection_server upstream([&](int fd) {
+        fd_stream stream(fd);
+        stream.timeout(10s);
+        std::string text;
+        if (!read_until(stream, text, "\r\n\r\n")) {
+            return;
+        }
+        error_code ec;
+        stream.write_all("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nF\r\n", ec);
+        if (!ec && eventually([&] { return go.load(); }, 5s)) {
+            stream.write_all(chunk_encode(pattern_string(1, tiny_chunks), 1), ec);
+        }
+        read_until(stream, text, "never sent: wait for sluice to close");
+    });
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml()));
+    auto client = fd_stream::connect_loopback(sluice.port());
+    client.timeout(10s);
+    client.write_all("GET /download HTTP/1.1\r\nHost: test\r\n\r\n");
+    std::string response;
+    ASSERT_TRUE(read_until(client, response, "\r\n\r\n1\r\nF\r\n")) << response;
+    go = true;
+    ASSERT_TRUE(read_until(client, response, "\r\n0\r\n\r\n")) << response.substr(0, 2000);
+    EXPECT_TRUE(response.starts_with("HTTP/1.1 200")) << response.substr(0, 2000);
+    const auto body = body_of(response);
+    ASSERT_TRUE(body) << response.substr(0, 2000);
+    EXPECT_EQ(body->data, "F" + pattern_string(1, tiny_chunks));
+    EXPECT_GE(body->chunks, 2u);
+    EXPECT_LE(body->chunks, 1 + most_writes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores,

@@ -3,6 +3,8 @@
 // of message bytes (put_buffered).
 #include "http/message_reader.hpp"
 #include "http/request_checks.hpp"
+#include "support/body_pattern.hpp"
+#include "support/http_client.hpp"
 
 #include <boost/beast/http/error.hpp>
 #include <gtest/gtest.h>
@@ -498,6 +500,94 @@ TEST(PutBuffered, ABareLfInAChunkSizeLineIsJudgedWithTheLineHoweverItCame) {
                   error_code(bhttp::error::bad_chunk_extension))
             << step;
     }
+}
+
+// --- parse_buffered_body: what a read brought, in one block ---------------------------------
+
+/// A chunked request whose header is parsed, and its body's block.
+struct chunked_request {
+    explicit chunked_request(const std::string& body)
+        : buffer(buffer_of("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                           body)) {
+        EXPECT_EQ(take_header(buffer, *r.parser, 16 * 1024), error_code{});
+    }
+
+    /// Opens a block of `size` bytes, puts the first piece and parses the rest.
+    error_code parse_block(std::size_t size) {
+        auto& b = r.parser->get().body();
+        b.data = block.data();
+        b.size = size;
+        auto ec = put_buffered(buffer, *r.parser, chunk_limits{});
+        if (!ec) {
+            ec = parse_buffered_body(buffer, *r.parser, chunk_limits{});
+        }
+        return ec;
+    }
+
+    std::string_view filled(std::size_t size) const {
+        return {block.data(), size - r.parser->get().body().size};
+    }
+
+    parsed_request r;
+    beast::flat_buffer buffer;
+    std::array<char, 4096> block{};
+};
+
+// A thousand one-byte chunks buffered make one block, not a block (and a write) per chunk; the
+// last chunk is taken too, so the block goes as the body's last.
+TEST(ParseBufferedBody, OneByteChunksBufferedMakeOneBlock) {
+    chunked_request req(test::chunk_encode(test::pattern_string(1, 1000), 1));
+    ASSERT_EQ(req.parse_block(req.block.size()), error_code{});
+    EXPECT_EQ(req.filled(req.block.size()), test::pattern_string(1, 1000));
+    EXPECT_TRUE(req.r.parser->is_done());
+    EXPECT_EQ(req.buffer.size(), 0u);
+}
+
+// The block's room bounds it: the rest stays buffered for the next block, and a full block is
+// no need_buffer error. The next takes the rest, and the last chunk.
+TEST(ParseBufferedBody, StopsAtAFullBlock) {
+    chunked_request req(test::chunk_encode(test::pattern_string(1, 100), 1));
+    ASSERT_EQ(req.parse_block(64), error_code{});
+    EXPECT_EQ(req.filled(64), test::pattern_string(1, 64));
+    EXPECT_FALSE(req.r.parser->is_done());
+    ASSERT_EQ(req.parse_block(64), error_code{});
+    EXPECT_EQ(req.filled(64), test::pattern_string(1, 100).substr(64));
+    EXPECT_TRUE(req.r.parser->is_done());
+    EXPECT_EQ(req.buffer.size(), 0u);
+}
+
+// What is not there yet is no error: the block holds what came, the parser waits for more.
+TEST(ParseBufferedBody, StopsWhereTheBufferedBytesEnd) {
+    chunked_request req("1\r\na\r\n1\r\nb\r\n1\r");
+    ASSERT_EQ(req.parse_block(64), error_code{});
+    EXPECT_EQ(req.filled(64), "ab");
+    EXPECT_FALSE(req.r.parser->is_done());
+}
+
+// The chunk limits hold in the buffered part as in a put: a chunk-size line over the limit
+// after good chunks is refused, as is a bad chunk.
+TEST(ParseBufferedBody, RefusesWhatPutBufferedRefusesAfterGoodPieces) {
+    chunked_request long_line("1\r\na\r\n1\r\nb\r\n1;a=" + std::string(5000, 'a') + "\r\nx");
+    EXPECT_EQ(long_line.parse_block(long_line.block.size()),
+              error_code(bhttp::error::bad_chunk_extension));
+    chunked_request bad("1\r\na\r\n1\r\nb\r\nzz\r\n");
+    EXPECT_EQ(bad.parse_block(bad.block.size()), error_code(bhttp::error::bad_chunk));
+}
+
+// A response's body the same way (response_relay.cpp, the relay and its first block).
+TEST(ParseBufferedBody, OneByteChunksOfAResponseMakeOneBlock) {
+    response_parser parser(std::pmr::new_delete_resource());
+    auto buffer = buffer_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                            test::chunk_encode(test::pattern_string(1, 1000), 1));
+    std::array<char, 4096> block{};
+    ASSERT_EQ(put_buffered(buffer, parser, chunk_limits{}), error_code{});
+    ASSERT_TRUE(parser.is_header_done());
+    parser.body().data = block.data();
+    parser.body().size = block.size();
+    ASSERT_EQ(parse_buffered_body(buffer, parser, chunk_limits{}), error_code{});
+    EXPECT_EQ(std::string_view(block.data(), block.size() - parser.body().size),
+              test::pattern_string(1, 1000));
+    EXPECT_TRUE(parser.is_done());
 }
 
 } // namespace
