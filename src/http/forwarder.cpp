@@ -412,10 +412,12 @@ std::unique_ptr<response_figures> response_scan(const forward_args& a, const res
 
 // After the response's relay ended with `f`: the upstream connection back to the pool when
 // `reusable` (the upstream keeps it and its response was read whole) and sluice is not
-// draining, closed otherwise; a relay that failed mid-response ends the client's connection too.
+// draining, closed otherwise; a relay that failed mid-response ends the client's connection too,
+// with a reset when the body ends with the connection.
 void end_exchange(forward_args& a,
                   upstream::connection_ptr& conn,
                   bool reusable,
+                  bool body_ends_with_close,
                   failure f,
                   forward_result& result) {
     if (f != failure::none) {
@@ -423,6 +425,9 @@ void end_exchange(forward_args& a,
         close_connection(conn);
         result.keep_alive = false;
         result.cut_short = f == failure::client_gone ? "client_left" : "upstream_broke";
+        // A body that ends with the connection has no other way to say it is cut short: a FIN
+        // would end it as if whole (a client, a cache, would keep the half of it).
+        result.reset = f != failure::client_gone && body_ends_with_close;
         return;
     }
     if (reusable && !*a.draining) {
@@ -488,6 +493,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     result.status = rp->head().status;
     result.upstream = upstream_outcome::response;
     result.keep_alive = prepare_response(a, *rp);
+    const bool body_ends_with_close = ends_with_close(a, *rp);
     const auto scan = response_scan(a, *rp);
     response_relay relay(a, *conn, *rp, buf, scan && scan->active() ? scan.get() : nullptr);
     if (const auto done = relay.start()) {
@@ -497,7 +503,7 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     }
     result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
     collect_figures(a, rp->head(), scan.get(), result.figures);
-    end_exchange(a, conn, upstream_keep_alive && rp->is_done(), f, result);
+    end_exchange(a, conn, upstream_keep_alive && rp->is_done(), body_ends_with_close, f, result);
 }
 
 } // namespace sluice::http::detail

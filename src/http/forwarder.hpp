@@ -40,6 +40,9 @@ struct forward_result {
     /// The client connection may carry another request.
     bool keep_alive = false;
     upstream_outcome upstream = upstream_outcome::client_failed;
+    /// The client connection ends with a reset: the response's body, which ends with the
+    /// connection (no length, an HTTP/1.0 client), was cut short by the upstream.
+    bool reset = false;
     /// How the exchange ended when not in full: "client_left", "upstream_broke", or for a
     /// WebSocket tunnel "idle_timeout"; empty otherwise.
     std::string_view cut_short;

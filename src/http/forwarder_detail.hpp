@@ -76,6 +76,13 @@ awaitable<bool> relay_interim(forward_args& a, response_head& interim);
 bool prepare_response(forward_args& a, response_parser& rp);
 
 /**
+ * Whether the response's body, as it goes to the client, ends with the connection: a body
+ * without a length to an HTTP/1.0 client, which knows no chunking. Such a body cut short looks
+ * whole to the client if the connection ends with a FIN.
+ */
+bool ends_with_close(const forward_args& a, const response_parser& rp);
+
+/**
  * Rewrites the upstream's 101 to WebSocket for the client: hop-by-hop fields out (its own
  * Upgrade and Connection among them), rate-limit headers in, then this hop's `Connection:
  * Upgrade` and `Upgrade: websocket`. The other fields (Sec-WebSocket-Accept, -Protocol,

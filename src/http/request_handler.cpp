@@ -93,6 +93,9 @@ ending forwarded(request_state& r, const forward_result& result) {
         // a lingering close would only wait for a client that has closed or gone quiet.
         return ending::close;
     }
+    if (result.reset) {
+        return ending::reset;
+    }
     return result.keep_alive ? ending::keep : ending::linger;
 }
 

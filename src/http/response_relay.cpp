@@ -196,15 +196,14 @@ bool prepare_response(forward_args& a, response_parser& rp) {
         // lines otherwise, and frame the body otherwise than sluice did.
         res.set_single_content_length(*length);
     }
-    if (carries_body(a, rp) && !rp.content_length()) {
+    if (ends_with_close(a, rp)) {
+        // HTTP/1.0 knows no chunking: the body ends when we close.
+        res.set_chunked(false);
+        keep_alive = false;
+    } else if (carries_body(a, rp) && !rp.content_length()) {
         // Chunked or ended by the upstream's close: chunk it for HTTP/1.1, which keeps the
-        // connection; HTTP/1.0 knows no chunking, so the body ends when we close.
-        if (http11) {
-            res.set_chunked(true);
-        } else {
-            res.set_chunked(false);
-            keep_alive = false;
-        }
+        // connection.
+        res.set_chunked(true);
     }
     // strip_hop_by_hop removed every Connection field: say only what differs from the version's
     // default, as fields::keep_alive would, without it searching and rewriting the fields.
@@ -212,6 +211,10 @@ bool prepare_response(forward_args& a, response_parser& rp) {
         a.scratch.lines += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
     }
     return keep_alive;
+}
+
+bool ends_with_close(const forward_args& a, const response_parser& rp) {
+    return a.reply.version < 11 && carries_body(a, rp) && !rp.content_length();
 }
 
 response_relay::response_relay(forward_args& a,

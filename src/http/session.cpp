@@ -292,6 +292,10 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
     }
     if (e == ending::linger) {
         co_await lingering_close(stream);
+    } else if (e == ending::reset) {
+        // SO_LINGER {1, 0}: the close sends a reset, which the client reads as an error.
+        error_code ignored;
+        stream.socket().set_option(net::socket_base::linger(true, 0), ignored);
     }
     close_connection(*conn);
 }

@@ -34,6 +34,8 @@ enum class ending {
     keep,   // read the next request
     close,  // the client is gone or broke the protocol mid-body: close now
     linger, // a final response went out with Connection: close: close gracefully
+    reset,  // a response whose end is the close was cut short: close with a reset (RST), as a
+            // FIN would end its body as if whole
     held,   // held by shaping without its coroutine and its memory (`connection_state::held`):
             // wait for the end of its hold, then go on with it (`resume_request`)
 };

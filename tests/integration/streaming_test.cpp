@@ -667,6 +667,73 @@ TEST(Streaming, BufferedChunksOfAResponseGoToTheClientInOneWrite) {
     EXPECT_LE(body->chunks, 1 + most_writes);
 }
 
+/// Serves an upstream connection: reads the request's header, sends `reply` (a response cut
+/// short, say) and closes.
+void answer_and_close(int fd, std::string_view reply) {
+    fd_stream stream(fd);
+    stream.timeout(10s);
+    std::string text;
+    if (read_until(stream, text, "\r\n\r\n")) {
+        error_code ignored;
+        stream.write_all(reply, ignored);
+    }
+}
+
+/// What a client got until its connection ended, and how it ended: eof for a FIN,
+/// connection_reset for a reset.
+struct connection_end {
+    std::string text;
+    error_code ec;
+};
+
+connection_end read_to_the_end(std::uint16_t port, std::string_view request) {
+    auto client = fd_stream::connect_loopback(port);
+    client.timeout(10s);
+    client.write_all(request);
+    connection_end end;
+    char buffer[4096];
+    while (!end.ec) {
+        const auto n = client.read_some(boost::asio::buffer(buffer), end.ec);
+        end.text.append(buffer, n);
+    }
+    return end;
+}
+
+constexpr std::string_view chunked_cut_short =
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+
+// An HTTP/1.0 client gets a body without a length as one that ends with the connection: when the
+// upstream breaks mid-body (here: a chunked body closed before its last chunk), the connection
+// ends with a reset, which the client reads as an error. A FIN made the half body look whole.
+TEST(Streaming, ABodyThatEndsWithTheConnectionCutShortEndsWithAReset) {
+    one_connection_server upstream([](int fd) { answer_and_close(fd, chunked_cut_short); });
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml()));
+    const auto end = read_to_the_end(sluice.port(), "GET /cut HTTP/1.0\r\nHost: test\r\n\r\n");
+    EXPECT_EQ(end.ec, boost::asio::error::connection_reset) << end.ec.message() << "\n" << end.text;
+    EXPECT_TRUE(sluice.wait_for_log("path=/cut", 5s)) << sluice.log_text();
+    EXPECT_NE(sluice.log_text().find("end=upstream_broke"), std::string::npos) << sluice.log_text();
+}
+
+// What a client can tell cut short by itself ends with a FIN, as before: an HTTP/1.1 client's
+// chunked body lacks its last chunk, and an HTTP/1.0 client's body has its Content-Length.
+TEST(Streaming, ABodyCutShortThatTheClientCanTellEndsWithAFin) {
+    {
+        one_connection_server upstream([](int fd) { answer_and_close(fd, chunked_cut_short); });
+        sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml()));
+        const auto end = read_to_the_end(sluice.port(), "GET /cut HTTP/1.1\r\nHost: test\r\n\r\n");
+        EXPECT_EQ(end.ec, boost::asio::error::eof) << end.ec.message() << "\n" << end.text;
+        EXPECT_NE(end.text.find("Transfer-Encoding: chunked"), std::string::npos) << end.text;
+        EXPECT_EQ(end.text.find("\r\n0\r\n\r\n"), std::string::npos) << end.text;
+    }
+    one_connection_server upstream([](int fd) {
+        answer_and_close(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhello");
+    });
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml()));
+    const auto end = read_to_the_end(sluice.port(), "GET /cut HTTP/1.0\r\nHost: test\r\n\r\n");
+    EXPECT_EQ(end.ec, boost::asio::error::eof) << end.ec.message() << "\n" << end.text;
+    EXPECT_NE(end.text.find("Content-Length: 100"), std::string::npos) << end.text;
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores,
                          StreamingTest,
                          ::testing::Values(streaming_case{"memory", "shape"},
