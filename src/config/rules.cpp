@@ -107,8 +107,15 @@ rule parse_rule(problems& report, const YAML::Node& node, const std::string& pat
     mapping m(report, node, node.Mark(), path);
     if (!m.has("name")) {
         m.require("name");
-    } else {
-        m.read("name", r.name, false);
+    } else if (m.read("name", r.name, false)) {
+        // A rule's name scopes its limits' keys (`rate-limit:<name>#<n>:...`) and labels its
+        // metrics: the fallback's own name would share both with it, and a '#' would let two
+        // names make one scope.
+        if (r.name == "fallback") {
+            m.error("name", "'fallback' is the fallback limit's own name (in keys and metrics)");
+        } else if (r.name.find('#') != std::string::npos) {
+            m.error("name", "must not contain '#', which ends the name in its limits' keys");
+        }
     }
     if (!m.has("match")) {
         m.require("match", "e.g. match: { path: /v1/* }");

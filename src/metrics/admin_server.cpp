@@ -9,6 +9,9 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cstdint>
+#include <list>
+
 namespace sluice::metrics {
 namespace http = beast::http;
 
@@ -21,14 +24,23 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     tcp_acceptor acceptor;
     const registry& metrics;
     readiness ready;
+    /// The connections being served, all on the acceptor's executor, counted as they are
+    /// accepted: `stop` closes them, or a client that sent nothing would keep the process up to
+    /// 20 s past its drain.
+    std::list<tcp_stream> serving;
 };
 
 namespace {
 
 /// How long the admin listener waits after a failed accept before the next (as the proxy's do).
 constexpr std::chrono::milliseconds accept_pause{100};
+/// Admin connections served at once; one more is closed at once. A scraper and a few probes
+/// need a handful; each holds a descriptor, which the proxy's listener shares.
+constexpr std::size_t max_serving = 64;
+/// A request's header: no endpoint takes a body (one is refused) or a long header.
+constexpr std::uint32_t max_request_header = 8 * 1024;
 
-http::response<http::string_body> answer(const http::request<http::string_body>& req,
+http::response<http::string_body> answer(const http::request_header<>& req,
                                          const registry& metrics,
                                          const admin_server::readiness& ready) {
     http::response<http::string_body> res{http::status::ok, req.version()};
@@ -58,16 +70,25 @@ http::response<http::string_body> answer(const http::request<http::string_body>&
     return res;
 }
 
-awaitable<void> serve(tcp_socket socket, std::shared_ptr<admin_server::impl> self) {
-    tcp_stream stream(std::move(socket));
+awaitable<void> serve(std::list<tcp_stream>::iterator at,
+                      std::shared_ptr<admin_server::impl> self) {
+    struct forget {
+        std::list<tcp_stream>& serving;
+        std::list<tcp_stream>::iterator at;
+
+        ~forget() { serving.erase(at); }
+    } const forget_at_end{self->serving, at};
+
+    tcp_stream& stream = *at;
     beast::flat_buffer buffer;
-    http::request<http::string_body> req;
+    http::request_parser<http::empty_body> parser;
+    parser.header_limit(max_request_header);
     stream.expires_after(std::chrono::seconds(10));
-    auto [ec, n] = co_await http::async_read(stream, buffer, req);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser);
     if (ec) {
         co_return;
     }
-    auto res = answer(req, self->metrics, self->ready);
+    auto res = answer(parser.get(), self->metrics, self->ready);
     stream.expires_after(std::chrono::seconds(10));
     auto [wec, wn] = co_await http::async_write(stream, res);
     if (!wec) {
@@ -93,7 +114,17 @@ awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
             }
             continue;
         }
-        net::co_spawn(self->acceptor.get_executor(), serve(std::move(socket), self), net::detached);
+        if (self->serving.size() >= max_serving) {
+            static log_throttle full;
+            log_throttled(full,
+                          spdlog::level::warn,
+                          "admin: {} connections served at once; closing a new one",
+                          max_serving);
+            continue; // the socket closes as it goes
+        }
+        self->serving.emplace_front(std::move(socket));
+        net::co_spawn(
+            self->acceptor.get_executor(), serve(self->serving.begin(), self), net::detached);
     }
 }
 
@@ -137,9 +168,16 @@ void admin_server::start() {
 }
 
 void admin_server::stop() {
-    if (impl_ && impl_->acceptor.is_open()) {
+    if (!impl_) {
+        return;
+    }
+    if (impl_->acceptor.is_open()) {
         error_code ec;
         impl_->acceptor.close(ec);
+    }
+    // Their reads and writes end with operation_aborted, and each coroutine with them.
+    for (tcp_stream& s : impl_->serving) {
+        s.close();
     }
 }
 

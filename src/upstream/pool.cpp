@@ -200,7 +200,15 @@ void pool::release(connection_ptr conn, const config::upstream_settings& setting
         return;
     }
     auto& slots = *slots_;
-    if (!slots.waiters.empty() && slots.open <= settings.max_connections) {
+    slots.max = settings.max_connections;
+    if (slots.open > slots.max) {
+        // More open than a reload now allows: this one closes (its place then goes back), or,
+        // kept idle and reused, the count would never come down to the cap, and a waiter,
+        // served only within it, would wait out upstream.timeout while connections sat idle.
+        close_quietly(*conn);
+        return;
+    }
+    if (!slots.waiters.empty()) {
         // Someone waits for a place: hand this connection over rather than idle it.
         auto* w = slots.waiters.front();
         slots.waiters.pop_front();

@@ -131,6 +131,30 @@ void expect_clean_forced_stop(forced_stop how) {
     EXPECT_NE(sluice.log_text().find("stopped"), std::string::npos) << sluice.log_text();
 }
 
+// Admin connections that send nothing do not hold the process past its drain (their reads
+// waited out 10 s before), and the admin listener serves at most 64 at once: one more is closed
+// at once, so that idle ones cannot take every descriptor the proxy's listener needs.
+TEST(LifecycleStop, IdleAdminConnectionsNeitherHoldTheExitNorGrowPastTheirCap) {
+    recording_upstream upstream;
+    sluice_process sluice(compose_yaml(upstream.url(), never_limits));
+    const auto admin = admin_port(sluice);
+    std::vector<std::unique_ptr<http_connection>> idle;
+    for (int i = 0; i < 64; ++i) {
+        idle.push_back(std::make_unique<http_connection>(admin));
+    }
+    // The 65th is accepted, then closed without an answer.
+    http_connection one_more(admin, 5s);
+    EXPECT_TRUE(one_more.wait_closed(5s)) << "served past the cap";
+    ASSERT_TRUE(sluice.wait_for_log("connections served at once", 5s)) << sluice.log_text();
+
+    const auto stopping = std::chrono::steady_clock::now();
+    sluice.send_signal(SIGTERM);
+    const auto status = sluice.wait_exit(5s);
+    ASSERT_TRUE(status.has_value()) << "held by the idle admin connections\n" << sluice.log_text();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describe_status(status);
+    EXPECT_LT(std::chrono::steady_clock::now() - stopping, 2s);
+}
+
 TEST(LifecycleStop, SecondSignalWithRequestsMidForwardExitsCleanly) {
     expect_clean_forced_stop(forced_stop::second_signal);
 }

@@ -34,6 +34,8 @@ public:
     /// Starts accepting on the executor given at construction, until `stop()`.
     void start();
 
+    /// Stops accepting and closes the connections being served (on the executor given at
+    /// construction): nothing of the admin listener outlives a drain.
     void stop();
 
     struct impl; // shared with the connections it serves, so public to the .cpp's free functions

@@ -481,6 +481,24 @@ TEST(ConfigErrors, DuplicateRuleNames) {
         p, 8, "rate-limit.rules[1].name", "duplicate rule name 'api' (first at line 5)"));
 }
 
+// A rule's name scopes its limits' keys (`rate-limit:<name>#<n>:...`): a rule named `fallback`
+// would share the fallback's keys (and its metrics' label), and a '#' would let two names make
+// one scope ("a#0" rule 0 and "a" rule 0's "a#0:").
+TEST(ConfigErrors, RuleNamesThatWouldShareKeysAreRefused) {
+    const auto p = problems_of(base + R"(rate-limit:
+  rules:
+    - name: fallback
+      match: { path: /a }
+      limits: []
+    - name: "api#1"
+      match: { path: /b }
+      limits: []
+)");
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_TRUE(has_problem(p, 5, "rate-limit.rules[0].name", "the fallback limit's own name"));
+    EXPECT_TRUE(has_problem(p, 8, "rate-limit.rules[1].name", "must not contain '#'"));
+}
+
 TEST(ConfigErrors, DuplicateKeysInOneMapping) {
     const auto p = problems_of(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 1\n"
                                       "    capacity: 500\n");

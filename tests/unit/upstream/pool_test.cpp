@@ -319,6 +319,39 @@ TEST_F(PoolTest, ClosesAnIdleConnectionToMakeRoom) {
     EXPECT_EQ(pool_.open_count(), 1u);
 }
 
+// A reload that lowers max-connections below what is open: connections released close until
+// the count is within the new cap, and then a waiter gets the next one, rather than the extra
+// ones going idle (reused, the count never came down, and the waiter waited out its timeout).
+TEST_F(PoolTest, ALoweredCapClosesReleasedConnectionsUntilWithinIt) {
+    settings_.max_connections = 3;
+    auto a = acquire();
+    auto b = acquire();
+    auto c = acquire();
+    ASSERT_TRUE(wait_accepted(3));
+    settings_.max_connections = 1; // reloaded
+
+    std::optional<std::tuple<error_code, connection_ptr>> waiting;
+    net::co_spawn(
+        ioc_,
+        [&]() -> awaitable<void> { waiting = co_await pool_.connect(settings_); },
+        net::detached);
+    EXPECT_FALSE(test::run_until(
+        ioc_, [&] { return waiting.has_value(); }, milliseconds(100)));
+    ASSERT_EQ(pool_.waiting_count(), 1u);
+
+    pool_.release(std::move(a), settings_);
+    pool_.release(std::move(b), settings_);
+    EXPECT_EQ(pool_.idle_count(), 0u) << "kept above the cap";
+    EXPECT_EQ(pool_.open_count(), 1u);
+    EXPECT_FALSE(waiting.has_value()) << "served above the cap";
+    pool_.release(std::move(c), settings_);
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return waiting.has_value(); }));
+    ASSERT_FALSE(std::get<0>(*waiting)) << std::get<0>(*waiting).message();
+    EXPECT_TRUE(std::get<1>(*waiting)->reused) << "the released connection, handed over";
+    EXPECT_EQ(pool_.open_count(), 1u);
+    EXPECT_EQ(pool_.waiting_count(), 0u);
+}
+
 // A failed connect gives its place back.
 TEST_F(PoolTest, AFailedConnectGivesItsPlaceBack) {
     settings_.max_connections = 1;
