@@ -79,6 +79,17 @@ void connection_slots::give_back() noexcept {
     --open;
 }
 
+void connection_slots::grant_room() noexcept {
+    while (!waiters.empty() && open < max) {
+        auto* w = waiters.front();
+        waiters.pop_front();
+        w->queued = false;
+        w->granted = true;
+        ++open;
+        w->timer->cancel();
+    }
+}
+
 } // namespace detail
 
 pool::pool(executor ex)
@@ -140,6 +151,9 @@ awaitable<std::tuple<error_code, connection_ptr>>
 pool::connect(const config::upstream_settings& settings) {
     auto& slots = *slots_;
     slots.max = settings.max_connections;
+    // A reload that raised the cap: those waiting go first, rather than this caller taking the
+    // room ahead of them while they wait for a release.
+    slots.grant_room();
     if (slots.open >= slots.max && !idle_.empty()) {
         // An idle connection makes room for the new one (the retry of a stale one, say).
         close_quietly(*idle_.front());

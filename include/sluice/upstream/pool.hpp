@@ -49,6 +49,8 @@ struct connection_slots {
 
     /// A connection went: its place goes to the first waiter, if the cap still allows it.
     void give_back() noexcept;
+    /// Places the cap has room for (a reload raised it) go to the waiters, first come first.
+    void grant_room() noexcept;
 };
 
 /// A connection's place among `connection_slots::open`, given back on destruction.

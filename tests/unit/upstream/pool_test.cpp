@@ -352,6 +352,35 @@ TEST_F(PoolTest, ALoweredCapClosesReleasedConnectionsUntilWithinIt) {
     EXPECT_EQ(pool_.waiting_count(), 0u);
 }
 
+// A reload that raises max-connections gives the new room to those waiting first: a caller
+// that comes after them does not take it ahead of them.
+TEST_F(PoolTest, ARaisedCapServesTheWaitersFirst) {
+    settings_.max_connections = 1;
+    auto first = acquire();
+    std::optional<std::tuple<error_code, connection_ptr>> waiting;
+    net::co_spawn(
+        ioc_,
+        [&]() -> awaitable<void> { waiting = co_await pool_.connect(settings_); },
+        net::detached);
+    EXPECT_FALSE(test::run_until(
+        ioc_, [&] { return waiting.has_value(); }, milliseconds(100)));
+
+    settings_.max_connections = 2; // reloaded
+    std::optional<std::tuple<error_code, connection_ptr>> later;
+    net::co_spawn(
+        ioc_,
+        [&]() -> awaitable<void> { later = co_await pool_.connect(settings_); },
+        net::detached);
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return waiting.has_value(); }));
+    ASSERT_FALSE(std::get<0>(*waiting)) << std::get<0>(*waiting).message();
+    EXPECT_FALSE(later.has_value()) << "came later, served first";
+    EXPECT_EQ(pool_.waiting_count(), 1u);
+    EXPECT_EQ(pool_.open_count(), 2u);
+    first.reset(); // its place to the later one: no coroutine outlives the pool
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return later.has_value(); }));
+    EXPECT_FALSE(std::get<0>(*later)) << std::get<0>(*later).message();
+}
+
 // A failed connect gives its place back.
 TEST_F(PoolTest, AFailedConnectGivesItsPlaceBack) {
     settings_.max_connections = 1;
