@@ -105,6 +105,17 @@ protected:
         conn.stream.expires_never();
     }
 
+    using connect_result = std::optional<std::tuple<error_code, connection_ptr>>;
+
+    /// Starts `pool_.connect(settings_)` as a coroutine of its own: `out` holds its result once
+    /// it has one (a caller that waits for a place has none yet).
+    void start_connect(connect_result& out) {
+        net::co_spawn(
+            ioc_,
+            [this, &out]() -> awaitable<void> { out = co_await pool_.connect(settings_); },
+            net::detached);
+    }
+
     net::io_context ioc_;
     fake_upstream upstream_{ioc_};
     pool pool_{ioc_.get_executor()};
@@ -247,11 +258,8 @@ TEST_F(PoolTest, WaitsForAPlaceAtMaxConnections) {
     ASSERT_TRUE(wait_accepted(2));
     EXPECT_EQ(pool_.open_count(), 2u);
 
-    std::optional<std::tuple<error_code, connection_ptr>> third;
-    net::co_spawn(
-        ioc_,
-        [&]() -> awaitable<void> { third = co_await pool_.connect(settings_); },
-        net::detached);
+    connect_result third;
+    start_connect(third);
     EXPECT_FALSE(test::run_until(
         ioc_, [&] { return third.has_value(); }, milliseconds(200)));
     EXPECT_EQ(pool_.waiting_count(), 1u);
@@ -272,11 +280,8 @@ TEST_F(PoolTest, HandsAReleasedConnectionToAWaiter) {
     auto first = acquire();
     const auto port = local_port(first);
 
-    std::optional<std::tuple<error_code, connection_ptr>> second;
-    net::co_spawn(
-        ioc_,
-        [&]() -> awaitable<void> { second = co_await pool_.connect(settings_); },
-        net::detached);
+    connect_result second;
+    start_connect(second);
     EXPECT_FALSE(test::run_until(
         ioc_, [&] { return second.has_value(); }, milliseconds(100)));
 
@@ -330,11 +335,8 @@ TEST_F(PoolTest, ALoweredCapClosesReleasedConnectionsUntilWithinIt) {
     ASSERT_TRUE(wait_accepted(3));
     settings_.max_connections = 1; // reloaded
 
-    std::optional<std::tuple<error_code, connection_ptr>> waiting;
-    net::co_spawn(
-        ioc_,
-        [&]() -> awaitable<void> { waiting = co_await pool_.connect(settings_); },
-        net::detached);
+    connect_result waiting;
+    start_connect(waiting);
     EXPECT_FALSE(test::run_until(
         ioc_, [&] { return waiting.has_value(); }, milliseconds(100)));
     ASSERT_EQ(pool_.waiting_count(), 1u);
@@ -357,20 +359,14 @@ TEST_F(PoolTest, ALoweredCapClosesReleasedConnectionsUntilWithinIt) {
 TEST_F(PoolTest, ARaisedCapServesTheWaitersFirst) {
     settings_.max_connections = 1;
     auto first = acquire();
-    std::optional<std::tuple<error_code, connection_ptr>> waiting;
-    net::co_spawn(
-        ioc_,
-        [&]() -> awaitable<void> { waiting = co_await pool_.connect(settings_); },
-        net::detached);
+    connect_result waiting;
+    start_connect(waiting);
     EXPECT_FALSE(test::run_until(
         ioc_, [&] { return waiting.has_value(); }, milliseconds(100)));
 
     settings_.max_connections = 2; // reloaded
-    std::optional<std::tuple<error_code, connection_ptr>> later;
-    net::co_spawn(
-        ioc_,
-        [&]() -> awaitable<void> { later = co_await pool_.connect(settings_); },
-        net::detached);
+    connect_result later;
+    start_connect(later);
     ASSERT_TRUE(test::run_until(ioc_, [&] { return waiting.has_value(); }));
     ASSERT_FALSE(std::get<0>(*waiting)) << std::get<0>(*waiting).message();
     EXPECT_FALSE(later.has_value()) << "came later, served first";
