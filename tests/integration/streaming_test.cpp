@@ -335,6 +335,21 @@ protected:
 // that held a piece until more came, or until a read filled, would lag a whole gap (or to the
 // stream's end); half a gap tells it apart from a loaded machine's scheduling, which has made a
 // piece lag 61 ms on CI's two shared cores.
+/// Reads from `fd` into `text` until it holds `what`; false if the connection ended or failed
+/// first, or the socket's timeout passed.
+bool read_until(fd_stream& stream, std::string& text, std::string_view what) {
+    char buffer[16 * 1024];
+    while (text.find(what) == std::string::npos) {
+        error_code ec;
+        const auto n = stream.read_some(boost::asio::buffer(buffer), ec);
+        if (ec) {
+            return false;
+        }
+        text.append(buffer, n);
+    }
+    return true;
+}
+
 constexpr auto stream_gap = 200ms;
 constexpr auto stream_lag_bound = stream_gap / 2;
 
@@ -385,13 +400,7 @@ TEST_P(StreamingTest, AStreamedUploadIsForwardedAsItComes) {
     }
     client.write_all("0\r\n\r\n");
     std::string text;
-    char buffer[1024];
-    while (text.find("\r\n\r\nok") == std::string::npos) {
-        error_code ec;
-        const auto n = client.read_some(boost::asio::buffer(buffer), ec);
-        ASSERT_FALSE(ec) << ec.message() << "\n" << text;
-        text.append(buffer, n);
-    }
+    ASSERT_TRUE(read_until(client, text, "\r\n\r\nok")) << text;
     EXPECT_TRUE(text.starts_with("HTTP/1.1 200")) << text;
     const auto arrived = upstream.arrived();
     ASSERT_EQ(arrived.size(), static_cast<std::size_t>(count));
@@ -461,13 +470,7 @@ void StreamingTest::client_leaves_mid_stream(bool half_close) {
     client.timeout(5s);
     client.write_all("GET /events HTTP/1.1\r\nHost: test\r\n\r\n");
     std::string text;
-    char buffer[4096];
-    while (text.find("data: 0") == std::string::npos) {
-        error_code ec;
-        const auto n = client.read_some(boost::asio::buffer(buffer), ec);
-        ASSERT_FALSE(ec) << ec.message() << "\n" << text;
-        text.append(buffer, n);
-    }
+    ASSERT_TRUE(read_until(client, text, "data: 0")) << text;
     leave(client, half_close);
     const auto left = clock_type::now();
     ASSERT_TRUE(eventually([&] { return upstream.closed_at().has_value(); }, 1500ms))
@@ -506,13 +509,7 @@ TEST(Streaming, AClientLeavingAfterTheIdleTimeoutStillClosesTheUpstreamAtOnce) {
     client.timeout(5s);
     client.write_all("GET /events HTTP/1.1\r\nHost: test\r\n\r\n");
     std::string text;
-    char buffer[4096];
-    while (text.find("data: 0") == std::string::npos) {
-        error_code ec;
-        const auto n = client.read_some(boost::asio::buffer(buffer), ec);
-        ASSERT_FALSE(ec) << ec.message() << "\n" << text;
-        text.append(buffer, n);
-    }
+    ASSERT_TRUE(read_until(client, text, "data: 0")) << text;
     // Past the idle timeout after the last write (and the coarse clock's two ticks), the
     // condition under test: time passing, not a wait for sluice.
     std::this_thread::sleep_for(1500ms);
@@ -559,21 +556,6 @@ std::optional<dechunked> dechunk(std::string_view wire) {
         ++out.chunks;
         wire.remove_prefix(size + 2);
     }
-}
-
-/// Reads from `fd` into `text` until it holds `what`; false if the connection ended or failed
-/// first, or the socket's timeout passed.
-bool read_until(fd_stream& stream, std::string& text, std::string_view what) {
-    char buffer[16 * 1024];
-    while (text.find(what) == std::string::npos) {
-        error_code ec;
-        const auto n = stream.read_some(boost::asio::buffer(buffer), ec);
-        if (ec) {
-            return false;
-        }
-        text.append(buffer, n);
-    }
-    return true;
 }
 
 // The chunked body after the header in `message`.
