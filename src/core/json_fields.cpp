@@ -30,9 +30,14 @@ public:
 
     /// A scalar value starts; `what` and `text` are what it is.
     void scalar(json_scalar::kind what, std::string_view text, json_scalar& out) {
-        if (value_hits() && inside_.size() == segments_.size()) {
+        if (!value_hits()) {
+            return;
+        }
+        if (inside_.size() == segments_.size()) {
             out.what = what;
             out.text.assign(text);
+        } else {
+            out = {}; // a later step of the path repeated as a scalar: the path leads nowhere now
         }
     }
 
@@ -49,6 +54,9 @@ public:
         }
         const bool hit = value_hits();
         if (hit && inside_.size() < segments_.size()) {
+            // A step of the path, perhaps repeated ({"p":{"n":1},"p":{}}): the last occurrence
+            // counts as a whole, so what an earlier one held is gone unless this one holds it too.
+            out = {};
             inside_.push_back({array, 0, false});
             return;
         }
@@ -119,7 +127,16 @@ public:
     }
 
     bool String(const char* text, rapidjson::SizeType length, bool) {
-        return scalar(json_scalar::kind::string, {text, length});
+        // The reader pairs a high surrogate escape with its low one, but lets a lone low one
+        // ("\udc00") through as ED B0 80, which is not UTF-8: refused, as a raw one would be.
+        const std::string_view value(text, length);
+        for (auto at = value.find('\xED'); at != std::string_view::npos;
+             at = value.find('\xED', at + 1)) {
+            if (at + 1 < value.size() && static_cast<unsigned char>(value[at + 1]) >= 0xA0) {
+                return false;
+            }
+        }
+        return scalar(json_scalar::kind::string, value);
     }
 
     bool Key(const char* text, rapidjson::SizeType length, bool) {
@@ -207,8 +224,9 @@ bool find_json_fields(std::string_view document,
     }
     // Iterative: a hostile document nested a million deep costs heap, bounded by its size, not
     // stack. Encoding validated: a string value may become part of a store key. Numbers as
-    // written: the caller decides what a number it can use looks like (and 1e309 is no error
-    // of the reader's but a figure the caller refuses).
+    // written: the caller decides what a number it can use looks like. (Not all of them: the
+    // reader still refuses an exponent beyond a double's, 1e309 or even 0e309, and with it the
+    // whole document.)
     constexpr unsigned flags = rapidjson::kParseIterativeFlag |
                                rapidjson::kParseValidateEncodingFlag |
                                rapidjson::kParseNumbersAsStringsFlag;

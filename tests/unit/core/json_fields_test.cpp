@@ -72,6 +72,30 @@ TEST(JsonFields, TheLastOccurrenceOfARepeatedMemberCounts) {
     EXPECT_EQ(out[1].text, "7");
 }
 
+TEST(JsonFields, TheLastOccurrenceOfARepeatedStepCountsAsAWhole) {
+    // The upstream's reader keeps the last "parameters": what the first one held is gone.
+    const auto out = fields(
+        R"({"inputs":"x","parameters":{"max_new_tokens":1},"parameters":{},"a":[1,2],"a":[3],)"
+        R"("b":{"c":5},"b":null,"d":{"e":1},"d":{"e":2}})",
+        {"parameters.max_new_tokens", "a.1", "b.c", "d.e"});
+    EXPECT_EQ(out[0].what, kind::absent);
+    EXPECT_EQ(out[1].what, kind::absent);
+    EXPECT_EQ(out[2].what, kind::absent);
+    EXPECT_EQ(out[3].text, "2");
+}
+
+TEST(JsonFields, ALoneSurrogateEscapeRefusesTheDocument) {
+    // The reader turns a lone low surrogate into bytes that are no UTF-8; a pair is one
+    // character (U+1F600, four bytes).
+    bool valid = true;
+    const auto lone = fields(R"({"user":"a\udc00b"})", {"user"}, &valid);
+    EXPECT_FALSE(valid);
+    EXPECT_EQ(lone[0].what, kind::absent);
+    const auto pair = fields(R"({"user":"\ud83d\ude00"})", {"user"}, &valid);
+    EXPECT_TRUE(valid);
+    EXPECT_EQ(pair[0].text, "\xF0\x9F\x98\x80");
+}
+
 TEST(JsonFields, DigitSegmentsIndexArrays) {
     const auto out = fields(R"({"choices":[{"n":1},{"n":2,"deep":[[0],[5]]}],"a":[10,20]})",
                             {"choices.1.n", "choices.0.n", "a.1", "a.2", "choices.1.deep.1.0"});
