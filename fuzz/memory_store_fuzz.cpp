@@ -149,10 +149,10 @@ std::int64_t cost_from(reader& in, std::uint8_t flags, std::int64_t quota) {
 /// The part of the state that must never move back, or NaN when the state has none.
 double progress(const limiter::state& s) {
     if (const auto* leaky = std::get_if<limiter::leaky_bucket_state>(&s)) {
-        return leaky->last_leak_ms;
+        return leaky->last_leak.approx();
     }
     if (const auto* token = std::get_if<limiter::token_bucket_state>(&s)) {
-        return token->last_refill_ms;
+        return token->last_refill.approx();
     }
     if (const auto* fixed = std::get_if<limiter::fixed_window_state>(&s)) {
         return fixed->window_start_ms;

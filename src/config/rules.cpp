@@ -10,6 +10,9 @@
 namespace sluice::config::detail {
 namespace {
 
+/// A rule's name is in every key of its limits and labels its metrics: short, like a label.
+constexpr std::size_t max_rule_name_bytes = 128;
+
 /// Sets the rule's path and its kind: exact, prefix ("/v1/*", "/v1*") or glob.
 void read_path(mapping& m, rule& r) {
     if (!m.has("path")) {
@@ -115,6 +118,13 @@ rule parse_rule(problems& report, const YAML::Node& node, const std::string& pat
             m.error("name", "'fallback' is the fallback limit's own name (in keys and metrics)");
         } else if (r.name.find('#') != std::string::npos) {
             m.error("name", "must not contain '#', which ends the name in its limits' keys");
+        } else if (r.name.size() > max_rule_name_bytes) {
+            // It is in every key of its limits (the memory store counts a key's length in 16
+            // bits: src/store/key_table.hpp).
+            m.error("name",
+                    "is " + std::to_string(r.name.size()) + " bytes long; at most " +
+                        std::to_string(max_rule_name_bytes) +
+                        " (it is part of every key of its limits)");
         }
     }
     if (!m.has("match")) {

@@ -10,27 +10,47 @@
 namespace sluice::limiter {
 namespace {
 
-// T = 1000 / flowRate is rarely exact in binary, so sums of slots land a hair off whole values
-// (3 x 333.333... may give 999.9999999999999). Both roundings tolerate that much; the Lua script
-// uses the same constants, so the stores still decide alike.
-constexpr double slot_epsilon = 1e-9;
+// T = 1000 / flowRate is rarely exact in binary, so a time a whole number of slots on lands a
+// hair off where exact arithmetic puts it (3 x 333.333... may give 999.9999999999999). Rounding
+// up to whole ms forgives 1e-6 ms of that; the leak forgives as much, or, where the times are
+// so large that their own rounding is coarser (a slot of hours at a tiny flowRate), a few units
+// in the last place: never a whole ms early, whatever T. The Lua script uses the same
+// constants, so the stores still decide alike.
 constexpr double ms_epsilon = 1e-6;
+constexpr double relative_epsilon = 1e-15;
 
 milliseconds ceil_ms(double ms) noexcept {
     return saturating_ms(std::ceil(std::max(0.0, ms - ms_epsilon)));
 }
 
+split_ms split(double now_ms) noexcept {
+    const double whole = std::floor(now_ms);
+    return {whole, now_ms - whole};
+}
+
+// L - now, from L's parts: (whole - now) is exact for whole-ms clocks, and the fraction is
+// added at the magnitude of the difference, not of a unix time.
+double offset_from(const split_ms& last, double now_ms) noexcept {
+    return (last.whole - now_ms) + last.fraction;
+}
+
 // Leaks whole slots from `q` up to `now_ms`, keeping the fraction of the slot in progress in
 // `last`; a clock behind `last` leaks nothing and never moves it back.
-void leak(std::int64_t& q, double& last, double slot_ms, double now_ms) noexcept {
-    if (now_ms > last) {
-        const double leaked = std::floor((now_ms - last) / slot_ms + slot_epsilon);
+void leak(std::int64_t& q, split_ms& last, double slot_ms, double now_ms) noexcept {
+    const double elapsed = (now_ms - last.whole) - last.fraction;
+    if (elapsed > 0) {
+        const double slots = elapsed / slot_ms;
+        const double leaked =
+            std::floor(slots + std::max(ms_epsilon / slot_ms, relative_epsilon * slots));
         if (leaked >= static_cast<double>(q)) {
             q = 0;
-            last = now_ms;
+            last = split(now_ms);
         } else if (leaked > 0) {
             q -= saturating_cast<std::int64_t>(leaked); // leaked < q here
-            last += leaked * slot_ms;
+            const double moved = last.fraction + leaked * slot_ms;
+            const double whole = std::floor(moved);
+            last.whole += whole;
+            last.fraction = moved - whole;
         }
     }
 }
@@ -48,8 +68,9 @@ decision leak_and_admit(leaky_bucket_state& state,
     const double slot_ms = 1000.0 / flow_rate;
     const std::int64_t c = clamp_cost(cost);
     std::int64_t q = exists ? state.queue_size : 0;
-    double last = exists ? state.last_leak_ms : now_ms;
+    split_ms last = exists ? state.last_leak : split(now_ms);
     leak(q, last, slot_ms, now_ms);
+    const double head = offset_from(last, now_ms); // L - now
 
     decision d;
     d.limit = capacity;
@@ -58,8 +79,7 @@ decision leak_and_admit(leaky_bucket_state& state,
     // The request's last slot would stand at position q + c; the head leaves at `last`. The sum
     // is one double addition of two exact integers, as the script computes it (q may be a debt
     // near 2^53, where int64 and double sums could round apart).
-    const double wait_ms =
-        last + (static_cast<double>(q) + static_cast<double>(c - 1)) * slot_ms - now_ms;
+    const double wait_ms = head + (static_cast<double>(q) + static_cast<double>(c - 1)) * slot_ms;
     const bool has_room = q <= capacity - c; // q + c <= capacity, without leaving 2^53
     const bool wait_fits =
         !shaping || !max_delay || wait_ms <= static_cast<double>(max_delay->count()) + ms_epsilon;
@@ -76,16 +96,15 @@ decision leak_and_admit(leaky_bucket_state& state,
         d.allowed = false;
         // Full: c fits once q + c - capacity more slots have leaked, the first at last + T. Too
         // long a wait: it shrinks one ms per ms.
-        const double until =
-            has_room ? wait_ms - static_cast<double>(max_delay->count())
-                     : last + static_cast<double>(q - (capacity - c)) * slot_ms - now_ms;
+        const double until = has_room ? wait_ms - static_cast<double>(max_delay->count())
+                                      : head + static_cast<double>(q - (capacity - c)) * slot_ms;
         d.retry_after = std::max(ceil_ms(until), milliseconds{1});
     }
     d.remaining = std::max<std::int64_t>(capacity - q, 0);
-    d.reset_after = ceil_ms(last + static_cast<double>(q) * slot_ms - now_ms);
+    d.reset_after = ceil_ms(head + static_cast<double>(q) * slot_ms);
 
     state.queue_size = q;
-    state.last_leak_ms = last;
+    state.last_leak = last;
     return d;
 }
 
@@ -96,14 +115,14 @@ milliseconds leak_and_settle(leaky_bucket_state& state,
                              std::int64_t delta) noexcept {
     const double slot_ms = 1000.0 / flow_rate;
     std::int64_t q = exists ? state.queue_size : 0;
-    double last = exists ? state.last_leak_ms : now_ms;
+    split_ms last = exists ? state.last_leak : split(now_ms);
     // Leak first, so that a refund cannot give back slots that have leaked already (the queue
     // would otherwise end below what it holds now).
     leak(q, last, slot_ms, now_ms);
     q = settle_level(q, clamp_delta(delta));
     state.queue_size = q;
-    state.last_leak_ms = last;
-    return ceil_ms(last + static_cast<double>(q) * slot_ms - now_ms);
+    state.last_leak = last;
+    return ceil_ms(offset_from(last, now_ms) + static_cast<double>(q) * slot_ms);
 }
 
 decision leaky_bucket_acquire(leaky_bucket_state& state,

@@ -10,11 +10,11 @@ decision token_bucket_acquire(token_bucket_state& state,
                               const config::limit& limit,
                               double now_ms,
                               std::int64_t cost) noexcept {
-    leaky_bucket_state queue{limit.capacity - state.tokens, state.last_refill_ms};
+    leaky_bucket_state queue{limit.capacity - state.tokens, state.last_refill};
     auto d = leak_and_admit(
         queue, exists, limit.capacity, limit.refill_rate, false, std::nullopt, now_ms, cost);
     state.tokens = limit.capacity - queue.queue_size;
-    state.last_refill_ms = queue.last_leak_ms;
+    state.last_refill = queue.last_leak;
     return d;
 }
 
@@ -24,10 +24,10 @@ milliseconds token_bucket_settle(token_bucket_state& state,
                                  double now_ms,
                                  std::int64_t delta) noexcept {
     // A debt is a queue above capacity: the tokens below zero.
-    leaky_bucket_state queue{limit.capacity - state.tokens, state.last_refill_ms};
+    leaky_bucket_state queue{limit.capacity - state.tokens, state.last_refill};
     const auto reset = leak_and_settle(queue, exists, limit.refill_rate, now_ms, delta);
     state.tokens = limit.capacity - queue.queue_size;
-    state.last_refill_ms = queue.last_leak_ms;
+    state.last_refill = queue.last_leak;
     return reset;
 }
 

@@ -85,6 +85,9 @@
 -- double exactly and prints whole numbers without a fraction):
 --   LEAKY_BUCKET    hash {queue_size, last_leak_time (ms, may be fractional)}, PEXPIRE ttl
 --   TOKEN_BUCKET    hash {tokens, last_refill_time (ms, may be fractional)}, PEXPIRE ttl
+--                   (the time's whole ms and its fraction are kept apart in the script, as
+--                   limiter::split_ms in C++, and written as one decimal that reads back as
+--                   both exactly: see format_split)
 --   FIXED_WINDOW    hash {count, window_start (ms, a multiple of the window)}, expiring one
 --                   window after the window's end (PEXPIRE of the time left in it plus the
 --                   window, relative to the script's now; see WINDOW_GRACE)
@@ -131,9 +134,10 @@ local TENTATIVE, SETTLEMENTS, GIVE_BACKS = 1073741824, 2147483648, 3221225472
 local WINDOW_GRACE = 1
 
 -- src/limiter/leaky_bucket.cpp: sums of slots that are not whole ms land a hair off whole
--- values; both roundings of the buckets tolerate that much.
-local SLOT_EPSILON = 1e-9
+-- values; both roundings of the buckets tolerate that much, the leak a few units in the last
+-- place where the times are coarser than that.
 local MS_EPSILON = 1e-6
+local RELATIVE_EPSILON = 1e-15
 
 local function format_number(x)
   -- %.17g goes through the C library's slow exact printing: whole values (most stored times,
@@ -142,6 +146,43 @@ local function format_number(x)
     return string.format('%d', x)
   end
   return string.format('%.17g', x)
+end
+
+-- A time of the buckets, its whole ms `whole` and its fraction `fraction` (in [0, 1)), as one
+-- decimal: the whole, then the fraction's digits, as many as read back as the same double (17
+-- significant ones; Lua's format takes at most 99 after the point, so a fraction below 1e-82 ms
+-- reads back a hair off, which no decision can see). Every other stored number is format_number's.
+local function format_split(whole, fraction)
+  if fraction == 0 or whole < 0 or whole >= 1e15 then
+    return format_number(whole + fraction) -- whole; or no time a clock gives
+  end
+  local digits, scaled = 17, fraction
+  while scaled < 0.1 and digits < 99 do
+    scaled = scaled * 10
+    digits = digits + 1
+  end
+  -- "0.571..." without its "0"; never "1.000...": the largest double below 1 prints 0.99...989.
+  local decimals = string.format('%.' .. digits .. 'f', fraction)
+  return string.format('%d', whole) .. string.sub(decimals, 2)
+end
+
+-- A stored time as its whole ms and fraction: format_split's decimal, or any number an earlier
+-- sluice wrote (a time with a fraction was one double then: split at its point).
+local function parse_split(text)
+  local number = tonumber(text)
+  if number == nil then
+    return nil, nil
+  end
+  local dot = string.find(text, '.', 1, true)
+  if dot ~= nil and number >= 0 and not string.find(text, '[eE]') then
+    local whole = tonumber(string.sub(text, 1, dot - 1))
+    local fraction = tonumber('0' .. string.sub(text, dot))
+    if whole ~= nil and fraction ~= nil then
+      return whole, fraction
+    end
+  end
+  local whole = floor(number)
+  return whole, number - whole
 end
 
 -- The buckets' ceil_ms: std::ceil(std::max(0.0, ms - ms_epsilon)).
@@ -161,18 +202,20 @@ local function ceil_ms(ms)
   return 0
 end
 
--- Two numeric fields of a hash, or nil when the key holds no such state (absent, another
--- algorithm's hash, or another type altogether: pcall turns WRONGTYPE into a value).
+-- Two numeric fields of a hash, the second a time (its whole ms and fraction), or nil when the
+-- key holds no such state (absent, another algorithm's hash, or another type altogether: pcall
+-- turns WRONGTYPE into a value).
 local function read_hash(key, field1, field2)
   local stored = redis.pcall('HMGET', key, field1, field2)
   if stored.err or not stored[1] or not stored[2] then
     return nil
   end
-  local a, b = tonumber(stored[1]), tonumber(stored[2])
+  local a = tonumber(stored[1])
+  local b, b_fraction = parse_split(stored[2])
   if a == nil or b == nil then
     return nil
   end
-  return a, b
+  return a, b, b_fraction
 end
 
 -- The hash states (buckets, fixed windows) this call reads and writes, kept here and written to
@@ -180,7 +223,7 @@ end
 -- one HMGET, one HSET and one PEXPIRE together, and decide exactly as if each had read what the
 -- one before it wrote (stored numbers round-trip exactly: see format_number).
 -- Per call, as are lease_prefix, request_number and out below: decide_batch sets them afresh.
-local cached      -- key -> {algorithm, f1, f2, a, b, replace, dirty, expire}
+local cached      -- key -> {algorithm, f1, f2, a, b, b_fraction, replace, dirty, expire}
 -- 1e15 ms, 31,700 years: a key idle that long is gone for any purpose, and the value is an exact
 -- integer that every Redis reads as one.
 local MAX_EXPIRE_MS = 1e15
@@ -192,7 +235,8 @@ local function write_out(key, c)
     if c.replace then
       redis.call('DEL', key) -- absent, or another algorithm's state
     end
-    redis.call('HSET', key, c.f1, string.format('%d', c.a), c.f2, format_number(c.b))
+    redis.call('HSET', key, c.f1, string.format('%d', c.a),
+               c.f2, format_split(c.b, c.b_fraction))
     -- Bounded: a debt of 2^53 at a slow rate drains in more milliseconds than Redis takes
     -- (past 1e17 or 9.2e18, by version), and a refused PEXPIRE would fail the whole call.
     redis.call('PEXPIRE', key, string.format('%d', math.min(c.expire, MAX_EXPIRE_MS)))
@@ -209,16 +253,17 @@ local function hash_state(key, algorithm, f1, f2)
   else
     write_out(key, c) -- a reload changed the limit mid-batch: the new one starts from Redis
   end
-  local a, b = read_hash(key, f1, f2)
-  c = { algorithm = algorithm, f1 = f1, f2 = f2, a = a, b = b, replace = a == nil,
-        dirty = false, expire = 0 }
+  local a, b, b_fraction = read_hash(key, f1, f2)
+  c = { algorithm = algorithm, f1 = f1, f2 = f2, a = a, b = b, b_fraction = b_fraction,
+        replace = a == nil, dirty = false, expire = 0 }
   cached[key] = c
   return c
 end
 
--- Records a hash state to write at the end.
-local function store_state(c, a, b, expire)
-  c.a, c.b, c.dirty, c.expire = a, b, true, expire
+-- Records a hash state to write at the end; `b_fraction` is the fraction of the time b (a
+-- bucket's), nil for a whole one.
+local function store_state(c, a, b, expire, b_fraction)
+  c.a, c.b, c.b_fraction, c.dirty, c.expire = a, b, b_fraction or 0, true, expire
 end
 
 -- Writes out and forgets a key's cached state, before something else uses the key directly.
@@ -232,9 +277,9 @@ end
 
 ---------------------------------------------------------------------------------------------------
 -- The algorithms. Each has
---   decide(key, p, now) -> allowed, remaining, reset, retry_after, delay, level, w1, w2
---     the decision (the reply's six fields) and what `write` needs (w1, w2), without writing;
---   write(key, p, ttl, now, allowed, reset, level, w1, w2)
+--   decide(key, p, now) -> allowed, remaining, reset, retry_after, delay, level, w1, w2, w3
+--     the decision (the reply's six fields) and what `write` needs (w1, w2, w3), without writing;
+--   write(key, p, ttl, now, allowed, reset, level, w1, w2, w3)
 --     which charges the request;
 -- and, where the algorithm has them,
 --   settle(key, p, ttl, now, delta)                  a settlement (see SETTLEMENTS);
@@ -245,32 +290,43 @@ end
 
 -- The buckets: leak_and_admit of src/limiter/leaky_bucket.cpp. A token bucket is a leaky bucket
 -- that never delays, seen from the other side: tokens = capacity - queue_size. Returns allowed,
--- remaining, reset, retry_after, delay, the queue size after the request and last_leak_time.
+-- remaining, reset, retry_after, delay, the queue size after the request and last_leak_time,
+-- its whole ms and fraction (limiter::split_ms: kept apart, so a sum of slots does not round at
+-- the magnitude of a unix time).
 -- Leaks whole slots; keeps the fraction of the slot in progress. A clock behind `last` leaks
 -- nothing and never moves it back.
-local function leak(q, last, slot, now)
-  if now > last then
-    local leaked = floor((now - last) / slot + SLOT_EPSILON)
+local function leak(q, whole, fraction, slot, now)
+  local elapsed = (now - whole) - fraction
+  if elapsed > 0 then
+    local slots = elapsed / slot
+    local leaked = floor(slots + max(MS_EPSILON / slot, RELATIVE_EPSILON * slots))
     if leaked >= q then
       q = 0
-      last = now
+      whole = floor(now)
+      fraction = now - whole
     elseif leaked > 0 then
       q = q - leaked
-      last = last + leaked * slot
+      local moved = fraction + leaked * slot
+      local moved_whole = floor(moved)
+      whole = whole + moved_whole
+      fraction = moved - moved_whole
     end
   end
-  return q, last
+  return q, whole, fraction
 end
 
-local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, now, cost)
+local function leak_and_admit(q, whole, fraction, capacity, flow_rate, shaping, max_delay, now,
+                              cost)
   local slot = 1000.0 / flow_rate
   if q == nil then
-    q, last = 0, now
+    whole = floor(now)
+    q, fraction = 0, now - whole
   end
-  q, last = leak(q, last, slot, now)
+  q, whole, fraction = leak(q, whole, fraction, slot, now)
+  local head = (whole - now) + fraction -- L - now
 
-  -- The request's last slot would stand at position q + cost; the head leaves at `last`.
-  local wait = last + (q + (cost - 1)) * slot - now
+  -- The request's last slot would stand at position q + cost; the head leaves at L.
+  local wait = head + (q + (cost - 1)) * slot
   local has_room = q <= capacity - cost
   local wait_fits = (not shaping) or max_delay < 0 or wait <= max_delay + MS_EPSILON
 
@@ -290,7 +346,7 @@ local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, 
     if has_room then
       until_ms = wait - max_delay
     else
-      until_ms = last + (q - (capacity - cost)) * slot - now
+      until_ms = head + (q - (capacity - cost)) * slot
     end
     retry_after = max(ceil_bucket_ms(until_ms), 1)
   end
@@ -298,7 +354,8 @@ local function leak_and_admit(q, last, capacity, flow_rate, shaping, max_delay, 
   if remaining < 0 then
     remaining = 0 -- a debt
   end
-  return allowed, remaining, ceil_bucket_ms(last + q * slot - now), retry_after, delay, q, last
+  return allowed, remaining, ceil_bucket_ms(head + q * slot), retry_after, delay, q, whole,
+    fraction
 end
 
 -- src/limiter/cost.hpp's settle_level: level + delta within [0, MAX_AMOUNT], no intermediate
@@ -314,21 +371,22 @@ local function settle_level(level, delta)
   return settled
 end
 
--- leak_and_settle of src/limiter/leaky_bucket.cpp: the queue and its last leak after the
--- settlement, and the ms until it has drained.
-local function leak_and_settle(q, last, flow_rate, now, delta)
+-- leak_and_settle of src/limiter/leaky_bucket.cpp: the queue and its last leak (whole ms and
+-- fraction) after the settlement, and the ms until it has drained.
+local function leak_and_settle(q, whole, fraction, flow_rate, now, delta)
   local slot = 1000.0 / flow_rate
   if q == nil then
-    q, last = 0, now
+    whole = floor(now)
+    q, fraction = 0, now - whole
   end
-  q, last = leak(q, last, slot, now)
+  q, whole, fraction = leak(q, whole, fraction, slot, now)
   q = settle_level(q, delta)
-  return q, last, ceil_bucket_ms(last + q * slot - now)
+  return q, whole, fraction, ceil_bucket_ms(((whole - now) + fraction) + q * slot)
 end
 
 -- Both buckets keep {count, time} in their hash state, for the ttl.
-local function write_bucket(_, _, ttl, _, _, _, level, state, last)
-  store_state(state, level, last, ttl)
+local function write_bucket(_, _, ttl, _, _, _, level, state, whole, fraction)
+  store_state(state, level, whole, ttl, fraction)
 end
 
 -- A bucket's give-back is the settlement of -amount: refilling t - c then adding c back equals
@@ -343,9 +401,9 @@ local leaky_bucket = { write = write_bucket }
 
 function leaky_bucket.decide(key, p, now, cost)
   local c = hash_state(key, LEAKY_BUCKET, 'queue_size', 'last_leak_time')
-  local allowed, remaining, reset, retry_after, delay, q, last =
-    leak_and_admit(c.a, c.b, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now, cost)
-  return allowed, remaining, reset, retry_after, delay, q, c, last
+  local allowed, remaining, reset, retry_after, delay, q, whole, fraction =
+    leak_and_admit(c.a, c.b, c.b_fraction, p.p1, p.p2, p.mode == SHAPE, p.max_delay, now, cost)
+  return allowed, remaining, reset, retry_after, delay, q, c, whole, fraction
 end
 
 function leaky_bucket.settle(key, p, ttl, now, delta)
@@ -353,8 +411,8 @@ function leaky_bucket.settle(key, p, ttl, now, delta)
   if c.a == nil and delta < 0 then
     return -- a refund on an empty queue gives back nothing
   end
-  local q, last, drained = leak_and_settle(c.a, c.b, p.p2, now, delta)
-  store_state(c, q, last, max(ttl, drained))
+  local q, whole, fraction, drained = leak_and_settle(c.a, c.b, c.b_fraction, p.p2, now, delta)
+  store_state(c, q, whole, max(ttl, drained), fraction)
 end
 
 leaky_bucket.give_back = bucket_give_back(leaky_bucket)
@@ -367,9 +425,9 @@ function token_bucket.decide(key, p, now, cost)
   if c.a ~= nil then
     q = p.p1 - c.a
   end
-  local allowed, remaining, reset, retry_after, delay, level, last =
-    leak_and_admit(q, c.b, p.p1, p.p2, false, -1, now, cost)
-  return allowed, remaining, reset, retry_after, delay, p.p1 - level, c, last
+  local allowed, remaining, reset, retry_after, delay, level, whole, fraction =
+    leak_and_admit(q, c.b, c.b_fraction, p.p1, p.p2, false, -1, now, cost)
+  return allowed, remaining, reset, retry_after, delay, p.p1 - level, c, whole, fraction
 end
 
 function token_bucket.settle(key, p, ttl, now, delta)
@@ -381,8 +439,8 @@ function token_bucket.settle(key, p, ttl, now, delta)
   if c.a ~= nil then
     q = p.p1 - c.a -- a debt: tokens below zero, a queue above capacity
   end
-  local level, last, full = leak_and_settle(q, c.b, p.p2, now, delta)
-  store_state(c, p.p1 - level, last, max(ttl, full))
+  local level, whole, fraction, full = leak_and_settle(q, c.b, c.b_fraction, p.p2, now, delta)
+  store_state(c, p.p1 - level, whole, max(ttl, full), fraction)
 end
 
 token_bucket.give_back = bucket_give_back(token_bucket)
@@ -886,10 +944,10 @@ local function decide_batch(KEYS, ARGV)
       end
       p = next_p
       local algorithm = d.algorithm
-      local allowed, remaining, reset, retry_after, delay, level, w1, w2 =
+      local allowed, remaining, reset, retry_after, delay, level, w1, w2, w3 =
         algorithm.decide(key, d, now, cost)
       if allowed == 1 or d.dry_run then
-        algorithm.write(key, d, ttl, now, allowed, reset, level, w1, w2)
+        algorithm.write(key, d, ttl, now, allowed, reset, level, w1, w2, w3)
       end
       out_n = out_n + 1
       if tentative then
@@ -901,7 +959,7 @@ local function decide_batch(KEYS, ARGV)
       end
     else
       request_number = request_number + 1
-      -- Phase 1: decide every key of the request, write nothing. decided[i] holds the eight
+      -- Phase 1: decide every key of the request, write nothing. decided[i] holds the nine
       -- values of `decide`.
       local decided, last_of, limits, keys = {}, {}, {}, {}
       local admit = true
@@ -924,7 +982,8 @@ local function decide_batch(KEYS, ARGV)
           local key = keys[i]
           if last_of[key] == i then
             local r = decided[i]
-            limits[i].algorithm.write(key, limits[i], ttl, now, r[1], r[3], r[6], r[7], r[8])
+            limits[i].algorithm.write(key, limits[i], ttl, now, r[1], r[3], r[6], r[7], r[8],
+                                      r[9])
           end
         end
       end

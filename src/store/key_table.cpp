@@ -54,7 +54,7 @@ key_table::node& key_table::insert(std::string_view key, std::size_t h) {
     // One block: the fields, then the text.
     const auto bytes = std::max(sizeof(node), node::text_offset() + key.size());
     node* n = new (::operator new(bytes)) node();
-    n->key_size_ = static_cast<std::uint32_t>(key.size());
+    n->key_size_ = static_cast<std::uint16_t>(key.size());
     if (!key.empty()) {
         std::memcpy(reinterpret_cast<char*>(n) + node::text_offset(), key.data(), key.size());
     }

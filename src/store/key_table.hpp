@@ -18,10 +18,12 @@ namespace sluice::store {
  * 144-byte block (the std::string, the 48-byte std::variant state, the recency links, a pointer
  * back to the key, the cached hash, the chain link) plus the key's text in a 48-byte block of
  * its own beyond 15 bytes, plus the buckets. Here a key is one block: three links, its
- * idle-from time, its state packed into 16 bytes (packed_state.hpp), its length and kind, and
- * its text inline, 53 bytes before the text: a 96-byte block for a key of up to 35 bytes; plus
- * 8 to 16 bytes of buckets. Measured the same way: 114 bytes of RSS per key (and 106.5 bytes of
- * heap per key of up to 35 bytes, 100,000 of them, in this table alone). No hash is kept:
+ * idle-from time, its state packed into 24 bytes (packed_state.hpp), its length and kind, and
+ * its text inline, 59 bytes before the text: a 96-byte block for a key of up to 29 bytes, 112 up
+ * to 45; plus 8 to 16 bytes of buckets. Measured the same way with a 16-byte state (53 bytes
+ * before the text): 114 bytes of RSS per key (and 106.5 bytes of heap per key of up to 35
+ * bytes, 100,000 of them, in this table alone); the buckets' time took 8 more bytes for its
+ * fraction (limiter::split_ms). No hash is kept:
  * a chain compares lengths before bytes, and a rehash, or the erasure of a single key, hashes
  * the text again.
  *
@@ -70,15 +72,17 @@ public:
         node* older_ = nullptr;
         double idle_at_ms_ = 0;
         packed_state state_;
-        std::uint32_t key_size_ = 0;
+        std::uint16_t key_size_ = 0;
         std::uint8_t kind_ = fresh_kind;
         // The text follows kind_, in the block's bytes from text_offset() on (the node's own
         // padding included: a node is never copied, so nothing writes that padding).
     };
 
-    /// Keys longer than this cannot be held (a key is bounded by the request header, at most
-    /// `server.max-header-size`, 1 GiB).
-    static constexpr std::size_t max_key_size = UINT32_MAX;
+    /// Keys longer than this cannot be held (insert throws). None is: a key is at most about
+    /// 2.2 KB, 8 parts of at most 257 bytes (rate_limit_key.hpp) and a rule's name of at most 128
+    /// (src/config/rules.cpp). Two bytes of length rather than four keep a 29-byte key, such as
+    /// `rate-limit:127.0.0.1:/k123456`, in a 96-byte block.
+    static constexpr std::size_t max_key_size = UINT16_MAX;
 
     /// The hash of a key, as `find` and `insert` take it; the store also picks shards with it.
     static std::size_t hash(std::string_view key) noexcept;

@@ -27,14 +27,14 @@ static_assert(alternative_is<leaky, leaky_bucket_state> &&
               alternative_is<concurrency, concurrency_state> &&
               std::variant_size_v<limiter::state> == 5);
 static_assert(fresh_kind == leaky);
-static_assert(sizeof(packed_state) == 16);
+static_assert(sizeof(packed_state) == 24);
 
 } // namespace
 
 limiter::state unpack(const packed_state& packed, std::uint8_t kind) {
     switch (kind) {
     case token:
-        return token_bucket_state{packed.count, packed.ms};
+        return token_bucket_state{packed.count, {packed.ms, packed.ms_fraction}};
     case fixed:
         return fixed_window_state{packed.count, packed.ms};
     case sliding:
@@ -42,7 +42,7 @@ limiter::state unpack(const packed_state& packed, std::uint8_t kind) {
     case concurrency:
         return concurrency_state{packed.count};
     default:
-        return leaky_bucket_state{packed.count, packed.ms};
+        return leaky_bucket_state{packed.count, {packed.ms, packed.ms_fraction}};
     }
 }
 
@@ -58,6 +58,7 @@ void pack(limiter::state&& state, packed_state& packed, std::uint8_t& kind) {
         if (kind != sliding) {
             packed.sliding = new sliding_window_state(std::move(*s));
             packed.ms = 0;
+            packed.ms_fraction = 0;
             kind = sliding;
         } else {
             *packed.sliding = std::move(*s);
@@ -72,10 +73,12 @@ void pack(limiter::state&& state, packed_state& packed, std::uint8_t& kind) {
                 packed.count = s.in_flight;
             } else if constexpr (std::is_same_v<T, leaky_bucket_state>) {
                 packed.count = s.queue_size;
-                packed.ms = s.last_leak_ms;
+                packed.ms = s.last_leak.whole;
+                packed.ms_fraction = s.last_leak.fraction;
             } else if constexpr (std::is_same_v<T, token_bucket_state>) {
                 packed.count = s.tokens;
-                packed.ms = s.last_refill_ms;
+                packed.ms = s.last_refill.whole;
+                packed.ms_fraction = s.last_refill.fraction;
             } else if constexpr (std::is_same_v<T, fixed_window_state>) {
                 packed.count = s.count;
                 packed.ms = s.window_start_ms;
@@ -91,6 +94,7 @@ void clear(packed_state& packed, std::uint8_t& kind) noexcept {
     }
     packed.count = 0;
     packed.ms = 0;
+    packed.ms_fraction = 0;
     kind = fresh_kind;
 }
 

@@ -8,10 +8,11 @@
 namespace sluice::store {
 
 /**
- * A limiter::state as the memory store keeps it per key: 16 bytes plus a kind byte, where the
+ * A limiter::state as the memory store keeps it per key: 24 bytes plus a kind byte, where the
  * std::variant takes 48 (its largest alternative, the sliding window's vector with two more
- * words, plus the index, padded). The buckets' and the fixed window's states are a count and a
- * time, a concurrency state a count: they live in the two words as they are, bit for bit. Only
+ * words, plus the index, padded). The buckets' states are a count and a time in two parts
+ * (limiter::split_ms), the fixed window's a count and a time, a concurrency state a count: they
+ * live in the three words as they are, bit for bit. Only
  * a sliding window's state, whose log grows with its limit anyway, goes to a block of its own,
  * which the first word then points to. The kind (the variant's index) is kept apart, by the
  * owner, so that it can share a word with the owner's other small fields (see key_table's node).
@@ -27,8 +28,11 @@ struct packed_state {
         limiter::sliding_window_state* sliding;
     };
 
-    /// last_leak_ms, last_refill_ms or window_start_ms; 0 for the others.
+    /// The whole ms of last_leak or last_refill, or window_start_ms; 0 for the others.
     double ms = 0;
+
+    /// The fraction of a ms of last_leak or last_refill; 0 for the others.
+    double ms_fraction = 0;
 };
 
 /// The variant index of limiter::state that a fresh packed_state (zeros) holds: a fresh

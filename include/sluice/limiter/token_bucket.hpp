@@ -3,15 +3,16 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/limiter/decision.hpp"
+#include "sluice/limiter/leaky_bucket.hpp"
 
 #include <cstdint>
 
 namespace sluice::limiter {
 
-/// Stored as the Redis hash fields `tokens` and `last_refill_time` (ms, may be fractional).
+/// Stored as the Redis hash fields `tokens` and `last_refill_time` (ms, whole and fraction).
 struct token_bucket_state {
     std::int64_t tokens = 0;
-    double last_refill_ms = 0;
+    split_ms last_refill;
 
     friend bool operator==(const token_bucket_state&, const token_bucket_state&) = default;
 };

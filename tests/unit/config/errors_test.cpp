@@ -493,10 +493,19 @@ TEST(ConfigErrors, RuleNamesThatWouldShareKeysAreRefused) {
     - name: "api#1"
       match: { path: /b }
       limits: []
+    - name: )" + std::string(129, 'n') +
+                               R"(
+      match: { path: /c }
+      limits: []
+    - name: )" + std::string(128, 'n') +
+                               R"(
+      match: { path: /d }
+      limits: []
 )");
-    ASSERT_EQ(p.size(), 2u);
+    ASSERT_EQ(p.size(), 3u);
     EXPECT_TRUE(has_problem(p, 5, "rate-limit.rules[0].name", "the fallback limit's own name"));
     EXPECT_TRUE(has_problem(p, 8, "rate-limit.rules[1].name", "must not contain '#'"));
+    EXPECT_TRUE(has_problem(p, 11, "rate-limit.rules[2].name", "129 bytes long; at most 128"));
 }
 
 TEST(ConfigErrors, DuplicateKeysInOneMapping) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -112,7 +113,7 @@ TEST(LeakyBucket, LeakKeepsFractionalProgressTowardNextSlot) {
     ASSERT_FALSE(b.request(150).allowed);
     // 150 ms of progress are kept: at 200 ms the slot has drained.
     EXPECT_TRUE(b.request(200).allowed);
-    EXPECT_DOUBLE_EQ(b.state.last_leak_ms, 200);
+    EXPECT_EQ(b.state.last_leak, (split_ms{200, 0}));
 }
 
 TEST(LeakyBucket, FractionalSlotsKeepLastLeakExact) {
@@ -123,10 +124,34 @@ TEST(LeakyBucket, FractionalSlotsKeepLastLeakExact) {
     // At 700 ms two slots (666.67 ms) have drained; L advances by exactly 2 T.
     auto d = b.request(700);
     ASSERT_TRUE(d.allowed);
-    EXPECT_DOUBLE_EQ(b.state.last_leak_ms, 2 * (1000.0 / 3));
+    EXPECT_EQ(b.state.last_leak.whole, 666);
+    EXPECT_DOUBLE_EQ(b.state.last_leak.fraction, 2 * (1000.0 / 3) - 666);
     EXPECT_EQ(b.state.queue_size, 2);
     // The new request stands at position 2: it leaves at L + T = 1000 ms, 300 ms from now.
     EXPECT_EQ(d.delay, milliseconds(300));
+}
+
+TEST(LeakyBucket, ABusyQueueAtUnixTimeKeepsItsTimelineForADay) {
+    // flowRate 6 (T = 166.67 ms) for a day, the queue never empty: L moves on 518,400 slots from
+    // a unix time. As one double, L rounded to 2^-12 ms at every slot, the same way each time,
+    // and ended about 42 ms late, refusing requests exactly as their slot freed long before.
+    bucket b(leaky(2, 6, config::shaping_mode::police));
+    const double t0 = 1'700'000'000'000;
+    ASSERT_TRUE(b.request(t0).allowed);
+    ASSERT_TRUE(b.request(t0).allowed);
+    constexpr std::int64_t slots = 518'400;
+    for (std::int64_t k = 1; k <= slots; ++k) {
+        // Slot k frees at t0 + k x 1000 / 6: the first whole ms from then on (every third one
+        // exactly on it) finds one slot free, and fills it again.
+        const auto at = t0 + static_cast<double>((k * 1000 + 5) / 6);
+        ASSERT_TRUE(b.request(at).allowed) << "slot " << k;
+        ASSERT_EQ(b.state.queue_size, 2);
+    }
+    // 518,400 slots of 1000 / 6 ms are 86,400,000 ms exactly.
+    EXPECT_NEAR((b.state.last_leak.whole - t0) + b.state.last_leak.fraction, 86'400'000, 1e-6);
+    const double next = t0 + 86'400'000 + 1000.0 / 6;
+    EXPECT_FALSE(b.request(std::floor(next)).allowed);
+    EXPECT_TRUE(b.request(std::ceil(next)).allowed);
 }
 
 TEST(LeakyBucket, TimeRunningBackwardsNeverMovesLastLeakBack) {
@@ -135,7 +160,7 @@ TEST(LeakyBucket, TimeRunningBackwardsNeverMovesLastLeakBack) {
     ASSERT_TRUE(b.request(10'000).allowed);
     auto d = b.request(4'000);
     ASSERT_TRUE(d.allowed);
-    EXPECT_DOUBLE_EQ(b.state.last_leak_ms, 10'000);
+    EXPECT_EQ(b.state.last_leak, (split_ms{10'000, 0}));
     EXPECT_EQ(b.state.queue_size, 3);
     // Nothing leaked, and the wait is measured from the earlier reading: never negative.
     EXPECT_EQ(d.delay, milliseconds(8'000));

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,7 @@ TEST(KeyTable, ANewNodeIsFreshAndNewest) {
 TEST(KeyTable, KeysOfAnyLengthAndAnyByteAreHeldWhole) {
     key_table t;
     const std::string with_nul("a\0b", 3);
-    const std::string long_key(70'000, 'x'); // beyond 16 bits of length
+    const std::string long_key(key_table::max_key_size, 'x'); // 16 bits of length, all used
     std::string almost = long_key;
     almost.back() = 'y';
     node& nul = add(t, with_nul);
@@ -80,6 +81,9 @@ TEST(KeyTable, KeysOfAnyLengthAndAnyByteAreHeldWhole) {
     EXPECT_EQ(look_up(t, long_key), &long_node);
     EXPECT_EQ(look_up(t, almost), nullptr);
     EXPECT_EQ(long_node.key(), long_key);
+    // One byte more cannot be held (no key comes near: see max_key_size), and changes nothing.
+    EXPECT_THROW(add(t, long_key + "x"), std::length_error);
+    EXPECT_EQ(t.size(), 2u);
 }
 
 TEST(KeyTable, StateAndIdleTimeStayWithTheirKey) {

@@ -40,7 +40,7 @@ TEST(PackedState, AFreshOneIsAFreshState) {
 
 TEST(PackedState, EveryAlgorithmComesBackAsItWent) {
     const std::vector<state> states{
-        leaky_bucket_state{7, 1'700'000'000'123.0},
+        leaky_bucket_state{7, {1'700'000'000'123.0, 0.5714285714285714}},
         token_bucket_state{-3, 42.5},
         fixed_window_state{std::numeric_limits<std::int64_t>::max(), 3'600'000},
         concurrency_state{std::numeric_limits<std::int64_t>::min()},
@@ -59,10 +59,13 @@ TEST(PackedState, TimesKeepTheirBits) {
                       std::nextafter(1e15, 2e15)}) {
         const auto back = round_trip(leaky_bucket_state{1, ms});
         ASSERT_TRUE(std::holds_alternative<leaky_bucket_state>(back));
-        EXPECT_TRUE(same_bits(std::get<leaky_bucket_state>(back).last_leak_ms, ms)) << ms;
+        EXPECT_TRUE(same_bits(std::get<leaky_bucket_state>(back).last_leak.whole, ms)) << ms;
+        const auto fraction = round_trip(leaky_bucket_state{1, {0, ms}});
+        EXPECT_TRUE(same_bits(std::get<leaky_bucket_state>(fraction).last_leak.fraction, ms)) << ms;
     }
-    const auto back = round_trip(token_bucket_state{1, -0.0});
-    EXPECT_TRUE(same_bits(std::get<token_bucket_state>(back).last_refill_ms, -0.0));
+    const auto back = round_trip(token_bucket_state{1, {-0.0, -0.0}});
+    EXPECT_TRUE(same_bits(std::get<token_bucket_state>(back).last_refill.whole, -0.0));
+    EXPECT_TRUE(same_bits(std::get<token_bucket_state>(back).last_refill.fraction, -0.0));
 }
 
 TEST(PackedState, ASlidingWindowMovesInAndOutOfItsBlock) {

@@ -745,10 +745,12 @@ TEST_F(RedisStore, TheScriptRefusesMalformedPackedRequests) {
 // The other algorithms' Redis layout (their decisions are the store contract's business:
 // tests/unit/store/store_contract_test.cpp)
 
-std::string format_double(double x) {
+// limits.lua's format_split for a time of unix-ms magnitude with a fraction of at least 0.1:
+// the whole ms, then the fraction's 17 digits.
+std::string format_split(const limiter::split_ms& t) {
     char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.17g", x);
-    return buffer;
+    std::snprintf(buffer, sizeof buffer, "%.17f", t.fraction);
+    return std::to_string(static_cast<std::int64_t>(t.whole)) + (buffer + 1);
 }
 
 TEST_F(RedisStore, TokenBucketIsAHashOfTokensAndLastRefillTime) {
@@ -760,15 +762,30 @@ TEST_F(RedisStore, TokenBucketIsAHashOfTokensAndLastRefillTime) {
         ASSERT_TRUE(limiter::token_bucket_acquire(reference, exists, l, t).allowed);
         exists = true;
     }
-    ASSERT_NE(reference.last_refill_ms, std::floor(reference.last_refill_ms));
+    ASSERT_GE(reference.last_refill.fraction, 0.1);
     const std::map<std::string, std::string> expected{
         {"tokens", std::to_string(reference.tokens)},
-        {"last_refill_time", format_double(reference.last_refill_ms)}};
+        {"last_refill_time", format_split(reference.last_refill)}};
     EXPECT_EQ(hash("tokens"), expected);
     // A bucket lives as long as rate-limit.redis.ttl from its last write.
     const auto pttl = command({"PTTL", "tokens"});
     EXPECT_GT(pttl.integer, 0);
     EXPECT_LE(pttl.integer, settings_.ttl.count());
+}
+
+TEST_F(RedisStore, ATimeStoredAsOneDoubleIsReadAsItsWholeMsAndFraction) {
+    // As an earlier sluice wrote a fractional last_leak_time: a full queue of 2, L = t0 - 999.75
+    // and T = 1000 ms, so a slot frees at t0 + 0.25: refused at t0 (retry 0.25 ms, rounded up),
+    // admitted at t0 + 1.
+    const auto l = leaky(2, 1, config::shaping_mode::police);
+    command({"HSET", "old", "queue_size", "2", "last_leak_time", "1699999999000.25"});
+    const auto refused = acquire_one("old", l, t0);
+    EXPECT_FALSE(refused.allowed);
+    EXPECT_EQ(refused.retry_after, 1ms);
+    EXPECT_TRUE(acquire_one("old", l, t0 + 1).allowed);
+    // The leak moved L on one slot, to t0 + 0.25: written back as the whole ms and the
+    // fraction's 17 digits.
+    EXPECT_EQ(hash("old").at("last_leak_time"), "1700000000000.25000000000000000");
 }
 
 TEST_F(RedisStore, FixedWindowIsACountExpiringWithItsWindow) {
