@@ -273,6 +273,10 @@ struct upstream_settings {
     /// to `timeout` for one, then get 503.
     std::size_t max_connections = 256;
     milliseconds idle_timeout{60'000};
+    /// How long the addresses a DNS name of `host` resolved to are used before they are looked
+    /// up again (in the background: connects go on with the old ones meanwhile); nginx's
+    /// `resolver ... valid=30s`.
+    milliseconds resolve_interval{30'000};
     /// A response head (status line, fields, blank line) longer than this gets 502: it bounds
     /// what an upstream makes sluice hold per connection before a byte of the body.
     std::uint64_t max_header_bytes = 64 * 1024;

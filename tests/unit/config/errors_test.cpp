@@ -565,6 +565,21 @@ server:
     EXPECT_TRUE(has_problem(p, 5, "server.body-timeout", "got '0'"));
 }
 
+// A resolve interval of 0 would look the upstream's name up on every connect.
+TEST(ConfigErrors, ResolveIntervalMustBeAPositiveDuration) {
+    const auto p = problems_of(R"(upstream:
+  url: http://backend:9000
+  resolve-interval: 0
+)");
+    EXPECT_TRUE(has_problem(p, 3, "upstream.resolve-interval", "duration > 0"));
+    EXPECT_TRUE(has_problem(p, 3, "upstream.resolve-interval", "got '0'"));
+    const auto q = problems_of(R"(upstream:
+  url: http://backend:9000
+  resolve-interval: soon
+)");
+    EXPECT_TRUE(has_problem(q, 3, "upstream.resolve-interval", "got 'soon'"));
+}
+
 TEST(ConfigErrors, SecondDocumentIsRejected) {
     const auto p = problems_of(base + "---\nupstream:\n  url: http://127.0.0.1:9001\n");
     ASSERT_EQ(p.size(), 1u);

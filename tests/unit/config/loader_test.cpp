@@ -42,6 +42,7 @@ void expect_defaults(const config& cfg) {
     EXPECT_EQ(cfg.upstream.max_idle, 64u);
     EXPECT_EQ(cfg.upstream.max_connections, 256u);
     EXPECT_EQ(cfg.upstream.idle_timeout, 60s);
+    EXPECT_EQ(cfg.upstream.resolve_interval, 30s);
     EXPECT_EQ(cfg.upstream.max_header_bytes, 64u * 1024);
 
     const auto& rl = cfg.rate_limit;
@@ -181,6 +182,7 @@ upstream:
   max-idle-connections: 0
   max-connections: 9
   idle-timeout: 30s
+  resolve-interval: 5s
   max-header-size: 128KiB
 rate-limit:
   store: redis
@@ -230,6 +232,7 @@ admin:
     EXPECT_EQ(cfg.upstream.max_idle, 0u);
     EXPECT_EQ(cfg.upstream.max_connections, 9u);
     EXPECT_EQ(cfg.upstream.idle_timeout, 30s);
+    EXPECT_EQ(cfg.upstream.resolve_interval, 5s);
     EXPECT_EQ(cfg.upstream.max_header_bytes, 128u * 1024);
     const auto& rl = cfg.rate_limit;
     EXPECT_EQ(rl.store, store_kind::redis);
@@ -240,7 +243,7 @@ admin:
     EXPECT_EQ(rl.fallback.limit_count, 10);
     EXPECT_EQ(rl.fallback.window, 30s);
     EXPECT_TRUE(rl.fallback.dry_run);
-    EXPECT_EQ(rl.fallback.line, 29);
+    EXPECT_EQ(rl.fallback.line, 30);
     ASSERT_EQ(rl.fallback.key.size(), 1u);
     EXPECT_EQ(rl.fallback.key[0].what, key_part::kind::global);
     EXPECT_EQ(rl.redis.host, "/run/redis.sock");
