@@ -33,6 +33,8 @@ public:
             return "request too large";
         case errc::too_many_held:
             return "too many held requests";
+        case errc::upstream_unresolved:
+            return "upstream host name not resolved in time";
         }
         return "sluice error";
     }

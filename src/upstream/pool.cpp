@@ -2,6 +2,7 @@
 #include "sluice/upstream/pool.hpp"
 
 #include "sluice/core/errc.hpp"
+#include "sluice/core/log_throttle.hpp"
 #include "sluice/io/coarse_clock.hpp"
 
 #include <boost/asio/ip/address.hpp>
@@ -13,8 +14,6 @@
 
 namespace sluice::upstream {
 namespace {
-
-using resolver = tcp::resolver::rebind_executor<executor>::other;
 
 // Whether an idle socket is still usable: the upstream has neither closed it (recv would return
 // 0) nor sent anything unasked (a stray response would be taken for the next request's). One
@@ -92,9 +91,10 @@ void connection_slots::grant_room() noexcept {
 
 } // namespace detail
 
-pool::pool(executor ex)
+pool::pool(executor ex, lookup_function lookup)
     : ex_(std::move(ex))
-    , slots_(std::make_shared<detail::connection_slots>()) {}
+    , slots_(std::make_shared<detail::connection_slots>())
+    , addresses_(ex_, std::move(lookup)) {}
 
 pool::~pool() {
     close_idle();
@@ -178,9 +178,11 @@ pool::connect(const config::upstream_settings& settings) {
         in_line.take_grant();
     }
     conn->lease = detail::slot_lease(slots_);
-    conn->stream.expires_after(settings.connect_timeout);
+    // One deadline for the wait for an address, if any, and the connect.
+    const auto deadline = coarse_clock::latest_now() + settings.connect_timeout;
+    conn->stream.expires_at(deadline);
 
-    // An address needs no resolver round trip (the common case: 127.0.0.1, a pod IP).
+    // An address needs no lookup (the common case: 127.0.0.1, a pod IP).
     error_code ec;
     const auto address = net::ip::make_address(settings.host, ec);
     if (!ec) {
@@ -188,12 +190,10 @@ pool::connect(const config::upstream_settings& settings) {
             co_await conn->stream.async_connect(tcp::endpoint(address, settings.port));
         ec = connect_ec;
     } else {
-        resolver r(ex_);
-        auto [resolve_ec, results] =
-            co_await r.async_resolve(settings.host, std::to_string(settings.port));
-        ec = resolve_ec;
+        auto [lookup_ec, endpoints] = co_await endpoints_of(settings, deadline);
+        ec = lookup_ec;
         if (!ec) {
-            auto [connect_ec, endpoint] = co_await conn->stream.async_connect(results);
+            auto [connect_ec, endpoint] = co_await conn->stream.async_connect(endpoints);
             ec = connect_ec;
         }
     }
@@ -204,6 +204,37 @@ pool::connect(const config::upstream_settings& settings) {
     conn->stream.socket().set_option(tcp::no_delay(true), ec);
     enable_drained_reads(conn->stream.socket(), ec);
     co_return std::tuple{error_code{}, std::move(conn)};
+}
+
+awaitable<std::tuple<error_code, std::vector<tcp::endpoint>>>
+pool::endpoints_of(const config::upstream_settings& settings,
+                   std::chrono::steady_clock::time_point deadline) {
+    const auto interval = settings.resolve_interval;
+    if (addresses_.addresses(settings.host, interval, coarse_clock::now()).empty()) {
+        // First use of the host (or a reload changed it): its lookup's answer, within the
+        // connect's own deadline. A DNS that does not answer costs each connect that, no more.
+        co_await addresses_.wait_for_lookup(deadline);
+    }
+    const auto& found = addresses_.addresses(settings.host, interval, coarse_clock::now());
+    std::vector<tcp::endpoint> endpoints;
+    for (const auto& address : found) {
+        endpoints.emplace_back(address, settings.port);
+    }
+    error_code ec;
+    if (endpoints.empty()) {
+        ec = addresses_.last_error();
+        if (!ec) {
+            static log_throttle throttle{std::chrono::seconds(10)};
+            log_throttled(throttle,
+                          spdlog::level::warn,
+                          "upstream host {}: no address within connect-timeout ({} ms); its "
+                          "lookup goes on",
+                          settings.host,
+                          settings.connect_timeout.count());
+            ec = errc::upstream_unresolved;
+        }
+    }
+    co_return std::tuple{ec, std::move(endpoints)};
 }
 
 void pool::release(connection_ptr conn, const config::upstream_settings& settings) {

@@ -22,6 +22,9 @@ enum class errc {
     request_too_large,
     /// sluice holds as many requests as `rate-limit.max-held` allows.
     too_many_held,
+    /// The upstream's host name has no address yet: its lookup did not answer within
+    /// `upstream.connect-timeout`.
+    upstream_unresolved,
 };
 
 const boost::system::error_category& sluice_category() noexcept;

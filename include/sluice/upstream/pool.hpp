@@ -4,6 +4,7 @@
 #include "sluice/config/config.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/io/timed_stream.hpp"
+#include "sluice/upstream/address_cache.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -15,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace sluice::upstream {
 
@@ -122,7 +124,8 @@ struct connection {
  */
 class pool {
 public:
-    explicit pool(executor ex);
+    /// `lookup` resolves the upstream's host name when it is not an address (tests inject one).
+    explicit pool(executor ex, lookup_function lookup = system_lookup);
     ~pool();
 
     pool(const pool&) = delete;
@@ -150,8 +153,11 @@ public:
     static constexpr std::chrono::milliseconds recheck_after{1'000};
 
     /**
-     * A new connection: resolves the host (unless it is an address), connects within
-     * `connect_timeout` (beast::error::timeout otherwise) and sets TCP_NODELAY. When
+     * A new connection: connects within `connect_timeout` (beast::error::timeout otherwise) and
+     * sets TCP_NODELAY. A host name is connected to at the addresses its last lookup found
+     * (`address_cache`: refreshed in the background every `resolve_interval`); before its first
+     * lookup has answered, it waits for it within the same `connect_timeout`
+     * (sluice::errc::upstream_unresolved, or the lookup's error, after that). When
      * `max_connections` are open, closes an idle one to make room, or else waits for one in use
      * to be released (which hands it over: `reused` set) or closed, for at most `timeout`
      * (sluice::errc::upstream_exhausted after that).
@@ -173,7 +179,16 @@ public:
     /// Callers of `connect` waiting for a place.
     std::size_t waiting_count() const noexcept { return slots_->waiters.size(); }
 
+    /// The addresses of the upstream's host name (tests look at its lookups).
+    const address_cache& addresses() const noexcept { return addresses_; }
+
 private:
+    /// Where a host name (not an address) may be connected to, with `settings.port`; waits
+    /// until `deadline` for the first lookup's answer when there is none yet.
+    awaitable<std::tuple<error_code, std::vector<tcp::endpoint>>>
+    endpoints_of(const config::upstream_settings& settings,
+                 std::chrono::steady_clock::time_point deadline);
+
     void retarget(const config::upstream_settings& settings);
     void evict_expired(const config::upstream_settings& settings,
                        std::chrono::steady_clock::time_point now) noexcept;
@@ -184,6 +199,7 @@ private:
     /// Oldest at the front, most recently released at the back.
     std::deque<connection_ptr> idle_;
     std::shared_ptr<detail::connection_slots> slots_;
+    address_cache addresses_;
 };
 
 } // namespace sluice::upstream

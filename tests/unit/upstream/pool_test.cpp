@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/core/errc.hpp"
+#include "sluice/io/coarse_clock.hpp"
 #include "sluice/upstream/pool.hpp"
 #include "support/run_coro.hpp"
 
@@ -9,6 +10,9 @@
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -384,6 +388,218 @@ TEST_F(PoolTest, AFailedConnectGivesItsPlaceBack) {
     auto [ec, conn] = test::run_coro(ioc_, pool_.connect(settings_));
     EXPECT_TRUE(ec);
     EXPECT_EQ(pool_.open_count(), 0u);
+}
+
+/// A DNS stand-in for the pool's lookups: answers 127.0.0.1 at once, or fails, or holds the
+/// lookups of one host until released. Shared with the lookup threads, which may outlive a test's
+/// pool.
+struct fake_dns {
+    std::mutex mutex;
+    std::condition_variable changed;
+    /// Lookups of this host wait until it changes.
+    std::string held;
+    bool fail = false;
+    int returned = 0;
+
+    void hold(std::string host) {
+        std::lock_guard lock(mutex);
+        held = std::move(host);
+    }
+
+    void release() {
+        std::lock_guard lock(mutex);
+        held.clear();
+        changed.notify_all();
+    }
+
+    void fail_from_now(bool f) {
+        std::lock_guard lock(mutex);
+        fail = f;
+    }
+
+    /// Whether `n` lookups have returned within `limit`.
+    bool wait_returned(int n, milliseconds limit = milliseconds(5'000)) {
+        std::unique_lock lock(mutex);
+        return changed.wait_for(lock, limit, [&] { return returned >= n; });
+    }
+
+    lookup_result lookup(const std::string& host) {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return held != host; });
+        ++returned;
+        changed.notify_all();
+        if (fail) {
+            return {net::error::host_not_found_try_again, {}};
+        }
+        return {{}, {net::ip::address_v4::loopback()}};
+    }
+};
+
+/// The pool with its lookups going to a `fake_dns`, for an upstream named by a host name.
+class PoolLookupTest : public PoolTest {
+protected:
+    PoolLookupTest() {
+        settings_.host = "upstream.test";
+        settings_.max_connections = 1;
+        settings_.timeout = milliseconds(100);
+    }
+
+    ~PoolLookupTest() override {
+        // No lookup thread outlives the test by more than its last steps.
+        named_.reset();
+        dns_->release();
+    }
+
+    std::tuple<error_code, connection_ptr> connect() {
+        return test::run_coro(ioc_, named_->connect(settings_), milliseconds(10'000));
+    }
+
+    /// Lets the lookup in flight, if any, answer, and waits until the pool has its answer.
+    bool answer_lookups() {
+        dns_->release();
+        return test::run_until(ioc_, [&] { return !named_->addresses().lookup_in_flight(); });
+    }
+
+    /// Waits until the addresses found so far are older than `settings_.resolve_interval`.
+    void wait_until_stale() {
+        const auto since = coarse_clock::now();
+        ASSERT_TRUE(test::run_until(
+            ioc_, [&] { return coarse_clock::now() - since > settings_.resolve_interval; }));
+    }
+
+    std::shared_ptr<fake_dns> dns_ = std::make_shared<fake_dns>();
+    std::unique_ptr<pool> named_ = std::make_unique<pool>(
+        ioc_.get_executor(), [dns = dns_](const std::string& host) { return dns->lookup(host); });
+};
+
+// A DNS that does not answer: the connect fails within connect-timeout (before, it waited for
+// Asio's resolver thread, tens of seconds), gives its place back, and the lookup goes on to
+// fill the cache for the connects that come after it.
+TEST_F(PoolLookupTest, ALookupThatNeverAnswersFailsTheConnectWithinConnectTimeout) {
+    dns_->hold(settings_.host);
+    settings_.connect_timeout = milliseconds(200);
+
+    const auto start = std::chrono::steady_clock::now();
+    auto [ec, conn] = connect();
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(ec, errc::upstream_unresolved) << ec.message();
+    EXPECT_FALSE(conn);
+    EXPECT_GE(took, settings_.connect_timeout);
+    // The deadline is kept on the coarse clock, two ticks late at most; the rest is the time a
+    // loaded, sanitized build takes to run the timer's handler.
+    EXPECT_LT(took, settings_.connect_timeout + 2 * coarse_clock::resolution() + milliseconds(150));
+    EXPECT_EQ(named_->open_count(), 0u);
+
+    // Its place came back: a second connect, at max-connections 1, is not refused for capacity,
+    // and waits for the same lookup rather than starting another.
+    auto [again, none] = connect();
+    EXPECT_EQ(again, errc::upstream_unresolved) << again.message();
+    EXPECT_EQ(named_->open_count(), 0u);
+    EXPECT_EQ(named_->addresses().lookups_started(), 1u);
+
+    // When DNS answers, the next connect goes out at once.
+    ASSERT_TRUE(answer_lookups());
+    auto [ok, live] = connect();
+    ASSERT_FALSE(ok) << ok.message();
+    EXPECT_EQ(live->stream.socket().remote_endpoint().port(), upstream_.port());
+    EXPECT_EQ(named_->addresses().lookups_started(), 1u);
+}
+
+// Fresh addresses are used without a lookup; stale ones too, while exactly one lookup refreshes
+// them in the background.
+TEST_F(PoolLookupTest, ConnectsToCachedAddressesAndRefreshesThemInTheBackground) {
+    settings_.max_connections = 8;
+    auto [first_ec, first] = connect();
+    ASSERT_FALSE(first_ec) << first_ec.message();
+    auto [second_ec, second] = connect();
+    ASSERT_FALSE(second_ec) << second_ec.message();
+    EXPECT_EQ(named_->addresses().lookups_started(), 1u);
+    EXPECT_FALSE(named_->addresses().lookup_in_flight());
+
+    settings_.resolve_interval = milliseconds(20); // reloaded
+    wait_until_stale();
+    dns_->hold(settings_.host);
+    for (int i = 0; i < 3; ++i) {
+        auto [ec, conn] = connect();
+        ASSERT_FALSE(ec) << ec.message();
+        EXPECT_EQ(conn->stream.socket().remote_endpoint().port(), upstream_.port());
+    }
+    EXPECT_TRUE(named_->addresses().lookup_in_flight());
+    EXPECT_EQ(named_->addresses().lookups_started(), 2u);
+    ASSERT_TRUE(wait_accepted(5));
+
+    settings_.resolve_interval = milliseconds(60'000);
+    ASSERT_TRUE(answer_lookups());
+    auto [later_ec, later] = connect();
+    ASSERT_FALSE(later_ec) << later_ec.message();
+    EXPECT_EQ(named_->addresses().lookups_started(), 2u);
+}
+
+// A refresh that fails keeps the addresses found before (and is tried again later).
+TEST_F(PoolLookupTest, AFailedRefreshKeepsTheOldAddresses) {
+    auto [first_ec, first] = connect();
+    ASSERT_FALSE(first_ec) << first_ec.message();
+    first.reset();
+
+    dns_->fail_from_now(true);
+    settings_.resolve_interval = milliseconds(20);
+    wait_until_stale();
+    auto [during_ec, during] = connect(); // starts the refresh
+    ASSERT_FALSE(during_ec) << during_ec.message();
+    during.reset();
+    ASSERT_TRUE(answer_lookups());
+    EXPECT_EQ(named_->addresses().last_error(), net::error::host_not_found_try_again);
+    EXPECT_EQ(named_->addresses().lookups_started(), 2u);
+
+    auto [after_ec, after] = connect();
+    ASSERT_FALSE(after_ec) << after_ec.message();
+    EXPECT_EQ(after->stream.socket().remote_endpoint().port(), upstream_.port());
+    ASSERT_TRUE(wait_accepted(3));
+}
+
+// With no address found before, a failed lookup fails the connect with its error (a 502).
+TEST_F(PoolLookupTest, AFailedFirstLookupFailsTheConnectWithItsError) {
+    dns_->fail_from_now(true);
+    auto [ec, conn] = connect();
+    EXPECT_EQ(ec, net::error::host_not_found_try_again) << ec.message();
+    EXPECT_EQ(named_->open_count(), 0u);
+}
+
+// A reload that changes the host forgets the old host's addresses: a connect waits for the new
+// host's lookup rather than going to the old upstream.
+TEST_F(PoolLookupTest, AReloadThatChangesTheHostDoesNotUseTheOldAddresses) {
+    auto [first_ec, first] = connect();
+    ASSERT_FALSE(first_ec) << first_ec.message();
+    first.reset();
+    ASSERT_TRUE(wait_accepted(1));
+
+    settings_.host = "moved.test"; // reloaded
+    settings_.connect_timeout = milliseconds(100);
+    dns_->hold(settings_.host);
+    auto [ec, conn] = connect();
+    EXPECT_EQ(ec, errc::upstream_unresolved) << ec.message();
+    EXPECT_EQ(named_->addresses().lookups_started(), 2u);
+    EXPECT_FALSE(test::run_until(
+        ioc_, [&] { return upstream_.accepted() > 1; }, milliseconds(100)));
+}
+
+// The exit does not wait for a lookup stuck in DNS: destroying the pool abandons it, and its
+// answer, when it comes, touches nothing of the pool (AddressSanitizer would tell).
+TEST_F(PoolLookupTest, DestroyingThePoolDoesNotWaitForAStuckLookup) {
+    dns_->hold(settings_.host);
+    settings_.connect_timeout = milliseconds(50);
+    auto [ec, conn] = connect();
+    EXPECT_EQ(ec, errc::upstream_unresolved);
+    ASSERT_TRUE(named_->addresses().lookup_in_flight());
+
+    const auto start = std::chrono::steady_clock::now();
+    named_.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1'000));
+
+    dns_->release();
+    ASSERT_TRUE(dns_->wait_returned(1));
+    test::run_until(
+        ioc_, [] { return false; }, milliseconds(50)); // a posted answer would run here
 }
 
 } // namespace
