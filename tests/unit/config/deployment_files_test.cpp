@@ -53,13 +53,24 @@ YAML::Node container_port(const YAML::Node& container, const std::string& name) 
 
 TEST(DeploymentFiles, KubernetesManifestHangsTogether) {
     auto docs = by_kind("docker/kubernetes.yaml");
-    ASSERT_EQ(docs.size(), 4u);
-    for (const char* kind : {"ConfigMap", "Secret", "Deployment", "Service"}) {
+    ASSERT_EQ(docs.size(), 3u);
+    for (const char* kind : {"ConfigMap", "Deployment", "Service"}) {
         ASSERT_TRUE(docs.count(kind)) << kind;
     }
+    // The Secret is a file apart, so that applying the manifest never overwrites the password.
+    const auto secrets = by_kind("docker/kubernetes-secret.yaml");
+    ASSERT_EQ(secrets.size(), 1u);
+    ASSERT_TRUE(secrets.count("Secret"));
+    docs["Secret"] = secrets.at("Secret");
     const auto deployment = docs["Deployment"];
     const auto pod = deployment["spec"]["template"]["spec"];
     const auto container = pod["containers"][0];
+    // A rollout: preStop holds SIGTERM back while the pod leaves the Service's endpoints, then
+    // the drain runs; the grace period covers both (the drain's 30 s is checked below).
+    const auto pause = container["lifecycle"]["preStop"]["exec"]["command"];
+    ASSERT_TRUE(pause && pause.size() == 2u);
+    EXPECT_EQ(pause[0].as<std::string>(), "sleep");
+    const int grace = pod["terminationGracePeriodSeconds"].as<int>();
     const auto admin = container_port(container, "admin");
     const auto http = container_port(container, "http");
     ASSERT_TRUE(admin && http);
@@ -124,6 +135,11 @@ TEST(DeploymentFiles, KubernetesManifestHangsTogether) {
     EXPECT_EQ(cfg.rate_limit.store, store_kind::redis);
     EXPECT_EQ(cfg.rate_limit.redis.host, env["SLUICE_REDIS_HOST"]);
     EXPECT_EQ(cfg.rate_limit.redis.password, "s3cret");
+    EXPECT_GE(grace, pause[1].as<int>() + cfg.server.drain_timeout.count() / 1000);
+    // Workers fixed, not one per core of whatever node the pod lands on.
+    EXPECT_EQ(cfg.server.workers, 2u);
+    // As shipped no peer is trusted: a whole network would let its pods pick their own buckets.
+    EXPECT_TRUE(cfg.server.trusted_proxies.empty());
     std::filesystem::remove_all(dir);
 }
 
