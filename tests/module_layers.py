@@ -6,8 +6,8 @@ import pathlib
 import re
 import sys
 
-LAYERS = [["core", "io"], ["config", "key"], ["limiter", "redis", "upstream", "metrics"], ["store"],
-          ["http"], ["app"]]
+LAYERS = [["core"], ["config", "key", "io"], ["limiter", "redis", "upstream", "metrics"],
+          ["store"], ["http"], ["app"]]
 LAYER = {module: i for i, modules in enumerate(LAYERS) for module in modules}
 INCLUDE = re.compile(r'#include\s+"(?:sluice/)?([a-z_]+)/')
 

@@ -94,7 +94,7 @@ void connection_slots::grant_room() noexcept {
 pool::pool(executor ex, lookup_function lookup)
     : ex_(std::move(ex))
     , slots_(std::make_shared<detail::connection_slots>())
-    , addresses_(ex_, std::move(lookup)) {}
+    , addresses_(ex_, std::move(lookup), "upstream") {}
 
 pool::~pool() {
     close_idle();

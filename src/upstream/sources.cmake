@@ -1,1 +1,1 @@
-list(APPEND SLUICE_NET_SOURCES src/upstream/address_cache.cpp src/upstream/pool.cpp)
+list(APPEND SLUICE_NET_SOURCES src/upstream/pool.cpp)

@@ -2,9 +2,9 @@
 #pragma once
 
 #include "sluice/config/config.hpp"
+#include "sluice/io/address_cache.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/io/timed_stream.hpp"
-#include "sluice/upstream/address_cache.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 

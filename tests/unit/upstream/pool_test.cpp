@@ -2,6 +2,7 @@
 #include "sluice/core/errc.hpp"
 #include "sluice/io/coarse_clock.hpp"
 #include "sluice/upstream/pool.hpp"
+#include "support/fake_dns.hpp"
 #include "support/run_coro.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -10,9 +11,7 @@
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -390,52 +389,7 @@ TEST_F(PoolTest, AFailedConnectGivesItsPlaceBack) {
     EXPECT_EQ(pool_.open_count(), 0u);
 }
 
-/// A DNS stand-in for the pool's lookups: answers 127.0.0.1 at once, or fails, or holds the
-/// lookups of one host until released. Shared with the lookup threads, which may outlive a test's
-/// pool.
-struct fake_dns {
-    std::mutex mutex;
-    std::condition_variable changed;
-    /// Lookups of this host wait until it changes.
-    std::string held;
-    bool fail = false;
-    int returned = 0;
-
-    void hold(std::string host) {
-        std::lock_guard lock(mutex);
-        held = std::move(host);
-    }
-
-    void release() {
-        std::lock_guard lock(mutex);
-        held.clear();
-        changed.notify_all();
-    }
-
-    void fail_from_now(bool f) {
-        std::lock_guard lock(mutex);
-        fail = f;
-    }
-
-    /// Whether `n` lookups have returned within `limit`.
-    bool wait_returned(int n, milliseconds limit = milliseconds(5'000)) {
-        std::unique_lock lock(mutex);
-        return changed.wait_for(lock, limit, [&] { return returned >= n; });
-    }
-
-    lookup_result lookup(const std::string& host) {
-        std::unique_lock lock(mutex);
-        changed.wait(lock, [&] { return held != host; });
-        ++returned;
-        changed.notify_all();
-        if (fail) {
-            return {net::error::host_not_found_try_again, {}};
-        }
-        return {{}, {net::ip::address_v4::loopback()}};
-    }
-};
-
-/// The pool with its lookups going to a `fake_dns`, for an upstream named by a host name.
+/// The pool with its lookups going to a `test::fake_dns`, for an upstream named by a host name.
 class PoolLookupTest : public PoolTest {
 protected:
     PoolLookupTest() {
@@ -467,9 +421,9 @@ protected:
             ioc_, [&] { return coarse_clock::now() - since > settings_.resolve_interval; }));
     }
 
-    std::shared_ptr<fake_dns> dns_ = std::make_shared<fake_dns>();
-    std::unique_ptr<pool> named_ = std::make_unique<pool>(
-        ioc_.get_executor(), [dns = dns_](const std::string& host) { return dns->lookup(host); });
+    std::shared_ptr<test::fake_dns> dns_ = std::make_shared<test::fake_dns>();
+    std::unique_ptr<pool> named_ =
+        std::make_unique<pool>(ioc_.get_executor(), test::lookups_of(dns_));
 };
 
 // A DNS that does not answer: the connect fails within connect-timeout (before, it waited for

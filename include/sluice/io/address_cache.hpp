@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace sluice::upstream {
+namespace sluice {
 
 /// What a lookup of a host name found: its addresses, or why there are none.
 struct lookup_result {
@@ -30,8 +30,8 @@ using lookup_function = std::function<lookup_result(const std::string& host)>;
 lookup_result system_lookup(const std::string& host);
 
 /**
- * The addresses of the upstream's host name, for one pool (one worker), so that a connect need
- * not wait for DNS. Not thread-safe: used on the pool's executor only.
+ * The addresses of a host name, for one user on one worker (an upstream pool, a Redis client),
+ * so that a connect need not wait for DNS. Not thread-safe: used on its executor only.
  *
  * Why not Asio's resolver: Asio 1.81 runs an io_context's lookups on one private thread that
  * calls the blocking getaddrinfo, which no cancel interrupts. When DNS stops answering, every
@@ -39,7 +39,7 @@ lookup_result system_lookup(const std::string& host);
  * joined that thread, so the exit waited for it too. Here each lookup runs on a detached thread
  * of its own that the cache abandons when it is destroyed (the result is then dropped, and
  * nothing of the cache or its io_context is touched), at most one lookup per cache at a time
- * (so a DNS that hangs costs one stuck thread per worker, not one per connect).
+ * (so a DNS that hangs costs one stuck thread per cache, not one per connect).
  *
  * The addresses are used while the next lookup runs, however old they are (a DNS outage then
  * keeps the upstream reachable where it has not moved); a failed lookup keeps them, and is
@@ -52,7 +52,8 @@ public:
     /// A failed lookup is tried again no sooner than this (or the interval, if shorter).
     static constexpr std::chrono::milliseconds retry_after_failure{1'000};
 
-    address_cache(const executor& ex, lookup_function lookup);
+    /// `label` says in its log lines what the host is ("upstream", "redis").
+    address_cache(const executor& ex, lookup_function lookup, std::string label);
 
     /// Abandons a lookup in flight: its thread finishes alone, and drops its result.
     ~address_cache();
@@ -92,4 +93,4 @@ private:
     std::shared_ptr<state> state_;
 };
 
-} // namespace sluice::upstream
+} // namespace sluice

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sluice/upstream/address_cache.hpp"
+#include "sluice/io/address_cache.hpp"
 
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/io/coarse_clock.hpp"
@@ -15,7 +15,7 @@
 #include <thread>
 #include <utility>
 
-namespace sluice::upstream {
+namespace sluice {
 
 lookup_result system_lookup(const std::string& host) {
     // The synchronous resolver calls getaddrinfo on this thread: the io_context is only what
@@ -47,8 +47,9 @@ struct address_cache::handoff {
 
 /// The cache proper, used on its executor only (the lookup threads post to it).
 struct address_cache::state : std::enable_shared_from_this<address_cache::state> {
-    state(const executor& ex, lookup_function f)
+    state(const executor& ex, lookup_function f, std::string l)
         : lookup(std::move(f))
+        , label(std::move(l))
         , shared(std::make_shared<handoff>(ex)) {}
 
     static void run_lookup(lookup_function lookup,
@@ -59,6 +60,7 @@ struct address_cache::state : std::enable_shared_from_this<address_cache::state>
     void finish(const std::string& looked_up, lookup_result result);
 
     lookup_function lookup;
+    std::string label;
     std::shared_ptr<handoff> shared;
 
     /// The host last asked for, and what its last lookup found.
@@ -78,9 +80,15 @@ struct address_cache::state : std::enable_shared_from_this<address_cache::state>
 
 namespace {
 
-log_throttle& lookup_log() {
-    static log_throttle throttle{std::chrono::seconds(10)};
+/// Keyed by label and host (`log_key`): the upstream's failures and Redis's, which one DNS
+/// outage brings together, must not hide one another.
+keyed_log_throttle& lookup_log() {
+    static keyed_log_throttle throttle{std::chrono::seconds(10)};
     return throttle;
+}
+
+std::string log_key(const std::string& label, const std::string& host) {
+    return label + ' ' + host;
 }
 
 } // namespace
@@ -126,19 +134,21 @@ void address_cache::state::start_lookup() {
         looked_up = true;
         looked_up_at = coarse_clock::now();
         last_error = error_code(e.code().value(), boost::system::system_category());
-        log_throttled(lookup_log(),
-                      spdlog::level::warn,
-                      "upstream host {}: cannot start a lookup: {}",
-                      host,
-                      e.what());
+        log_throttled_by(lookup_log(),
+                         log_key(label, host),
+                         spdlog::level::warn,
+                         "{} host {}: cannot start a lookup: {}",
+                         label,
+                         host,
+                         e.what());
     }
 }
 
 void address_cache::state::finish(const std::string& looked_up_host, lookup_result result) {
     in_flight = false;
     if (looked_up_host != host) {
-        // The host changed on reload while this lookup ran: its addresses are not the upstream's
-        // any more. The new host's lookup waited for this one to end (one at a time).
+        // The host changed (a reload, a failover) while this lookup ran: its addresses are not
+        // the new host's. The new host's lookup waited for this one to end (one at a time).
         start_lookup();
         return;
     }
@@ -148,27 +158,31 @@ void address_cache::state::finish(const std::string& looked_up_host, lookup_resu
     if (!result.ec) {
         addresses = std::move(result.addresses);
     } else if (addresses.empty()) {
-        log_throttled(lookup_log(),
-                      spdlog::level::warn,
-                      "upstream host {}: lookup failed: {}; no address to connect to",
-                      host,
-                      result.ec.message());
+        log_throttled_by(lookup_log(),
+                         log_key(label, host),
+                         spdlog::level::warn,
+                         "{} host {}: lookup failed: {}; no address to connect to",
+                         label,
+                         host,
+                         result.ec.message());
     } else {
-        log_throttled(lookup_log(),
-                      spdlog::level::warn,
-                      "upstream host {}: lookup failed: {}; connecting to the {} addresses "
-                      "found before",
-                      host,
-                      result.ec.message(),
-                      addresses.size());
+        log_throttled_by(lookup_log(),
+                         log_key(label, host),
+                         spdlog::level::warn,
+                         "{} host {}: lookup failed: {}; connecting to the {} addresses "
+                         "found before",
+                         label,
+                         host,
+                         result.ec.message(),
+                         addresses.size());
     }
     for (auto* timer : waiters) {
         timer->cancel();
     }
 }
 
-address_cache::address_cache(const executor& ex, lookup_function lookup)
-    : state_(std::make_shared<state>(ex, std::move(lookup))) {}
+address_cache::address_cache(const executor& ex, lookup_function lookup, std::string label)
+    : state_(std::make_shared<state>(ex, std::move(lookup), std::move(label))) {}
 
 address_cache::~address_cache() {
     std::lock_guard lock(state_->shared->mutex);
@@ -226,4 +240,4 @@ std::uint64_t address_cache::lookups_started() const noexcept {
     return state_->started;
 }
 
-} // namespace sluice::upstream
+} // namespace sluice
