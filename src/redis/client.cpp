@@ -5,10 +5,14 @@
 #include "redis/reply_detail.hpp"
 #include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
+#include "sluice/io/coarse_clock.hpp"
 #include "sluice/redis/backoff.hpp"
 #include "sluice/redis/command_writer.hpp"
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/container/small_vector.hpp>
@@ -21,12 +25,17 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <optional>
 #include <random>
+#include <utility>
 
 // The client is a small state machine around one hiredis context at a time:
 //
 //   idle -> [resolving] -> connecting -> setting_up -> connected -> (lost) -> waiting -> ...
+//
+// Resolving is the wait for a host name's first addresses (`address_cache`), within the connect
+// timeout: once the name has addresses, even stale ones, a connect goes to them at once.
 //
 // Setting up a connection is AUTH, then (once AUTH succeeded) the connect check (ROLE, behind
 // Sentinel), SELECT and the connect commands (SCRIPT LOAD), each reply awaited: nothing is
@@ -141,7 +150,7 @@ client_options client_options::from_settings(const config::redis_settings& setti
 struct client::state : std::enable_shared_from_this<client::state> {
     enum class phase {
         idle,
-        resolving,
+        resolving,  // for a host name's first addresses (`addresses_`)
         connecting, // TCP (or unix) connect in progress
         setting_up, // connected; AUTH, SELECT or a connect command awaits its reply
         connected,  // set up: commands go straight to Redis
@@ -155,7 +164,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         , deadline_timer_(e)
         , connect_timer_(e)
         , backoff_timer_(e)
-        , resolver_(e)
+        , addresses_(e, opts_.lookup, "redis")
         , rng_(std::random_device{}())
         , backoff_(opts_.reconnect_min, opts_.reconnect_max) {}
 
@@ -649,40 +658,90 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // Connection
 
     void connect() {
+        // One deadline for the wait for an address, if any, the connect and the set-up.
+        const auto deadline = steady::now() + opts_.connect_timeout;
         if (is_unix()) {
-            open(opts_.host);
+            open(opts_.host, deadline);
             return;
         }
         error_code ec;
         const auto address = net::ip::make_address(opts_.host, ec);
         if (!ec) {
-            open(address.to_string());
+            open(address.to_string(), deadline);
             return;
         }
-        // A host name: resolve it without blocking the worker (redisAsyncConnect would).
+        // A host name (redisAsyncConnect would resolve it blocking the worker): the addresses
+        // last found, at once; before the first answer, the lookup's, within the deadline.
+        if (const auto* found = addresses(); found != nullptr) {
+            open(found->to_string(), deadline);
+            return;
+        }
+        if (!addresses_.lookup_in_flight()) {
+            unresolved(); // the last lookup failed; the next starts a second after it
+            return;
+        }
         phase_ = phase::resolving;
-        resolver_.async_resolve(opts_.host,
-                                std::to_string(opts_.port),
-                                [self = shared_from_this(), g = ++resolutions_](
-                                    error_code e, const tcp::resolver::results_type& r) {
-                                    if (g == self->resolutions_) {
-                                        self->on_resolved(e, r);
-                                    }
-                                });
+        // Its own signal per wait: one given up (retarget) may still be finishing.
+        auto signal = std::make_shared<net::cancellation_signal>();
+        lookup_wait_ = signal;
+        net::co_spawn(ex_,
+                      addresses_.wait_for_lookup(deadline),
+                      net::bind_cancellation_slot(
+                          signal->slot(),
+                          [self = shared_from_this(), g = ++resolutions_, signal, deadline](
+                              std::exception_ptr) {
+                              // Done: a later emit would reach a finished coroutine's state.
+                              if (self->lookup_wait_ == signal) {
+                                  self->lookup_wait_.reset();
+                              }
+                              if (g == self->resolutions_) {
+                                  self->on_looked_up(deadline);
+                              }
+                          }));
     }
 
-    void on_resolved(error_code ec, const tcp::resolver::results_type& results) {
+    // The first of the host name's addresses (as Asio's resolver's first result was), or null
+    // when none has been found yet. Starts a lookup when they are due: every `resolve_interval`,
+    // and every second while the server cannot be reached, so that a Redis that came back at
+    // another address (a container restarted) is found then. One lookup at a time, so a DNS that
+    // hangs costs one thread, however often this asks.
+    const net::ip::address* addresses() {
+        const auto interval =
+            outage_logged_
+                ? std::min<milliseconds>(opts_.resolve_interval, address_cache::retry_after_failure)
+                : opts_.resolve_interval;
+        const auto& found = addresses_.addresses(opts_.host, interval, coarse_clock::now());
+        return found.empty() ? nullptr : &found.front();
+    }
+
+    void on_looked_up(steady::time_point deadline) {
         if (phase_ != phase::resolving) {
             return;
         }
-        if (ec || results.empty()) {
-            connection_failed("cannot resolve: " + (ec ? ec.message() : "no address"));
+        if (const auto* found = addresses(); found != nullptr) {
+            open(found->to_string(), deadline);
             return;
         }
-        open(results.begin()->endpoint().address().to_string());
+        unresolved();
     }
 
-    void open(const std::string& address) {
+    // No address for the host name: a failed connect, with its backoff; the lookup, if it goes
+    // on, fills the cache for a later attempt.
+    void unresolved() {
+        const auto ec = addresses_.last_error();
+        connection_failed("cannot resolve: " +
+                          (ec ? ec.message() : "no answer within the connect timeout"));
+    }
+
+    // Gives up the wait for a lookup (not the lookup, which nothing can interrupt).
+    void forget_lookup_wait() {
+        ++resolutions_;
+        if (auto signal = std::exchange(lookup_wait_, nullptr)) {
+            signal->emit(net::cancellation_type::terminal);
+        }
+    }
+
+    void open(const std::string& address, steady::time_point deadline) {
         redisAsyncContext* c = is_unix() ? redisAsyncConnectUnix(address.c_str())
                                          : redisAsyncConnect(address.c_str(), opts_.port);
         if (c == nullptr) {
@@ -707,7 +766,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         redisAsyncSetConnectCallback(c, &state::on_connect);
         redisAsyncSetDisconnectCallback(c, &state::on_disconnect);
 
-        connect_timer_.expires_after(opts_.connect_timeout);
+        connect_timer_.expires_at(deadline);
         connect_timer_.async_wait([self = shared_from_this(), g = generation_](error_code ec) {
             if (!ec) {
                 self->on_connect_timeout(g);
@@ -843,8 +902,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         // held ones fail, a resolution or a backoff in progress is forgotten.
         connect_timer_.cancel();
         backoff_timer_.cancel();
-        resolver_.cancel();
-        ++resolutions_;
+        forget_lookup_wait();
         if (ac_ != nullptr) {
             redisAsyncContext* c = ac_;
             ac_ = nullptr;
@@ -867,7 +925,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         phase_ = phase::stopped;
         connect_timer_.cancel();
         backoff_timer_.cancel();
-        resolver_.cancel();
+        forget_lookup_wait();
         if (pending_.empty()) {
             // An armed deadline for commands already answered would keep the io_context (and
             // a draining sluice) running for up to a command timeout.
@@ -893,7 +951,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         deadline_timer_.cancel();
         connect_timer_.cancel();
         backoff_timer_.cancel();
-        resolver_.cancel();
+        forget_lookup_wait();
         if (ac_ != nullptr) {
             redisAsyncContext* c = ac_;
             ac_ = nullptr;
@@ -907,7 +965,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
     net::steady_timer deadline_timer_;
     net::steady_timer connect_timer_;
     net::steady_timer backoff_timer_;
-    tcp::resolver resolver_;
+    /// A host name's addresses. Destroyed with this state, just after the client (its handlers
+    /// end at once then), which abandons a lookup stuck in DNS.
+    address_cache addresses_;
+    /// Cancels the wait for a lookup in progress (`resolving`).
+    std::shared_ptr<net::cancellation_signal> lookup_wait_;
     std::minstd_rand rng_;
     redisAsyncContext* ac_ = nullptr;
     // Atomic only so that connected() may be read from another thread (readiness probes);
@@ -921,7 +983,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
     bool outage_logged_ = false;
     std::uint64_t next_id_ = 1;
     std::uint64_t generation_ = 0;
-    std::uint64_t resolutions_ = 0; // tells the current resolution from one given up
+    std::uint64_t resolutions_ = 0; // tells the current wait for a lookup from one given up
     std::uint64_t connections_ = 0;
     bool started_ = false;
     reconnect_backoff backoff_;

@@ -48,6 +48,12 @@ struct fake_dns {
         return asked;
     }
 
+    /// Whether a lookup waits for `release` now (asked and not returned).
+    bool lookup_held() {
+        std::lock_guard lock(mutex);
+        return asked > returned;
+    }
+
     /// Whether `n` lookups have returned within `limit`.
     bool wait_returned(int n, std::chrono::milliseconds limit = std::chrono::milliseconds(5'000)) {
         std::unique_lock lock(mutex);

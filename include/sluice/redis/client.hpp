@@ -3,6 +3,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/core/errc.hpp"
+#include "sluice/io/address_cache.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/redis/reply.hpp"
 
@@ -46,8 +47,18 @@ struct client_options {
     /// A command without a reply after this completes with `errc::redis_timeout`.
     milliseconds command_timeout{50};
     /// A connection not established and set up (AUTH, SELECT, connect commands) after this is
-    /// dropped and retried.
+    /// dropped and retried. For a host name with no address found yet, the wait for its lookup
+    /// counts in it too.
     milliseconds connect_timeout{1'000};
+    /// How long the addresses of a host name are used before a lookup refreshes them in the
+    /// background (connects go on with the old ones meanwhile): upstream.resolve-interval's
+    /// default, nginx's `resolver ... valid=30s`; every second instead while the server cannot
+    /// be reached, so that one that came back at another address is found then. No key sets
+    /// it: the outage refresh is what a moved Redis needs.
+    milliseconds resolve_interval{30'000};
+    /// Resolves a host name (not an address, not a unix socket path), blocking, on a thread of
+    /// its own (see `address_cache`); tests inject one.
+    lookup_function lookup = system_lookup;
     /// A connection that leaves a command unanswered this long past its deadline is taken for
     /// dead (a hung server, a silent network): it is dropped and re-established.
     milliseconds stall_timeout{1'000};
@@ -99,7 +110,12 @@ struct connect_command {
  * once it is set up (or fail with `errc::redis_unavailable` if it is not). A set-up step Redis
  * refuses is logged (`redis: authentication failed for user X ...`; each distinct error at most
  * once per 10 s) and counts as a failed connection, with its backoff.
- * Nothing here blocks: host names are resolved with Asio's resolver.
+ * Nothing here blocks: a host name is connected to at the addresses its last lookup found
+ * (`address_cache`, one per client, refreshed in the background every `resolve_interval`);
+ * before its first lookup has answered, a connect waits for it within `connect_timeout`, then
+ * fails as a refused one does (and the lookup goes on, for the next attempt). A DNS that does
+ * not answer thus costs each attempt its connect timeout, and holds neither the worker nor the
+ * exit. Of several addresses, the first is connected to.
  */
 class client {
 public:
