@@ -440,8 +440,10 @@ TEST_F(PoolLookupTest, ALookupThatNeverAnswersFailsTheConnectWithinConnectTimeou
     EXPECT_FALSE(conn);
     EXPECT_GE(took, settings_.connect_timeout);
     // The deadline is kept on the coarse clock, two ticks late at most; the rest is the time a
-    // loaded, sanitized build takes to run the timer's handler.
-    EXPECT_LT(took, settings_.connect_timeout + 2 * coarse_clock::resolution() + milliseconds(150));
+    // loaded, sanitized build takes to run the timer's handler (generous: the lookup it no
+    // longer waits for is held until the test ends).
+    EXPECT_LT(took,
+              settings_.connect_timeout + 2 * coarse_clock::resolution() + milliseconds(1'000));
     EXPECT_EQ(named_->open_count(), 0u);
 
     // Its place came back: a second connect, at max-connections 1, is not refused for capacity,
