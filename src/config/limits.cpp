@@ -201,6 +201,15 @@ void read_key(mapping& m, limit& out) {
         m.error("key", "must not be empty; [global] makes one limit shared by every client");
         return;
     }
+    // Each part is at most 257 bytes in a key (rate_limit_key.hpp): eight keep a key within
+    // about 2.2 KB, which the memory store counts in 16 bits (src/store/key_table.hpp).
+    constexpr std::size_t max_key_parts = 8;
+    if (items.size() > max_key_parts) {
+        m.error("key",
+                "has " + std::to_string(items.size()) + " parts; at most " +
+                    std::to_string(max_key_parts));
+        return;
+    }
     std::vector<key_part> parts;
     bool ok = !items.empty();
     for (std::size_t i = 0; i < items.size(); ++i) {

@@ -6,6 +6,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 #include <exception>
@@ -47,6 +48,16 @@ struct address_cache::handoff {
 
 /// The cache proper, used on its executor only (the lookup threads post to it).
 struct address_cache::state : std::enable_shared_from_this<address_cache::state> {
+    /// One host's addresses and lookup.
+    struct entry {
+        std::string host;
+        std::vector<net::ip::address> addresses;
+        error_code last_error;
+        bool looked_up = false;
+        time_point looked_up_at{};
+        bool in_flight = false;
+    };
+
     state(const executor& ex, lookup_function f, std::string l)
         : lookup(std::move(f))
         , label(std::move(l))
@@ -56,25 +67,45 @@ struct address_cache::state : std::enable_shared_from_this<address_cache::state>
                            std::string host,
                            std::shared_ptr<handoff> shared,
                            std::weak_ptr<state> cache);
-    void start_lookup();
+    void start_lookup(entry& e);
     void finish(const std::string& looked_up, lookup_result result);
+
+    entry* find(const std::string& host) noexcept {
+        for (auto& e : entries) {
+            if (e.host == host) {
+                return &e;
+            }
+        }
+        return nullptr;
+    }
+
+    /// `host`'s entry, made the most recent; a new one evicts the oldest beyond max_hosts.
+    entry& touch(const std::string& host) {
+        for (auto it = entries.begin(); it != entries.end(); ++it) {
+            if (it->host == host) {
+                entries.splice(entries.begin(), entries, it);
+                return entries.front();
+            }
+        }
+        entries.push_front(entry{host, {}, {}, false, {}, false});
+        if (entries.size() > max_hosts) {
+            entries.pop_back(); // its lookup, if one runs, finds no entry to fill
+        }
+        return entries.front();
+    }
 
     lookup_function lookup;
     std::string label;
     std::shared_ptr<handoff> shared;
 
-    /// The host last asked for, and what its last lookup found.
-    std::string host;
-    std::vector<net::ip::address> addresses;
-    error_code last_error;
-    bool looked_up = false;
-    time_point looked_up_at{};
-
-    /// A lookup runs (perhaps of an older host than `host`: a reload).
-    bool in_flight = false;
+    /// The hosts asked for, most recent first (a list: an entry stays where it is). Several,
+    /// because a reload that changes the host leaves requests of the old configuration still
+    /// to be forwarded (held by shaping), and each must find its own host's addresses rather
+    /// than take the other's from it.
+    std::list<entry> entries;
     std::uint64_t started = 0;
 
-    /// The timers of those waiting for the lookup (wait_for_lookup), cancelled when it ends.
+    /// The timers of those waiting for a lookup (wait_for_lookup), cancelled when one ends.
     std::list<steady_timer*> waiters;
 };
 
@@ -123,61 +154,62 @@ void address_cache::state::run_lookup(lookup_function lookup,
         });
 }
 
-void address_cache::state::start_lookup() {
-    in_flight = true;
+void address_cache::state::start_lookup(entry& e) {
     ++started;
     try {
-        std::thread(run_lookup, lookup, host, shared, weak_from_this()).detach();
-    } catch (const std::system_error& e) {
-        // No thread to be had (a process at its limit): a failed lookup, tried again later.
-        in_flight = false;
-        looked_up = true;
-        looked_up_at = coarse_clock::now();
-        last_error = error_code(e.code().value(), boost::system::system_category());
+        std::thread(run_lookup, lookup, e.host, shared, weak_from_this()).detach();
+        e.in_flight = true;
+    } catch (const std::exception& ex) {
+        // No thread to be had (a process at its limit, or out of memory): a failed lookup,
+        // tried again later.
+        const auto* system = dynamic_cast<const std::system_error*>(&ex);
+        e.looked_up = true;
+        e.looked_up_at = coarse_clock::now();
+        e.last_error = system != nullptr
+                           ? error_code(system->code().value(), boost::system::system_category())
+                           : error_code(net::error::no_memory);
         log_throttled_by(lookup_log(),
-                         log_key(label, host),
+                         log_key(label, e.host),
                          spdlog::level::warn,
                          "{} host {}: cannot start a lookup: {}",
                          label,
-                         host,
-                         e.what());
+                         e.host,
+                         ex.what());
     }
 }
 
 void address_cache::state::finish(const std::string& looked_up_host, lookup_result result) {
-    in_flight = false;
-    if (looked_up_host != host) {
-        // The host changed (a reload, a failover) while this lookup ran: its addresses are not
-        // the new host's. The new host's lookup waited for this one to end (one at a time).
-        start_lookup();
-        return;
+    for (auto* timer : waiters) {
+        timer->cancel(); // each looks again at its own host's lookup
     }
-    looked_up = true;
-    looked_up_at = coarse_clock::now();
-    last_error = result.ec;
+    auto* e = find(looked_up_host);
+    if (e == nullptr) {
+        return; // a host no longer asked for (evicted by newer ones)
+    }
+    e->in_flight = false;
+    e->looked_up = true;
+    e->looked_up_at = coarse_clock::now();
+    e->last_error = result.ec;
     if (!result.ec) {
-        addresses = std::move(result.addresses);
-    } else if (addresses.empty()) {
+        e->addresses = std::move(result.addresses);
+    } else if (e->addresses.empty()) {
         log_throttled_by(lookup_log(),
-                         log_key(label, host),
+                         log_key(label, e->host),
                          spdlog::level::warn,
                          "{} host {}: lookup failed: {}; no address to connect to",
                          label,
-                         host,
+                         e->host,
                          result.ec.message());
     } else {
         log_throttled_by(lookup_log(),
-                         log_key(label, host),
+                         log_key(label, e->host),
                          spdlog::level::warn,
                          "{} host {}: lookup failed: {}; connecting to the {} addresses "
                          "found before",
                          label,
-                         host,
+                         e->host,
                          result.ec.message(),
-                         addresses.size());
-    }
-    for (auto* timer : waiters) {
-        timer->cancel();
+                         e->addresses.size());
     }
 }
 
@@ -193,47 +225,62 @@ const std::vector<net::ip::address>& address_cache::addresses(const std::string&
                                                               std::chrono::milliseconds interval,
                                                               time_point now) {
     auto& s = *state_;
-    if (host != s.host) {
-        // A new host (first use, or a reload): the old one's addresses are not its own.
-        s.host = host;
-        s.addresses.clear();
-        s.last_error.clear();
-        s.looked_up = false;
+    auto& e = s.touch(host);
+    const auto age_allowed = e.last_error ? std::min(interval, retry_after_failure) : interval;
+    const bool due = !e.looked_up || now - e.looked_up_at >= age_allowed;
+    if (due && !e.in_flight) {
+        s.start_lookup(e);
     }
-    const auto age_allowed = s.last_error ? std::min(interval, retry_after_failure) : interval;
-    const bool due = !s.looked_up || now - s.looked_up_at >= age_allowed;
-    if (due && !s.in_flight) {
-        s.start_lookup();
-    }
-    return s.addresses;
+    return e.addresses;
 }
 
-awaitable<void> address_cache::wait_for_lookup(time_point deadline) {
+awaitable<void> address_cache::wait_for_lookup(std::string host, time_point deadline) {
     // The state, not `this`: a frame destroyed mid-wait (at shutdown) still leaves the list.
     const auto s = state_;
-    if (!s->in_flight) {
-        co_return;
+    for (;;) {
+        const auto* e = s->find(host);
+        if (e == nullptr || !e->in_flight) {
+            co_return;
+        }
+        steady_timer timer(s->shared->ex, deadline);
+        const auto at = s->waiters.insert(s->waiters.end(), &timer);
+
+        struct leave {
+            std::list<steady_timer*>& list;
+            std::list<steady_timer*>::iterator at;
+
+            ~leave() { list.erase(at); }
+        } in_line{s->waiters, at};
+
+        // Cancelled when a lookup ends (perhaps another host's: then look again).
+        auto [ec] = co_await timer.async_wait();
+        if (ec != net::error::operation_aborted) {
+            co_return; // the deadline
+        }
+        if (const auto cancelled = co_await net::this_coro::cancellation_state;
+            cancelled.cancelled() != net::cancellation_type::none) {
+            co_return; // the caller gave up the wait
+        }
     }
-    steady_timer timer(s->shared->ex, deadline);
-    const auto at = s->waiters.insert(s->waiters.end(), &timer);
-
-    struct leave {
-        std::list<steady_timer*>& list;
-        std::list<steady_timer*>::iterator at;
-
-        ~leave() { list.erase(at); }
-    } in_line{s->waiters, at};
-
-    auto [ec] = co_await timer.async_wait(); // cancelled when the lookup ends
-    (void)ec;
 }
 
-error_code address_cache::last_error() const noexcept {
-    return state_->last_error;
+error_code address_cache::last_error(const std::string& host) const noexcept {
+    const auto* e = state_->find(host);
+    return e != nullptr ? e->last_error : error_code{};
+}
+
+bool address_cache::lookup_in_flight(const std::string& host) const noexcept {
+    const auto* e = state_->find(host);
+    return e != nullptr && e->in_flight;
 }
 
 bool address_cache::lookup_in_flight() const noexcept {
-    return state_->in_flight;
+    for (const auto& e : state_->entries) {
+        if (e.in_flight) {
+            return true;
+        }
+    }
+    return false;
 }
 
 std::uint64_t address_cache::lookups_started() const noexcept {

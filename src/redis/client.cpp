@@ -676,7 +676,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
             open(found->to_string(), deadline);
             return;
         }
-        if (!addresses_.lookup_in_flight()) {
+        if (!addresses_.lookup_in_flight(opts_.host)) {
             unresolved(); // the last lookup failed; the next starts a second after it
             return;
         }
@@ -685,7 +685,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         auto signal = std::make_shared<net::cancellation_signal>();
         lookup_wait_ = signal;
         net::co_spawn(ex_,
-                      addresses_.wait_for_lookup(deadline),
+                      addresses_.wait_for_lookup(opts_.host, deadline),
                       net::bind_cancellation_slot(
                           signal->slot(),
                           [self = shared_from_this(), g = ++resolutions_, signal, deadline](
@@ -728,7 +728,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // No address for the host name: a failed connect, with its backoff; the lookup, if it goes
     // on, fills the cache for a later attempt.
     void unresolved() {
-        const auto ec = addresses_.last_error();
+        const auto ec = addresses_.last_error(opts_.host);
         connection_failed("cannot resolve: " +
                           (ec ? ec.message() : "no answer within the connect timeout"));
     }

@@ -213,7 +213,7 @@ pool::endpoints_of(const config::upstream_settings& settings,
     if (addresses_.addresses(settings.host, interval, coarse_clock::now()).empty()) {
         // First use of the host (or a reload changed it): its lookup's answer, within the
         // connect's own deadline. A DNS that does not answer costs each connect that, no more.
-        co_await addresses_.wait_for_lookup(deadline);
+        co_await addresses_.wait_for_lookup(settings.host, deadline);
     }
     const auto& found = addresses_.addresses(settings.host, interval, coarse_clock::now());
     std::vector<tcp::endpoint> endpoints;
@@ -222,7 +222,7 @@ pool::endpoints_of(const config::upstream_settings& settings,
     }
     error_code ec;
     if (endpoints.empty()) {
-        ec = addresses_.last_error();
+        ec = addresses_.last_error(settings.host);
         if (!ec) {
             static log_throttle throttle{std::chrono::seconds(10)};
             log_throttled(throttle,

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,8 +39,13 @@ lookup_result system_lookup(const std::string& host);
  * connect queued behind the stuck call, for tens of seconds, and the io_context's destruction
  * joined that thread, so the exit waited for it too. Here each lookup runs on a detached thread
  * of its own that the cache abandons when it is destroyed (the result is then dropped, and
- * nothing of the cache or its io_context is touched), at most one lookup per cache at a time
- * (so a DNS that hangs costs one stuck thread per cache, not one per connect).
+ * nothing of the cache or its io_context is touched), at most one lookup per host at a time
+ * (so a DNS that hangs costs one stuck thread per host and cache, not one per connect).
+ *
+ * Several hosts are kept, the `max_hosts` last asked for: after a reload that changes the host,
+ * requests of the old configuration may still be forwarded (held by shaping), and each finds its
+ * own host's addresses rather than taking the other's away; the new host's lookup starts at once,
+ * not after a stuck lookup of the old one.
  *
  * The addresses are used while the next lookup runs, however old they are (a DNS outage then
  * keeps the upstream reachable where it has not moved); a failed lookup keeps them, and is
@@ -52,6 +58,9 @@ public:
     /// A failed lookup is tried again no sooner than this (or the interval, if shorter).
     static constexpr std::chrono::milliseconds retry_after_failure{1'000};
 
+    /// Hosts kept; asking for one more forgets the least recently asked for.
+    static constexpr std::size_t max_hosts = 4;
+
     /// `label` says in its log lines what the host is ("upstream", "redis").
     address_cache(const executor& ex, lookup_function lookup, std::string label);
 
@@ -63,24 +72,27 @@ public:
 
     /**
      * The addresses last found for `host`: stale ones too, none before its first lookup
-     * succeeds (a `host` other than the last one asked for forgets the old host's). Starts a
-     * lookup, unless one is in flight, when they are due: never looked up, found more than
-     * `interval` before `now`, or the last lookup failed. Never suspends.
+     * succeeds. Starts a lookup of `host`, unless one is in flight, when they are due: never
+     * looked up, found more than `interval` before `now`, or the last lookup failed. Never
+     * suspends. The reference is valid until the next call.
      */
     const std::vector<net::ip::address>&
     addresses(const std::string& host, std::chrono::milliseconds interval, time_point now);
 
     /**
-     * Waits until the lookup in flight for the host last asked for completes, or `deadline`
-     * (steady_clock) passes. Completes on the cache's executor; at once when no lookup is in
-     * flight. A lookup still running at the deadline goes on, to fill the cache for later.
+     * Waits until the lookup in flight for `host` completes, or `deadline` (steady_clock)
+     * passes, or the caller's cancellation slot is signalled. Completes on the cache's executor;
+     * at once when no lookup of `host` is in flight. A lookup still running at the deadline goes
+     * on, to fill the cache for later.
      */
-    awaitable<void> wait_for_lookup(time_point deadline);
+    awaitable<void> wait_for_lookup(std::string host, time_point deadline);
 
-    /// Why the last lookup of the host last asked for failed; clear when it succeeded, or none
-    /// has completed.
-    error_code last_error() const noexcept;
+    /// Why the last lookup of `host` failed; clear when it succeeded, or none has completed.
+    error_code last_error(const std::string& host) const noexcept;
 
+    bool lookup_in_flight(const std::string& host) const noexcept;
+
+    /// Whether a lookup of any host is in flight (tests).
     bool lookup_in_flight() const noexcept;
 
     /// Lookups started since construction (tests; a lookup that could not start counts).

@@ -677,6 +677,22 @@ TEST(ConfigErrors, KeyWithNothingIsAnError) {
     EXPECT_TRUE(has_problem(p, 7, "rate-limit.fallback.key", "got nothing"));
 }
 
+TEST(ConfigErrors, AKeyHasAtMostEightParts) {
+    // Nine header parts; eight are fine.
+    std::string nine = "[ip";
+    for (int i = 1; i < 9; ++i) {
+        nine += ", \"header:x-" + std::to_string(i) + "\"";
+    }
+    const auto p =
+        problems_of(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 1\n" +
+                    "    key: " + nine + "]\n");
+    EXPECT_TRUE(has_problem(p, 7, "rate-limit.fallback.key", "has 9 parts; at most 8"));
+    const auto eight = nine.substr(0, nine.rfind(','));
+    const auto loaded = load(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 1\n" +
+                             "    key: " + eight + "]\n");
+    EXPECT_EQ(loaded.rate_limit.fallback.key.size(), 8u);
+}
+
 TEST(ConfigErrors, TrustedProxiesWithNothingIsAnError) {
     const auto p = problems_of(base + "server:\n  trusted-proxies:\n");
     EXPECT_TRUE(has_problem(p, 4, "server.trusted-proxies", "must be a list, got nothing"));

@@ -504,7 +504,7 @@ TEST_F(PoolLookupTest, AFailedRefreshKeepsTheOldAddresses) {
     ASSERT_FALSE(during_ec) << during_ec.message();
     during.reset();
     ASSERT_TRUE(answer_lookups());
-    EXPECT_EQ(named_->addresses().last_error(), net::error::host_not_found_try_again);
+    EXPECT_EQ(named_->addresses().last_error(settings_.host), net::error::host_not_found_try_again);
     EXPECT_EQ(named_->addresses().lookups_started(), 2u);
 
     auto [after_ec, after] = connect();
@@ -537,6 +537,52 @@ TEST_F(PoolLookupTest, AReloadThatChangesTheHostDoesNotUseTheOldAddresses) {
     EXPECT_EQ(named_->addresses().lookups_started(), 2u);
     EXPECT_FALSE(test::run_until(
         ioc_, [&] { return upstream_.accepted() > 1; }, milliseconds(100)));
+}
+
+// After a reload that changed the host, a request of the old configuration (held by shaping,
+// say) still finds its host's addresses, and takes nothing from the new host's wait: each host
+// is kept apart (before, the cache held one host, and the two took it from each other).
+TEST_F(PoolLookupTest, AfterAReloadEachConfigurationFindsItsOwnHostsAddresses) {
+    const auto old_settings = settings_;
+    auto [first_ec, first] = connect();
+    ASSERT_FALSE(first_ec) << first_ec.message();
+    first.reset();
+
+    settings_.host = "moved.test"; // reloaded
+    settings_.connect_timeout = milliseconds(100);
+    dns_->hold(settings_.host);
+    auto [moved_ec, moved] = connect();
+    EXPECT_EQ(moved_ec, errc::upstream_unresolved) << moved_ec.message();
+
+    auto [old_ec, old] = test::run_coro(ioc_, named_->connect(old_settings), milliseconds(10'000));
+    EXPECT_FALSE(old_ec) << old_ec.message();
+    old.reset();
+    // The new host's lookup is the one started for it, still held: none started again.
+    EXPECT_TRUE(named_->addresses().lookup_in_flight(settings_.host));
+    EXPECT_EQ(named_->addresses().lookups_started(), 2u);
+    ASSERT_TRUE(answer_lookups());
+    auto [later_ec, later] = connect();
+    EXPECT_FALSE(later_ec) << later_ec.message();
+}
+
+// A new host is looked up at once, even while the old host's refresh is stuck in DNS (before,
+// one lookup at a time per pool made it wait for that one to return).
+TEST_F(PoolLookupTest, ANewHostIsLookedUpWhileTheOldHostsLookupIsStuck) {
+    auto [first_ec, first] = connect();
+    ASSERT_FALSE(first_ec) << first_ec.message();
+    first.reset();
+    settings_.resolve_interval = milliseconds(20);
+    wait_until_stale();
+    dns_->hold(settings_.host);
+    auto [stale_ec, stale] = connect(); // the old addresses, and a refresh that hangs
+    ASSERT_FALSE(stale_ec) << stale_ec.message();
+    stale.reset();
+    ASSERT_TRUE(named_->addresses().lookup_in_flight(settings_.host));
+
+    settings_.host = "moved.test"; // reloaded; its name answers
+    auto [moved_ec, moved] = connect();
+    EXPECT_FALSE(moved_ec) << moved_ec.message();
+    EXPECT_EQ(named_->addresses().lookups_started(), 3u);
 }
 
 // The exit does not wait for a lookup stuck in DNS: destroying the pool abandons it, and its
