@@ -215,13 +215,16 @@ void application::make_worker_store(worker& w) {
         if (settings.topology == config::redis_topology::sentinel) {
             // Nowhere until the watcher names the primary (requests meanwhile get the failure
             // mode); each lost or refused connection asks it to look again.
-            w.redis_client = std::make_unique<redis::client>(
-                ex, redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); }));
+            auto options =
+                redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); });
+            options.lookup_failures = &metrics_.redis_lookup_failures_total;
+            w.redis_client = std::make_unique<redis::client>(ex, std::move(options));
             owned = std::make_shared<store::redis_store>(
                 *w.redis_client, settings, memory_store_.get());
             w.redis_client->start();
         } else {
-            owned = std::make_shared<store::redis_store>(ex, settings, memory_store_.get());
+            owned = std::make_shared<store::redis_store>(
+                ex, settings, memory_store_.get(), &metrics_.redis_lookup_failures_total);
         }
         owned->set_metrics(&metrics_);
         w.redis = owned.get();
@@ -312,9 +315,12 @@ void application::next_slot_subscriber_seed() {
 redis::client_options application::slot_subscriber_options() {
     const auto& settings = config_->rate_limit.redis;
     if (settings.topology == config::redis_topology::sentinel) {
-        return redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); });
+        auto options = redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); });
+        options.lookup_failures = &metrics_.redis_lookup_failures_total;
+        return options;
     }
     auto options = redis::client_options::from_settings(settings);
+    options.lookup_failures = &metrics_.redis_lookup_failures_total;
     if (settings.topology == config::redis_topology::cluster) {
         // PUBLISH reaches every node over the cluster bus, so any node will do: the first seed,
         // then the next whenever the one listened on is lost (docs/redis-cluster.md,
@@ -335,9 +341,11 @@ void application::make_sentinel_watcher() {
         cfg.rate_limit.redis.topology != config::redis_topology::sentinel) {
         return;
     }
+    auto options = redis::sentinel_options::from_settings(cfg.rate_limit.redis);
+    options.sentinel.lookup_failures = &metrics_.redis_lookup_failures_total;
     sentinel_ = std::make_unique<redis::sentinel_watcher>(
         control_.get_executor(),
-        redis::sentinel_options::from_settings(cfg.rate_limit.redis),
+        std::move(options),
         [this](const config::endpoint_address& address) { follow_primary(address); });
 }
 
@@ -418,7 +426,8 @@ void application::start_workers() {
         // http::open_acceptor for why not SO_REUSEPORT.
         w->acceptor.emplace(i == 0 ? http::open_acceptor(ex, endpoint)
                                    : http::share_acceptor(ex, *workers_.front()->acceptor));
-        w->pool = std::make_unique<upstream::pool>(ex);
+        w->pool = std::make_unique<upstream::pool>(
+            ex, system_lookup, &metrics_.upstream_lookup_failures_total);
         make_worker_store(*w);
         w->context.store = w->store.get();
         w->context.waiters = &slot_waiters_;

@@ -58,10 +58,20 @@ struct address_cache::state : std::enable_shared_from_this<address_cache::state>
         bool in_flight = false;
     };
 
-    state(const executor& ex, lookup_function f, std::string l)
+    state(const executor& ex,
+          lookup_function f,
+          std::string l,
+          std::atomic<std::uint64_t>* failure_count)
         : lookup(std::move(f))
         , label(std::move(l))
+        , failures(failure_count)
         , shared(std::make_shared<handoff>(ex)) {}
+
+    void count_failure() noexcept {
+        if (failures != nullptr) {
+            failures->fetch_add(1, std::memory_order_relaxed);
+        }
+    }
 
     static void run_lookup(lookup_function lookup,
                            std::string host,
@@ -96,6 +106,7 @@ struct address_cache::state : std::enable_shared_from_this<address_cache::state>
 
     lookup_function lookup;
     std::string label;
+    std::atomic<std::uint64_t>* failures;
     std::shared_ptr<handoff> shared;
 
     /// The hosts asked for, most recent first (a list: an entry stays where it is). Several,
@@ -162,6 +173,7 @@ void address_cache::state::start_lookup(entry& e) {
     } catch (const std::exception& ex) {
         // No thread to be had (a process at its limit, or out of memory): a failed lookup,
         // tried again later.
+        count_failure();
         const auto* system = dynamic_cast<const std::system_error*>(&ex);
         e.looked_up = true;
         e.looked_up_at = coarse_clock::now();
@@ -181,6 +193,9 @@ void address_cache::state::start_lookup(entry& e) {
 void address_cache::state::finish(const std::string& looked_up_host, lookup_result result) {
     for (auto* timer : waiters) {
         timer->cancel(); // each looks again at its own host's lookup
+    }
+    if (result.ec) {
+        count_failure(); // a host no longer asked for too: DNS failed all the same
     }
     auto* e = find(looked_up_host);
     if (e == nullptr) {
@@ -213,8 +228,11 @@ void address_cache::state::finish(const std::string& looked_up_host, lookup_resu
     }
 }
 
-address_cache::address_cache(const executor& ex, lookup_function lookup, std::string label)
-    : state_(std::make_shared<state>(ex, std::move(lookup), std::move(label))) {}
+address_cache::address_cache(const executor& ex,
+                             lookup_function lookup,
+                             std::string label,
+                             std::atomic<std::uint64_t>* failures)
+    : state_(std::make_shared<state>(ex, std::move(lookup), std::move(label), failures)) {}
 
 address_cache::~address_cache() {
     std::lock_guard lock(state_->shared->mutex);

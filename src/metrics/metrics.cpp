@@ -222,6 +222,11 @@ constexpr scalar_metric scalar_metrics[] = {
      "Requests answered 503 because upstream.max-connections connections were in use for "
      "upstream.timeout (nothing sent upstream).",
      &registry::upstream_busy_total},
+    {"sluice_upstream_lookup_failures_total",
+     "DNS lookups of the upstream's host name that failed, summed over the workers (each looks "
+     "it up every upstream.resolve-interval, every second after a failure). Connections go on "
+     "to the addresses found before; with none, requests are answered 502.",
+     &registry::upstream_lookup_failures_total},
     {"sluice_redis_errors_total",
      "Redis commands that failed (connection lost, error reply).",
      &registry::redis_errors_total},
@@ -237,6 +242,12 @@ constexpr scalar_metric scalar_metrics[] = {
      "slot map with their slots owned by another node (a replica promoted), counted by each "
      "worker that saw it.",
      &registry::redis_failovers_total},
+    {"sluice_redis_lookup_failures_total",
+     "DNS lookups that failed of the host names of Redis, the Sentinels or the Cluster's nodes, "
+     "summed over every connection's lookups (every 30 s, every second while the server cannot "
+     "be reached). Connections go on to the addresses found before; with none, the failure "
+     "mode applies.",
+     &registry::redis_lookup_failures_total},
     {"sluice_redis_give_backs_total",
      "Redis Cluster: requests whose limits span slots, refused after another slot charged them; "
      "each charge was given back (what all-or-none across slots costs).",

@@ -13,6 +13,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/container/small_vector.hpp>
@@ -164,7 +165,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         , deadline_timer_(e)
         , connect_timer_(e)
         , backoff_timer_(e)
-        , addresses_(e, opts_.lookup, "redis")
+        , addresses_(e, opts_.lookup, "redis", opts_.lookup_failures)
         , rng_(std::random_device{}())
         , backoff_(opts_.reconnect_min, opts_.reconnect_max) {}
 
@@ -682,16 +683,17 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
         phase_ = phase::resolving;
         // Its own signal per wait: one given up (retarget) may still be finishing.
-        auto signal = std::make_shared<net::cancellation_signal>();
-        lookup_wait_ = signal;
+        auto wait = std::make_shared<lookup_wait>();
+        lookup_wait_ = wait;
         net::co_spawn(ex_,
                       addresses_.wait_for_lookup(opts_.host, deadline),
                       net::bind_cancellation_slot(
-                          signal->slot(),
-                          [self = shared_from_this(), g = ++resolutions_, signal, deadline](
+                          wait->signal.slot(),
+                          [self = shared_from_this(), g = ++resolutions_, wait, deadline](
                               std::exception_ptr) {
                               // Done: a later emit would reach a finished coroutine's state.
-                              if (self->lookup_wait_ == signal) {
+                              wait->done = true;
+                              if (self->lookup_wait_ == wait) {
                                   self->lookup_wait_.reset();
                               }
                               if (g == self->resolutions_) {
@@ -736,8 +738,17 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // Gives up the wait for a lookup (not the lookup, which nothing can interrupt).
     void forget_lookup_wait() {
         ++resolutions_;
-        if (auto signal = std::exchange(lookup_wait_, nullptr)) {
-            signal->emit(net::cancellation_type::terminal);
+        if (auto wait = std::exchange(lookup_wait_, nullptr)) {
+            // Emitted on the executor's thread, where Asio hands the cancellation on to the
+            // coroutine at once. From another thread (the client destroyed after its worker's
+            // loop, then the loop run again) Asio's co_spawn posts that hand-over with a pointer
+            // into the signal, which the wait's end could free before the post ran: a
+            // use-after-free AddressSanitizer caught in a test.
+            net::dispatch(ex_, [wait = std::move(wait)] {
+                if (!wait->done) {
+                    wait->signal.emit(net::cancellation_type::terminal);
+                }
+            });
         }
     }
 
@@ -968,8 +979,15 @@ struct client::state : std::enable_shared_from_this<client::state> {
     /// A host name's addresses. Destroyed with this state, just after the client (its handlers
     /// end at once then), which abandons a lookup stuck in DNS.
     address_cache addresses_;
-    /// Cancels the wait for a lookup in progress (`resolving`).
-    std::shared_ptr<net::cancellation_signal> lookup_wait_;
+
+    /// A wait for a lookup in progress (`resolving`), and whether it has ended.
+    struct lookup_wait {
+        net::cancellation_signal signal;
+        bool done = false;
+    };
+
+    /// Cancels the wait for a lookup in progress.
+    std::shared_ptr<lookup_wait> lookup_wait_;
     std::minstd_rand rng_;
     redisAsyncContext* ac_ = nullptr;
     // Atomic only so that connected() may be read from another thread (readiness probes);

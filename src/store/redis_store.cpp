@@ -171,18 +171,21 @@ redis_store::redis_store(redis::cluster_client& cluster,
 
 redis_store::redis_store(executor ex,
                          const config::redis_settings& settings,
-                         memory_store* local_fallback)
+                         memory_store* local_fallback,
+                         std::atomic<std::uint64_t>* lookup_failures)
     : redis_store(unconnected{}, ex, settings, local_fallback) {
     if (settings.topology == config::redis_topology::cluster) {
-        owned_cluster_ = std::make_unique<redis::cluster_client>(
-            std::move(ex), redis::cluster_options::from_settings(settings));
+        auto options = redis::cluster_options::from_settings(settings);
+        options.node.lookup_failures = lookup_failures;
+        owned_cluster_ = std::make_unique<redis::cluster_client>(std::move(ex), std::move(options));
         cluster_ = owned_cluster_.get();
         load_scripts(*cluster_);
         cluster_->start();
         return;
     }
-    owned_client_ = std::make_unique<redis::client>(std::move(ex),
-                                                    redis::client_options::from_settings(settings));
+    auto options = redis::client_options::from_settings(settings);
+    options.lookup_failures = lookup_failures;
+    owned_client_ = std::make_unique<redis::client>(std::move(ex), std::move(options));
     client_ = owned_client_.get();
     load_scripts(*client_);
     client_->start();

@@ -91,10 +91,10 @@ void connection_slots::grant_room() noexcept {
 
 } // namespace detail
 
-pool::pool(executor ex, lookup_function lookup)
+pool::pool(executor ex, lookup_function lookup, std::atomic<std::uint64_t>* lookup_failures)
     : ex_(std::move(ex))
     , slots_(std::make_shared<detail::connection_slots>())
-    , addresses_(ex_, std::move(lookup), "upstream") {}
+    , addresses_(ex_, std::move(lookup), "upstream", lookup_failures) {}
 
 pool::~pool() {
     close_idle();

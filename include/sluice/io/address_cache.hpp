@@ -5,6 +5,7 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -61,8 +62,15 @@ public:
     /// Hosts kept; asking for one more forgets the least recently asked for.
     static constexpr std::size_t max_hosts = 4;
 
-    /// `label` says in its log lines what the host is ("upstream", "redis").
-    address_cache(const executor& ex, lookup_function lookup, std::string label);
+    /**
+     * `label` says in its log lines what the host is ("upstream", "redis"). `failures`, when
+     * given, counts every lookup that failed (one that could not start too): the metric an
+     * operator watches, where the warnings are throttled. It must outlive the cache.
+     */
+    address_cache(const executor& ex,
+                  lookup_function lookup,
+                  std::string label,
+                  std::atomic<std::uint64_t>* failures = nullptr);
 
     /// Abandons a lookup in flight: its thread finishes alone, and drops its result.
     ~address_cache();

@@ -145,6 +145,7 @@ public:
     counter upstream_connect_errors_total{0};
     counter upstream_timeouts_total{0};
     counter upstream_busy_total{0}; // 503: upstream.max-connections in use for upstream.timeout
+    counter upstream_lookup_failures_total{0}; // the upstream's host name: DNS lookups failed
 
     // Store.
     histogram redis_latency;
@@ -154,6 +155,7 @@ public:
     // Sentinel: a switch of the primary acted on; Cluster: a primary that left a worker's map
     // with its slots owned by another node (each worker that saw it counts it).
     counter redis_failovers_total{0};
+    counter redis_lookup_failures_total{0};  // Redis's, a Sentinel's or a node's host name
     counter memory_store_evictions_total{0}; // rate-limit.memory.max-keys reached
 
     // Redis Cluster (issue 16), summed over the workers (each reads its own map).

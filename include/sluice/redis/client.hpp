@@ -10,6 +10,7 @@
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +60,10 @@ struct client_options {
     /// Resolves a host name (not an address, not a unix socket path), blocking, on a thread of
     /// its own (see `address_cache`); tests inject one.
     lookup_function lookup = system_lookup;
+    /// Counts the host name's failed lookups when set (sluice_redis_lookup_failures_total); it
+    /// must outlive the client. Copied, as `lookup` is, into every client Sentinel and Cluster
+    /// make from these options.
+    std::atomic<std::uint64_t>* lookup_failures = nullptr;
     /// A connection that leaves a command unanswered this long past its deadline is taken for
     /// dead (a hung server, a silent network): it is dropped and re-established.
     milliseconds stall_timeout{1'000};

@@ -116,10 +116,11 @@ public:
                 memory_store* local_fallback = nullptr);
 
     /// Owns a client (a cluster client with `topology: cluster`) on `ex` built from `settings`,
-    /// and starts it.
+    /// and starts it; `lookup_failures` counts its host names' failed lookups when given.
     redis_store(executor ex,
                 const config::redis_settings& settings,
-                memory_store* local_fallback = nullptr);
+                memory_store* local_fallback = nullptr,
+                std::atomic<std::uint64_t>* lookup_failures = nullptr);
 
     ~redis_store() override;
 

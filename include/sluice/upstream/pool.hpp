@@ -124,8 +124,11 @@ struct connection {
  */
 class pool {
 public:
-    /// `lookup` resolves the upstream's host name when it is not an address (tests inject one).
-    explicit pool(executor ex, lookup_function lookup = system_lookup);
+    /// `lookup` resolves the upstream's host name when it is not an address (tests inject one);
+    /// `lookup_failures`, when given, counts its failures (see `address_cache`).
+    explicit pool(executor ex,
+                  lookup_function lookup = system_lookup,
+                  std::atomic<std::uint64_t>* lookup_failures = nullptr);
     ~pool();
 
     pool(const pool&) = delete;

@@ -78,6 +78,8 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
         {&r.upstream_connect_errors_total, "sluice_upstream_connect_errors_total"},
         {&r.upstream_timeouts_total, "sluice_upstream_timeouts_total"},
         {&r.upstream_busy_total, "sluice_upstream_busy_total"},
+        {&r.upstream_lookup_failures_total, "sluice_upstream_lookup_failures_total"},
+        {&r.redis_lookup_failures_total, "sluice_redis_lookup_failures_total"},
         {&r.redis_errors_total, "sluice_redis_errors_total"},
         {&r.redis_timeouts_total, "sluice_redis_timeouts_total"},
         {&r.redis_failovers_total, "sluice_redis_failovers_total"},

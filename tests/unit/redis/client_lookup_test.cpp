@@ -12,7 +12,9 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,6 +99,22 @@ TEST_F(RedisClientLookup, ALookupThatNeverAnswersFailsEachConnectWithinConnectTi
     EXPECT_GE(second, 2 * o.connect_timeout + o.reconnect_min / 2);
     EXPECT_LT(second, 2 * o.connect_timeout + o.reconnect_max + 2 * handler_slack);
     EXPECT_EQ(dns_->lookups_asked(), 1);
+    EXPECT_FALSE(client_->connected());
+}
+
+// Each failed lookup is counted where the options say (sluice_redis_lookup_failures_total), the
+// retries a second apart too: the warnings are throttled, the count is not.
+TEST_F(RedisClientLookup, EachFailedLookupIsCounted) {
+    dns_->fail_from_now(true);
+    std::atomic<std::uint64_t> failures{0};
+    auto o = options(test::free_port());
+    o.lookup_failures = &failures;
+    start(o);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return failures >= 2; }, 10s))
+        << "failures counted: " << failures;
+    // No failure counted twice (a lookup may have been asked and not yet have ended).
+    EXPECT_LE(failures.load(), static_cast<std::uint64_t>(dns_->lookups_asked()));
     EXPECT_FALSE(client_->connected());
 }
 

@@ -11,6 +11,8 @@
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -422,8 +424,9 @@ protected:
     }
 
     std::shared_ptr<test::fake_dns> dns_ = std::make_shared<test::fake_dns>();
+    std::atomic<std::uint64_t> lookup_failures_{0};
     std::unique_ptr<pool> named_ =
-        std::make_unique<pool>(ioc_.get_executor(), test::lookups_of(dns_));
+        std::make_unique<pool>(ioc_.get_executor(), test::lookups_of(dns_), &lookup_failures_);
 };
 
 // A DNS that does not answer: the connect fails within connect-timeout (before, it waited for
@@ -452,6 +455,7 @@ TEST_F(PoolLookupTest, ALookupThatNeverAnswersFailsTheConnectWithinConnectTimeou
     EXPECT_EQ(again, errc::upstream_unresolved) << again.message();
     EXPECT_EQ(named_->open_count(), 0u);
     EXPECT_EQ(named_->addresses().lookups_started(), 1u);
+    EXPECT_EQ(lookup_failures_, 0u) << "a lookup that has not ended has not failed";
 
     // When DNS answers, the next connect goes out at once.
     ASSERT_TRUE(answer_lookups());
@@ -506,6 +510,7 @@ TEST_F(PoolLookupTest, AFailedRefreshKeepsTheOldAddresses) {
     ASSERT_TRUE(answer_lookups());
     EXPECT_EQ(named_->addresses().last_error(settings_.host), net::error::host_not_found_try_again);
     EXPECT_EQ(named_->addresses().lookups_started(), 2u);
+    EXPECT_EQ(lookup_failures_, 1u) << "the failed refresh is counted, the first lookup is not";
 
     auto [after_ec, after] = connect();
     ASSERT_FALSE(after_ec) << after_ec.message();
@@ -519,6 +524,7 @@ TEST_F(PoolLookupTest, AFailedFirstLookupFailsTheConnectWithItsError) {
     auto [ec, conn] = connect();
     EXPECT_EQ(ec, net::error::host_not_found_try_again) << ec.message();
     EXPECT_EQ(named_->open_count(), 0u);
+    EXPECT_EQ(lookup_failures_, 1u);
 }
 
 // A reload that changes the host forgets the old host's addresses: a connect waits for the new
