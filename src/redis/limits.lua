@@ -748,7 +748,13 @@ function concurrency.decide(key, p, now)
     allowed = 1
     held = held + 1
   end
-  return allowed, p.p1 - held, 0, 0, 0, held, lease_prefix .. request_number, fresh
+  -- More held than the limit allows (it was lowered by a reload, or another instance's
+  -- configuration differs): no slot free, as the memory store says, never a negative count.
+  local remaining = p.p1 - held
+  if remaining < 0 then
+    remaining = 0
+  end
+  return allowed, remaining, 0, 0, 0, held, lease_prefix .. request_number, fresh
 end
 
 function concurrency.write(key, p, _, now, allowed, _, _, member, fresh)
@@ -758,7 +764,11 @@ function concurrency.write(key, p, _, now, allowed, _, _, member, fresh)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', format_number(now))
   if allowed == 1 then
     redis.call('ZADD', key, format_number(now + p.p2), member)
-    redis.call('PEXPIRE', key, p.p2)
+    -- Only ever lengthened, as a renewal does (slots.lua): a shorter lease (a reload lowered
+    -- it) must not expire the set under other requests' longer leases that have not lapsed.
+    if redis.call('PTTL', key) < p.p2 then
+      redis.call('PEXPIRE', key, p.p2)
+    end
   end
 end
 

@@ -114,7 +114,11 @@ struct memory_store::impl {
     }
 
     /// Makes room for one more key in a full shard: keys whose state equals a fresh one go first
-    /// (nothing is lost), then the least recently used (its client's limit starts over).
+    /// (nothing is lost), then the least recently used (its client's limit starts over), but
+    /// never a key holding CONCURRENCY slots: forgotten, its count would start over while its
+    /// requests still run (more in flight than its limit), and their releases would lower the
+    /// count of the requests after them. When only such keys are left, the shard goes over its
+    /// cap by them, a number bounded by the requests in flight.
     void make_room(shard& s, double now) {
         if (now >= s.idle_floor_ms && now >= s.next_sweep_ms) {
             const auto freed = s.sweep(now);
@@ -123,8 +127,19 @@ struct memory_store::impl {
             }
         }
         std::uint64_t evicted = 0;
+        std::size_t passed = 0;
         while (s.entries.size() >= s.max_keys && s.entries.oldest() != nullptr) {
-            s.entries.erase(*s.entries.oldest());
+            auto& oldest = *s.entries.oldest();
+            if (oldest.idle_at_ms() == infinity) { // holds slots (acquire_now)
+                if (++passed > s.entries.size()) {
+                    break; // every key holds slots
+                }
+                // Made the newest, so that the next eviction does not pass it again: keys
+                // holding slots are in use.
+                s.entries.touch(oldest);
+                continue;
+            }
+            s.entries.erase(oldest);
             ++evicted;
         }
         if (evicted == 0) {

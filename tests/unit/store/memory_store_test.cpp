@@ -254,6 +254,44 @@ TEST(MemoryStoreCap, LiveKeyIsEvictedLeastRecentlyUsedFirst) {
     EXPECT_TRUE(admits(store, "b", l));  // forgotten: its limit started over
 }
 
+// A key holding CONCURRENCY slots is never evicted to make room: forgotten, its count would
+// start over while its requests run (a second request admitted over a limit of 1), and the
+// first request's release would then lower the second's count (a third admitted). When every
+// key holds slots, the shard goes over its cap by them.
+TEST(MemoryStoreCap, AKeyHoldingSlotsIsNeverEvicted) {
+    manual_clock clock(0);
+    metrics::counter evictions{0};
+    memory_store store(clock, 1, memory_store_limits{2, &evictions});
+    config::limit slots_limit;
+    slots_limit.algo = config::algorithm::concurrency;
+    slots_limit.limit_count = 1;
+    const auto first = store.acquire_now(one("held", slots_limit));
+    ASSERT_TRUE(first.decisions[0].allowed);
+    ASSERT_EQ(first.slots.size(), 1u);
+
+    const auto l = hourly();
+    clock.set(1);
+    ASSERT_TRUE(admits(store, "x", l));
+    ASSERT_TRUE(admits(store, "y", l)); // the shard is full: x goes, the older "held" stays
+    EXPECT_EQ(evictions.load(), 1u);
+    EXPECT_FALSE(admits(store, "held", slots_limit)) << "its slot is still taken";
+    EXPECT_FALSE(admits(store, "y", l)) << "kept";
+
+    store.release(first.slots);
+    const auto second = store.acquire_now(one("held", slots_limit));
+    EXPECT_TRUE(second.decisions[0].allowed);
+    EXPECT_FALSE(admits(store, "held", slots_limit)) << "one in flight, as its limit says";
+
+    // Every key holding slots: the shard keeps them all, over its cap.
+    const auto other = store.acquire_now(one("held2", slots_limit));
+    EXPECT_TRUE(other.decisions[0].allowed);
+    const auto third = store.acquire_now(one("held3", slots_limit));
+    EXPECT_TRUE(third.decisions[0].allowed);
+    EXPECT_EQ(store.size(), 3u);
+    EXPECT_FALSE(admits(store, "held", slots_limit));
+    EXPECT_FALSE(admits(store, "held2", slots_limit));
+}
+
 TEST(MemoryStoreCap, TwoNewKeysOfOneRequestInAFullShard) {
     manual_clock clock(0);
     memory_store store(clock, 1, memory_store_limits{2, nullptr});

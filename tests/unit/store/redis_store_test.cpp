@@ -619,6 +619,21 @@ TEST_F(RedisStore, SlotsTakenByABatchWhoseReplyIsRefusedAreReleased) {
     EXPECT_EQ(command({"ZCARD", "slots"}).integer, 0) << "the slot was left for its lease";
 }
 
+// A slot taken with a shorter lease (a reload lowered it) does not shorten the set's expiry under
+// a longer lease that has not lapsed: the set would expire with it, and the long request's slot
+// stop counting (one more admitted than the limit) before its lease ran out.
+TEST_F(RedisStore, AShorterLeaseDoesNotShortenTheSlotSetsExpiry) {
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 5;
+    l.lease = 60s;
+    ASSERT_TRUE(acquire(one("leases", l), t0).decisions.at(0).allowed);
+    auto shorter = l;
+    shorter.lease = 1s; // reloaded
+    ASSERT_TRUE(acquire(one("leases", shorter), t0).decisions.at(0).allowed);
+    EXPECT_GT(command({"PTTL", "leases"}).integer, 30'000) << "the 60 s lease's set expires early";
+}
+
 /// What the default logger writes while this lives, one message a line (no pattern).
 class captured_log {
 public:

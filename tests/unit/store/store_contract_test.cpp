@@ -451,6 +451,37 @@ TYPED_TEST(StoreContract, ConcurrencySlotsAreTakenAndGivenBack) {
     EXPECT_EQ(this->decide_one(key, l, 1200).remaining, 1);
 }
 
+// More slots held than the limit allows (a reload lowered it while they were held, or another
+// instance runs a higher one): refused with no slot free, never a negative count (which would
+// make the verdict pick this limit's headers over another's 0 on Redis and not on memory); and
+// once enough are given back, the lowered limit admits again.
+TYPED_TEST(StoreContract, ConcurrencyAboveALoweredLimitReportsNoSlotFree) {
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 3;
+    const std::string key = "rate-limit:contract:lowered";
+    const checks three{check{key, &l}};
+    std::vector<outcome> held;
+    for (int i = 0; i < 3; ++i) {
+        held.push_back(this->backend_->decide(three, 1000));
+        ASSERT_EQ(held.back().slots.size(), 1u);
+    }
+
+    config::limit lowered = l;
+    lowered.limit_count = 1; // reloaded
+    const auto refused = this->decide_one(key, lowered, 1000);
+    EXPECT_FALSE(refused.allowed);
+    EXPECT_EQ(refused.remaining, 0);
+    EXPECT_EQ(refused.limit, 1);
+
+    for (auto& o : held) {
+        this->backend_->release(o.slots, 1100);
+    }
+    const auto admitted = this->decide_one(key, lowered, 1100);
+    EXPECT_TRUE(admitted.allowed);
+    EXPECT_EQ(admitted.remaining, 0);
+}
+
 // A concurrency limit with a rate limit in one request: a request the window refuses takes no
 // slot, and one the concurrency limit refuses is not counted by the window.
 TYPED_TEST(StoreContract, ConcurrencyChargesWithTheOtherLimitsOrNot) {
