@@ -570,9 +570,7 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
                           "redis store: unexpected reply to the limits script: {}",
                           log_excerpt(r.describe(log_excerpt_bytes)));
         }
-        if (ec == errc::bad_reply || ec == errc::redis_timeout) {
-            release_slots_of_failed(b);
-        }
+        release_slots_of_failed(b);
         for (auto& w : b.waiters) {
             if (w.part) {
                 resume(w.handler, *w.out, undecided(ec));
@@ -581,6 +579,10 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
             resume(w.handler, *w.out, fail(*w.request_checks, ec));
         }
         return;
+    }
+    if (!unsent_releases_.empty()) {
+        requeue_unsent_releases(); // Redis answers again
+        post_flush(release_posted_, &redis_store::flush_releases);
     }
     std::size_t field = 0;
     std::size_t request_number = 0;
@@ -599,13 +601,15 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
 }
 
 void redis_store::release_slots_of_failed(const batch& b) {
+    const auto now = std::chrono::steady_clock::now();
     std::size_t request_number = 0;
     for (const auto& w : b.waiters) {
         ++request_number;
         for (const auto& c : *w.request_checks) {
             if (c.limit->algo == config::algorithm::concurrency) {
                 // Named as take_slots would have named it.
-                releasing_.emplace_back(c.key, b.lease_prefix + std::to_string(request_number));
+                releasing_.push_back(
+                    {c.key, b.lease_prefix + std::to_string(request_number), now + c.limit->lease});
             }
         }
     }
@@ -615,6 +619,7 @@ void redis_store::release_slots_of_failed(const batch& b) {
 }
 
 void redis_store::stop() {
+    requeue_unsent_releases();
     flush_releases();
     flush_settlements();
     stopped_ = true;

@@ -3,6 +3,7 @@
 // (taken, renewed while held, released and announced by src/redis/slots.lua), cost settlements
 // and Cluster give-backs (limits.lua's settlement and give-back groups). Each is gathered over
 // one turn of the event loop and sent in calls of at most `max_batch`, per Cluster slot.
+#include "sluice/core/errc.hpp"
 #include "sluice/limiter/algorithm.hpp"
 #include "sluice/limiter/cost.hpp"
 #include "sluice/redis/scripts.hpp"
@@ -14,6 +15,8 @@
 #include <boost/container/small_vector.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -217,13 +220,14 @@ void redis_store::post_flush(bool& posted, void (redis_store::*flush_pending)())
 void redis_store::release(std::span<const slot> taken) noexcept {
     // Slots without a lease id came from the local fallback (failure-mode local).
     boost::container::small_vector<slot, 1> local;
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& s : taken) {
         if (s.lease_id.empty()) {
             local.push_back(s);
             continue;
         }
         live_slots_.erase(live_name(s.key, s.lease_id));
-        releasing_.emplace_back(s.key, s.lease_id);
+        releasing_.push_back({s.key, s.lease_id, now + s.lease});
     }
     if (!local.empty() && local_fallback_ != nullptr) {
         local_fallback_->release(local);
@@ -305,27 +309,57 @@ void redis_store::flush_releases() {
     release_posted_ = false;
     auto sending = std::move(releasing_);
     releasing_.clear();
-    const auto slot_of_item = [this](const std::pair<std::string, std::string>& r) {
-        return slot_of(r.first);
+    const auto slot_of_item = [this](const slot_release& r) {
+        return slot_of(r.key);
     };
     send_in_runs(sending, cluster_ != nullptr, slot_of_item, [this](auto slot, auto run) {
         std::vector<std::string> args{std::to_string(run.size())};
         args.reserve(3 + 2 * run.size());
-        for (const auto& [key, lease_id] : run) {
-            args.push_back(key);
+        for (const auto& r : run) {
+            args.push_back(r.key);
         }
         args.emplace_back("release");
         args.push_back(channel_);
-        for (auto& [key, lease_id] : run) {
-            args.push_back(std::move(lease_id));
+        for (const auto& r : run) {
+            args.push_back(r.lease_id);
         }
-        // The slot lapses with its lease instead: limits stay safe, a waiter may wait longer.
+        // Unanswered (Redis unreachable, or no reply in time): sent again once Redis answers.
+        // An error reply: the slot lapses with its lease; limits stay safe, a waiter may wait
+        // longer.
         run_script(slot,
                    redis::slots_script,
                    std::move(args),
                    "give back concurrency slots",
-                   "they lapse with their lease");
+                   "they lapse with their lease, or go again once Redis answers",
+                   [alive = std::weak_ptr(self_),
+                    kept = std::vector<slot_release>(std::make_move_iterator(run.begin()),
+                                                     std::make_move_iterator(run.end()))](
+                       error_code ec) mutable {
+                       const auto self = alive.lock();
+                       if (self && ec != errc::bad_reply) {
+                           (*self)->keep_unsent(std::move(kept));
+                       }
+                   });
     });
+}
+
+void redis_store::keep_unsent(std::vector<slot_release> run) {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& r : run) {
+        if (r.lapses > now && unsent_releases_.size() < max_unsent_releases) {
+            unsent_releases_.push_back(std::move(r));
+        }
+    }
+}
+
+void redis_store::requeue_unsent_releases() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& r : unsent_releases_) {
+        if (r.lapses > now) {
+            releasing_.push_back(std::move(r));
+        }
+    }
+    unsent_releases_.clear();
 }
 
 void redis_store::schedule_renewal(std::chrono::milliseconds lease) {

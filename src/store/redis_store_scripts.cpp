@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,8 +95,10 @@ void redis_store::run_script(std::uint16_t slot,
                              const redis::script& script,
                              std::vector<std::string> args,
                              const char* what,
-                             const char* otherwise) {
-    run_script(slot, script, first_call(script), std::move(args), what, otherwise);
+                             const char* otherwise,
+                             std::function<void(error_code)> on_failure) {
+    run_script(
+        slot, script, first_call(script), std::move(args), what, otherwise, std::move(on_failure));
 }
 
 void redis_store::run_script(std::uint16_t slot,
@@ -103,7 +106,8 @@ void redis_store::run_script(std::uint16_t slot,
                              redis::script_call how,
                              std::vector<std::string> args,
                              const char* what,
-                             const char* otherwise) {
+                             const char* otherwise,
+                             std::function<void(error_code)> on_failure) {
     std::string command;
     redis::command_writer w(command, 2 + args.size());
     const auto [verb, name] = redis::script_call_head(how, script);
@@ -114,8 +118,14 @@ void redis_store::run_script(std::uint16_t slot,
     }
     call(slot,
          command,
-         [alive = std::weak_ptr(self_), slot, s = &script, how, args, what, otherwise](
-             error_code ec, redis::reply r) mutable {
+         [alive = std::weak_ptr(self_),
+          slot,
+          s = &script,
+          how,
+          args,
+          what,
+          otherwise,
+          on_failure = std::move(on_failure)](error_code ec, redis::reply r) mutable {
              const auto self = alive.lock();
              if (!self || !ec) {
                  return;
@@ -123,7 +133,8 @@ void redis_store::run_script(std::uint16_t slot,
              if (const auto next = (*self)->retry_as(slot, how, r)) {
                  // Redis does not know the script by this name: the same call, named the next
                  // way.
-                 (*self)->run_script(slot, *s, *next, std::move(args), what, otherwise);
+                 (*self)->run_script(
+                     slot, *s, *next, std::move(args), what, otherwise, std::move(on_failure));
                  return;
              }
              // Per script and kind of failure (an error reply's kind, as in answer()): a key per
@@ -137,6 +148,9 @@ void redis_store::run_script(std::uint16_t slot,
                               what,
                               ec == errc::bad_reply ? log_excerpt(r.str) : ec.message(),
                               otherwise);
+             if (on_failure) {
+                 on_failure(ec);
+             }
          });
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -183,6 +184,9 @@ public:
     /// Requests decided by one script call at most: bounds how long one call keeps Redis busy.
     static constexpr std::size_t max_batch = 128;
 
+    /// Give-backs kept while Redis cannot be reached (see `unsent_releases_`), at most.
+    static constexpr std::size_t max_unsent_releases = 4'096;
+
     /// For tests: pass this time (unix ms) to the script instead of letting it read Redis TIME;
     /// `std::nullopt` restores TIME.
     void set_time_override_for_test(std::optional<double> now_ms) { now_override_ = now_ms; }
@@ -245,6 +249,15 @@ private:
 
     struct batch_waiter;
     struct batch;
+
+    /// A CONCURRENCY slot to give back, and when its lease lapses in Redis (on this host's
+    /// steady clock, from when it was taken or last renewed: a bound, never late).
+    struct slot_release {
+        std::string key;
+        std::string lease_id;
+        std::chrono::steady_clock::time_point lapses;
+    };
+
     using batch_ptr = std::shared_ptr<batch>;
 
     /// Adds a request to the open batch: `handler` runs once its outcome is in `out`.
@@ -296,18 +309,20 @@ private:
     static std::string live_name(std::string_view key, std::string_view lease_id);
     /// Runs `script` with `args` (numkeys and on), named as `first_call` says and again the
     /// next way after a refusal (`retry_as`), logging a failure as "could not <what> (<error>):
-    /// <otherwise>", rate-limited.
+    /// <otherwise>", rate-limited; then `on_failure`, if given, with the error.
     void run_script(std::uint16_t slot,
                     const redis::script& script,
                     std::vector<std::string> args,
                     const char* what,
-                    const char* otherwise);
+                    const char* otherwise,
+                    std::function<void(error_code)> on_failure = {});
     void run_script(std::uint16_t slot,
                     const redis::script& script,
                     redis::script_call how,
                     std::vector<std::string> args,
                     const char* what,
-                    const char* otherwise);
+                    const char* otherwise,
+                    std::function<void(error_code)> on_failure);
     /// How a call of `script` names it first: FCALL while Functions are usable (or the pause
     /// after giving them up has passed) and the script has a library, EVALSHA otherwise.
     redis::script_call first_call(const redis::script& script) noexcept;
@@ -331,12 +346,19 @@ private:
     void flush_releases();
     /**
      * Releases every CONCURRENCY slot a batch's requests may hold in Redis, when its call
-     * failed after it was sent: the script has run (a reply refused as malformed, an error or
-     * a delay out of bound) or may run yet (a timeout; the release, sent after it on the same
-     * connection, runs after it). Left alone, those slots would count against their keys for a
-     * whole lease with no request behind them. Releasing a lease never taken frees nothing.
+     * failed: the script has run (a reply refused as malformed, an error or a delay out of
+     * bound; or its connection was lost before the reply came) or may run yet (a timeout; the
+     * release, sent after it on the same connection, runs after it). Left alone, those slots
+     * would count against their keys for a whole lease with no request behind them. Releasing
+     * a lease never taken frees nothing.
      */
     void release_slots_of_failed(const batch& b);
+    /// Keeps the give-backs of `run` that Redis could not be reached for, to be sent again
+    /// (`resend_unsent_releases`) until their leases lapse; at most `max_unsent_releases`.
+    void keep_unsent(std::vector<slot_release> run);
+    /// Queues the kept give-backs whose leases have not lapsed for `flush_releases` (Redis
+    /// answers again, or the store stops) and forgets the rest.
+    void requeue_unsent_releases();
     void flush_settlements();
     /// Arms the renewal of every held slot within `lease` / 3 (a slot of that lease was just
     /// taken), unless it is armed to come sooner.
@@ -386,8 +408,15 @@ private:
     /// The slots running requests hold, by `live_name`: renewed together every third of the
     /// shortest lease among them.
     std::unordered_map<std::string, slot> live_slots_;
-    /// Slots given back this turn (key, lease id), sent by `flush_releases`.
-    std::vector<std::pair<std::string, std::string>> releasing_;
+    /// Slots given back this turn, sent by `flush_releases`.
+    std::vector<slot_release> releasing_;
+    /// Give-backs whose call could not reach Redis (its connection lost: a failover, a restart,
+    /// a reset), sent again after the next reply of a decision call, until their leases lapse
+    /// (then Redis has let them go). Without them a slot whose request ended, or whose deciding
+    /// call lost its reply, during an outage stayed taken for a whole lease with nothing behind
+    /// it. Beyond `max_unsent_releases` they lapse with their lease: an outage must not grow
+    /// memory without bound.
+    std::vector<slot_release> unsent_releases_;
     bool release_posted_ = false;
 
     /// A settlement or a give-back waiting for `flush_settlements`, with what the script needs

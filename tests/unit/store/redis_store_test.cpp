@@ -106,6 +106,17 @@ protected:
         return r;
     }
 
+    /// Replaces the function the store calls with one that runs `body` (Lua; `keys` and `args`
+    /// are the call's), as the store's library would be replaced in Redis.
+    void stand_in_for_limits(const std::string& body) {
+        const auto name = std::string(redis::limits_script.function_name);
+        command({"FUNCTION",
+                 "LOAD",
+                 "REPLACE",
+                 "#!lua name=" + name + "\nredis.register_function('" + name +
+                     "', function(keys, args) " + body + " end)\n"});
+    }
+
     // HGETALL as a map.
     std::map<std::string, std::string> hash(const std::string& key) {
         auto r = command({"HGETALL", key});
@@ -564,12 +575,7 @@ TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
     EXPECT_TRUE(acquire_one("delay", l, t0).allowed); // the store's own library, loaded
     const auto decide_with = [&](std::int64_t delay) {
         // The function the store calls, replaced by one that answers `delay`.
-        const auto name = std::string(redis::limits_script.function_name);
-        command({"FUNCTION",
-                 "LOAD",
-                 "REPLACE",
-                 "#!lua name=" + name + "\nredis.register_function('" + name +
-                     "', function() return \"" + lua_packed_reply(delay) + "\" end)\n"});
+        stand_in_for_limits("return \"" + lua_packed_reply(delay) + "\"");
         return acquire(one("delay", l), t0);
     };
     constexpr auto max = std::numeric_limits<std::int64_t>::max();
@@ -598,14 +604,9 @@ TEST_F(RedisStore, SlotsTakenByABatchWhoseReplyIsRefusedAreReleased) {
     // The function the store calls, replaced by one that takes the first request's slot as the
     // script would (the lease prefix is its last argument), then fails (an error of a kind of
     // its own: the store logs each kind once per 10 s, and another test counts its lines).
-    const auto name = std::string(redis::limits_script.function_name);
-    command({"FUNCTION",
-             "LOAD",
-             "REPLACE",
-             "#!lua name=" + name + "\nredis.register_function('" + name +
-                 "', function(keys, args) redis.call('INCR', 'took'); "
-                 "redis.call('ZADD', keys[1], 1e15, args[#args] .. '1'); "
-                 "return redis.error_reply('FAKE failed after taking a slot') end)\n"});
+    stand_in_for_limits("redis.call('INCR', 'took'); "
+                        "redis.call('ZADD', keys[1], 1e15, args[#args] .. '1'); "
+                        "return redis.error_reply('FAKE failed after taking a slot')");
     config::limit l;
     l.algo = config::algorithm::concurrency;
     l.limit_count = 5;
@@ -617,6 +618,39 @@ TEST_F(RedisStore, SlotsTakenByABatchWhoseReplyIsRefusedAreReleased) {
     }
     EXPECT_EQ(command({"GET", "took"}).str, "1") << "the replacement did not run";
     EXPECT_EQ(command({"ZCARD", "slots"}).integer, 0) << "the slot was left for its lease";
+}
+
+// A call whose connection is lost after the script ran (its reply never comes: a failover, a reset)
+// may hold CONCURRENCY slots in Redis: they are given back once Redis answers again, not left
+// for a whole lease. Here Redis drops the connection itself, after running the call, because
+// the reply (a stand-in's, 64 KiB) is over the output-buffer limit set for the test.
+TEST_F(RedisStore, SlotsOfACallWhoseConnectionWasLostAreGivenBackOnceRedisAnswers) {
+    EXPECT_TRUE(acquire_one("warm", leaky(10, 1), t0).allowed); // the store's own library, loaded
+    stand_in_for_limits("redis.call('INCR', 'took'); "
+                        "redis.call('ZADD', keys[1], 1e15, args[#args] .. '1'); "
+                        "return string.rep('x', 65536)");
+    command({"CONFIG", "SET", "client-output-buffer-limit", "normal 1024 0 0"});
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 5;
+    l.lease = 30s;
+    EXPECT_EQ(acquire(one("slots", l), t0).ec, errc::redis_unavailable);
+
+    // Redis back as it was; the next decision's reply sends the give-back again.
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return client_->connected(); }, 10s));
+    command({"CONFIG", "SET", "client-output-buffer-limit", "normal 0 0 0"});
+    command({"FUNCTION", "LOAD", "REPLACE", std::string(redis::limits_script.library)});
+    EXPECT_EQ(command({"GET", "took"}).str, "1") << "the stand-in did not run";
+    EXPECT_EQ(command({"ZCARD", "slots"}).integer, 1);
+    EXPECT_TRUE(acquire_one("after", leaky(10, 1), t0).allowed);
+    EXPECT_TRUE(test::run_until(
+        ioc_,
+        [&] {
+            return command({"ZCARD", "slots"}).integer == 0;
+        },
+        5s))
+        << "the slot was left for its lease";
 }
 
 // A slot taken with a shorter lease (a reload lowered it) does not shorten the set's expiry under
@@ -675,14 +709,8 @@ private:
 TEST_F(RedisStore, RepliesAreLoggedBoundedInNumberAndLength) {
     const auto l = leaky(10, 1);
     EXPECT_TRUE(acquire_one("warm", l, t0).allowed); // the store's own library, loaded
-    const auto name = std::string(redis::limits_script.function_name);
     const auto answer_with = [&](const std::string& body) {
-        // The function the store calls, replaced by one that runs `body`.
-        command({"FUNCTION",
-                 "LOAD",
-                 "REPLACE",
-                 "#!lua name=" + name + "\nredis.register_function('" + name + "', function() " +
-                     body + " end)\n"});
+        stand_in_for_limits(body);
     };
     captured_log log;
     answer_with("return redis.error_reply('ERR refused, call ' .. redis.call('INCR', 'calls'))");
