@@ -12,6 +12,7 @@
 #include "sluice/http/rate_limit_headers.hpp"
 #include "sluice/key/client_address.hpp"
 #include "sluice/key/rate_limit_key.hpp"
+#include "sluice/limiter/algorithm.hpp"
 #include "sluice/limiter/cost.hpp"
 
 #include <algorithm>
@@ -332,6 +333,9 @@ void request_limiter::settle_costs(std::span<const std::optional<std::string>> f
             delta = *actual - reserved;
         } else if (block.refund_on_missing) {
             delta = -reserved;
+        }
+        if (delta < 0 && !limiter::takes_refunds(limits_[i])) {
+            delta = 0; // a shaped queue's slots pass unused: counted as charged
         }
         count_settlement(cost_counters_, reserved, limiter::clamp_delta(delta), actual.has_value());
         if (delta != 0) {

@@ -60,7 +60,7 @@ std::optional<milliseconds> settle(state& current,
                                 (limit.algo == config::algorithm::sliding_window &&
                                  std::holds_alternative<sliding_window_state>(current)));
     // A refund on a fresh state gives back nothing: storing it would only hold a key.
-    if (delta == 0 || (!own && delta < 0)) {
+    if (delta == 0 || (delta < 0 && (!own || !takes_refunds(limit)))) {
         return std::nullopt;
     }
     switch (limit.algo) {

@@ -57,11 +57,14 @@
 -- part refuses, the parts that admitted are given back, each on its key's own primary and clock.
 -- A tentative request's reply carries, per key, its give-back token (t1, t2): FIXED_WINDOW the
 -- start of the window charged; SLIDING_WINDOW the running total of the entry logged and its
--- time (the member's number and score); zeros for the buckets, for CONCURRENCY, and for a key
+-- time (the member's number and score); a shaped LEAKY_BUCKET the level and the whole ms of the
+-- time its charge left; zeros for the token bucket, a LEAKY_BUCKET meter, CONCURRENCY, and a key
 -- the request did not charge (refused, or not the last of its request's limits on that key).
 -- A give-back entry, with the amount charged and that token, undoes the charge:
 --   TOKEN_BUCKET, LEAKY_BUCKET  the settlement of delta -amount: refill (leak) to now, then
---                   tokens += amount, at most capacity (queue_size -= amount, at least 0)
+--                   tokens += amount, at most capacity (queue_size -= amount, at least 0); a
+--                   shaped LEAKY_BUCKET only while the key holds what its charge left (no request
+--                   was held to a slot behind it since), and otherwise nothing
 --   FIXED_WINDOW    count -= amount (at least 0) when the window current now starts at t1;
 --                   otherwise nothing (the charge ended with its window)
 --   SLIDING_WINDOW  when the log brought to now holds the member of total t1 at score t2 and t1
@@ -283,7 +286,7 @@ end
 --     which charges the request;
 -- and, where the algorithm has them,
 --   settle(key, p, ttl, now, delta)                  a settlement (see SETTLEMENTS);
---   token(w1, w2) -> t1, t2                          the give-back token of a charge written;
+--   token(w1, w2, p) -> t1, t2                       the give-back token of a charge written;
 --   give_back(key, p, ttl, now, amount, t1, t2)     a give-back (see GIVE-BACKS).
 -- Plain values rather than a table per decision: a table per request was a measurable part of
 -- the script's time.
@@ -415,7 +418,29 @@ function leaky_bucket.settle(key, p, ttl, now, delta)
   store_state(c, q, whole, max(ttl, drained), fraction)
 end
 
-leaky_bucket.give_back = bucket_give_back(leaky_bucket)
+-- A shaped queue is a timeline of slots promised to held requests: a request admitted after the
+-- charge was held to a slot behind it, and taking the charge back would hold the next request to
+-- that same slot (two at once upstream). Its token is the level and the whole ms of the time the
+-- charge left, and its give-back takes it back only while the key still holds exactly those (no
+-- request was admitted after it, nothing settled); otherwise its slots pass unused. (At a
+-- flowRate above 1000/s a later request could leave both as they were; slots are then less than
+-- a ms apart anyway.) A meter's give-back is unconditional: token (0, 0).
+function leaky_bucket.token(c, whole, p)
+  if p.mode == SHAPE then
+    return c.a, whole
+  end
+  return 0, 0
+end
+
+function leaky_bucket.give_back(key, p, ttl, now, amount, level, whole)
+  if level ~= 0 then
+    local c = hash_state(key, LEAKY_BUCKET, 'queue_size', 'last_leak_time')
+    if c.a ~= level or c.b ~= whole then
+      return
+    end
+  end
+  leaky_bucket.settle(key, p, ttl, now, -amount)
+end
 
 local token_bucket = { write = write_bucket }
 
@@ -902,10 +927,10 @@ local function decide_batch(KEYS, ARGV)
 
   -- The reply of one key of a tentative request: its decision and the token of what it charged
   -- (`charged`: written, and admitted), or zeros.
-  local function tentative_reply(charged, algorithm, r1, r2, r3, r4, r5, r6, w1, w2)
+  local function tentative_reply(charged, d, r1, r2, r3, r4, r5, r6, w1, w2)
     local t1, t2 = 0, 0
-    if charged and r1 == 1 and algorithm.token ~= nil then
-      t1, t2 = algorithm.token(w1, w2)
+    if charged and r1 == 1 and d.algorithm.token ~= nil then
+      t1, t2 = d.algorithm.token(w1, w2, d)
     end
     return pack(TENTATIVE_FORMAT, r1, r2, saturated(r3), saturated(r4), r5, r6, t1, t2)
   end
@@ -961,8 +986,8 @@ local function decide_batch(KEYS, ARGV)
       end
       out_n = out_n + 1
       if tentative then
-        out[out_n] = tentative_reply(true, algorithm, allowed, remaining, reset, retry_after,
-                                     delay, level, w1, w2)
+        out[out_n] = tentative_reply(true, d, allowed, remaining, reset, retry_after, delay,
+                                     level, w1, w2)
       else
         out[out_n] = pack(REPLY_FORMAT, allowed, remaining, saturated(reset),
                           saturated(retry_after), delay, level)
@@ -1001,8 +1026,8 @@ local function decide_batch(KEYS, ARGV)
         local r = decided[i]
         out_n = out_n + 1
         if tentative then
-          out[out_n] = tentative_reply(admit and last_of[keys[i]] == i, limits[i].algorithm, r[1],
-                                       r[2], r[3], r[4], r[5], r[6], r[7], r[8])
+          out[out_n] = tentative_reply(admit and last_of[keys[i]] == i, limits[i], r[1], r[2],
+                                       r[3], r[4], r[5], r[6], r[7], r[8])
         else
           out[out_n] = pack(REPLY_FORMAT, r[1], r[2], saturated(r[3]), saturated(r[4]), r[5],
                             r[6])

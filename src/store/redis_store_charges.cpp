@@ -245,7 +245,8 @@ void redis_store::settle(std::span<const settlement> adjustments) noexcept {
             local.push_back(a);
             continue;
         }
-        if (a.limit == nullptr || a.delta == 0 || !limiter::settles(a.limit->algo)) {
+        if (a.limit == nullptr || a.delta == 0 || !limiter::settles(a.limit->algo) ||
+            (a.delta < 0 && !limiter::takes_refunds(*a.limit))) {
             continue; // nothing to adjust
         }
         queue_settlement(a.key, *a.limit, limiter::clamp_delta(a.delta), std::nullopt);

@@ -34,12 +34,26 @@ constexpr bool settles(config::algorithm algo) noexcept {
 }
 
 /**
+ * Whether a refund (a negative settlement, or a charge given back) changes `limit`'s state: for
+ * all but a LEAKY_BUCKET in shape mode, whose queue is a timeline of slots promised to held
+ * requests (each held until L + k x T, perhaps by another instance): taking from it would move
+ * the next request onto a slot already promised, and the upstream would see two at once. There a
+ * refund gives nothing back and its slots pass unused, as the slot of a client that left while
+ * held does; a charge above the reservation still delays the requests after it.
+ */
+constexpr bool takes_refunds(const config::limit& limit) noexcept {
+    return limit.algo != config::algorithm::leaky_bucket ||
+           limit.mode != config::shaping_mode::shape;
+}
+
+/**
  * Settles a reservation of `limit` by `delta` (actual - reserved) at `now_ms`, dispatching to the
  * algorithm's `*_settle`. No state, or a state of another algorithm (counted as none, as by
  * `acquire`), settles a fresh one: a refund then changes nothing and a charge starts from fresh.
  * Returns the time until the settled state equals a fresh one (the key may then be forgotten),
  * with the state to store in `current`; nullopt when there is nothing to store: an algorithm that
- * does not settle, a zero delta, or a refund on no state (`current` is then left as it was).
+ * does not settle, a zero delta, a refund on no state, or a refund the limit does not take
+ * (`takes_refunds`; `current` is then left as it was).
  */
 std::optional<milliseconds> settle(state& current,
                                    bool exists,

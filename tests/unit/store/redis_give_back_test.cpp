@@ -235,16 +235,33 @@ TEST_F(RedisGiveBack, LeakyBucketPoliceAsIfNeverAdmitted) {
 }
 
 TEST_F(RedisGiveBack, LeakyBucketShapeAsIfNeverAdmitted) {
-    // Shaped, the requests after give-back are delayed as if the charge had never been: the
-    // delays tell the queue's length exactly.
+    // Shaped, with no request admitted between the charge and its give-back, the requests after
+    // it are delayed as if the charge had never been: the delays tell the queue's length exactly.
     auto l = bucket(config::algorithm::leaky_bucket, 6, 2, config::shaping_mode::shape);
     expect_as_if_never_admitted("shape",
                                 l,
                                 {{t0}, {t0}},
                                 {t0 + 100, 2},
-                                {{t0 + 150}},
+                                {},
                                 t0 + 300,
                                 {{t0 + 300}, {t0 + 300}, {t0 + 300}, {t0 + 800, 2}, {t0 + 1100}});
+}
+
+// Shaped, a request admitted after the charge was held to a slot behind it: taking the charge
+// back would hold the next request to that same slot, and the upstream would see both at once.
+// The give-back then changes nothing: the charge's slot passes unused (T = 200 ms here).
+TEST_F(RedisGiveBack, AShapedGiveBackAfterALaterRequestGivesNothingBack) {
+    const auto l = bucket(config::algorithm::leaky_bucket, 10, 5, config::shaping_mode::shape);
+    auto t = tentative(checks{check{"held:key", &l}}, t0);
+    ASSERT_TRUE(t.decided.decisions.at(0).allowed);
+    ASSERT_EQ(t.give_backs.size(), 1u);
+    const auto held = decide("held:key", l, t0 + 1);
+    ASSERT_TRUE(held.allowed);
+    EXPECT_EQ(held.delay.count(), 199); // its slot: t0 + 200
+    give_back(t.give_backs, t0 + 2);
+    const auto next = decide("held:key", l, t0 + 3);
+    EXPECT_TRUE(next.allowed);
+    EXPECT_EQ(next.delay.count(), 397) << "held to the slot of the request before it";
 }
 
 TEST_F(RedisGiveBack, AShapedRequestMeanwhileKeepsItsLongerDelay) {
@@ -642,6 +659,11 @@ TEST_F(RedisGiveBack, ATentativeReplyStartsWithThePlainSixFields) {
             } else if (allowed && k == 5) {
                 EXPECT_EQ(t1, 2 * (round + 1)); // the running total
                 EXPECT_EQ(t2, static_cast<std::int64_t>(now));
+            } else if (allowed && k == 2) {
+                // A shaped queue's: the level its charge left and the queue's time (a slot of
+                // 1 s: the first charge's, while it has not leaked).
+                EXPECT_EQ(t1, field(p, 5));
+                EXPECT_EQ(t2, static_cast<std::int64_t>(t0));
             } else {
                 EXPECT_EQ(t1, 0) << "round " << round << ", limit " << k;
                 EXPECT_EQ(t2, 0);
