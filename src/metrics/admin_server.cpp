@@ -24,19 +24,38 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
     tcp_acceptor acceptor;
     const registry& metrics;
     readiness ready;
-    /// The connections being served, all on the acceptor's executor, counted as they are
-    /// accepted: `stop` closes them, or a client that sent nothing would keep the process up to
-    /// 20 s past its drain.
-    std::list<tcp_stream> serving;
+
+    /// A connection being served, from its accept to its answer's end.
+    struct connection {
+        explicit connection(tcp_socket socket)
+            : stream(std::move(socket)) {}
+
+        tcp_stream stream;
+        /// Its request head came: it ends within its answer's write deadline.
+        bool head_read = false;
+        /// Closed to make room for a newer one; its coroutine has yet to end.
+        bool evicted = false;
+    };
+
+    /// The connections being served, newest first, all on the acceptor's executor, counted as
+    /// they are accepted: `stop` closes them, or a client that sent nothing would keep the
+    /// process up to its head's deadline past its drain.
+    std::list<connection> serving;
 };
 
 namespace {
 
 /// How long the admin listener waits after a failed accept before the next (as the proxy's do).
 constexpr std::chrono::milliseconds accept_pause{100};
-/// Admin connections served at once; one more is closed at once. A scraper and a few probes
-/// need a handful; each holds a descriptor, which the proxy's listener shares.
+/// Admin connections served at once. A scraper and a few probes need a handful; each holds a
+/// descriptor, which the proxy's listener shares. One more takes the place of the one that has
+/// waited longest for its request head (see `make_room`).
 constexpr std::size_t max_serving = 64;
+/// How long a connection may take to send its request head: a probe or a scraper sends it at
+/// once, in milliseconds.
+constexpr std::chrono::seconds head_timeout{2};
+/// How long the answer's write may take (a large /metrics to a slow scraper).
+constexpr std::chrono::seconds write_timeout{10};
 /// A request's header: no endpoint takes a body (one is refused) or a long header.
 constexpr std::uint32_t max_request_header = 8 * 1024;
 
@@ -70,30 +89,71 @@ http::response<http::string_body> answer(const http::request_header<>& req,
     return res;
 }
 
-awaitable<void> serve(std::list<tcp_stream>::iterator at,
-                      std::shared_ptr<admin_server::impl> self) {
+using connection_list = std::list<admin_server::impl::connection>;
+
+awaitable<void> serve(connection_list::iterator at, std::shared_ptr<admin_server::impl> self) {
     struct forget {
-        std::list<tcp_stream>& serving;
-        std::list<tcp_stream>::iterator at;
+        connection_list& serving;
+        connection_list::iterator at;
 
         ~forget() { serving.erase(at); }
     } const forget_at_end{self->serving, at};
 
-    tcp_stream& stream = *at;
+    tcp_stream& stream = at->stream;
     beast::flat_buffer buffer;
     http::request_parser<http::empty_body> parser;
     parser.header_limit(max_request_header);
-    stream.expires_after(std::chrono::seconds(10));
+    stream.expires_after(head_timeout);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser);
     if (ec) {
         co_return;
     }
+    at->head_read = true;
     auto res = answer(parser.get(), self->metrics, self->ready);
-    stream.expires_after(std::chrono::seconds(10));
+    stream.expires_after(write_timeout);
     auto [wec, wn] = co_await http::async_write(stream, res);
     if (!wec) {
         stream.socket().shutdown(tcp::socket::shutdown_send, ec);
     }
+}
+
+/**
+ * Makes room for one more connection when `max_serving` are served: closes the one that has
+ * waited longest for its request head, so that a client holding idle connections cannot keep
+ * a probe or a scrape out (theirs come in milliseconds). False when every one has its request
+ * head: each then ends within its write's deadline, and the newcomer is refused.
+ */
+bool make_room(connection_list& serving) {
+    std::size_t open = 0;
+    admin_server::impl::connection* longest_waiting = nullptr;
+    for (auto& c : serving) {
+        if (c.evicted) {
+            continue; // closed already, its coroutine not yet ended
+        }
+        ++open;
+        if (!c.head_read) {
+            longest_waiting = &c; // the list is newest first: the last one found is the oldest
+        }
+    }
+    if (open < max_serving) {
+        return true;
+    }
+    static log_throttle full;
+    if (longest_waiting == nullptr) {
+        log_throttled(full,
+                      spdlog::level::warn,
+                      "admin: {} connections served at once, all answering; closing a new one",
+                      max_serving);
+        return false;
+    }
+    log_throttled(full,
+                  spdlog::level::warn,
+                  "admin: {} connections served at once; closing the one that waited longest "
+                  "for its request",
+                  max_serving);
+    longest_waiting->evicted = true;
+    longest_waiting->stream.close(); // its read ends with operation_aborted, its coroutine too
+    return true;
 }
 
 awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
@@ -114,12 +174,7 @@ awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
             }
             continue;
         }
-        if (self->serving.size() >= max_serving) {
-            static log_throttle full;
-            log_throttled(full,
-                          spdlog::level::warn,
-                          "admin: {} connections served at once; closing a new one",
-                          max_serving);
+        if (!make_room(self->serving)) {
             continue; // the socket closes as it goes
         }
         self->serving.emplace_front(std::move(socket));
@@ -176,8 +231,8 @@ void admin_server::stop() {
         impl_->acceptor.close(ec);
     }
     // Their reads and writes end with operation_aborted, and each coroutine with them.
-    for (tcp_stream& s : impl_->serving) {
-        s.close();
+    for (auto& c : impl_->serving) {
+        c.stream.close();
     }
 }
 

@@ -177,6 +177,31 @@ TEST(OperationsAdmin, HealthzReadyzAndUnknownPaths) {
     EXPECT_EQ(upstream.stats().headers_received, 0u);
 }
 
+// A client holding as many idle connections as the admin listener serves at once (64) does not
+// keep the kubelet's liveness probe out: the probe takes the place of the connection that has
+// waited longest for its request (it was refused at once, and three refused probes restart the
+// pod), and is answered well within the 2 s an idle connection may wait.
+TEST(OperationsAdmin, HealthzIsAnsweredWhileIdleConnectionsFillTheCap) {
+    recording_upstream upstream;
+    sluice_process sluice(make_yaml(upstream, two_per_key));
+    const auto admin = admin_port(sluice);
+    std::vector<std::unique_ptr<http_connection>> idle;
+    for (int i = 0; i < 64; ++i) {
+        idle.push_back(std::make_unique<http_connection>(admin, 5s));
+    }
+    for (int probe = 0; probe < 3; ++probe) {
+        const auto start = std::chrono::steady_clock::now();
+        http_connection health(admin, 5s);
+        health.send("GET", "/healthz");
+        error_code ec;
+        const auto response = health.try_read_response(ec);
+        ASSERT_TRUE(response.has_value()) << "probe " << probe << ": " << ec.message() << "\n"
+                                          << sluice.log_text();
+        EXPECT_EQ(response->status, 200u);
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "probe " << probe;
+    }
+}
+
 TEST(OperationsAdmin, ReadyzFollowsRedisUnderFailureModeClosed) {
     if (!redis_server::available()) {
         GTEST_SKIP() << "no redis-server";

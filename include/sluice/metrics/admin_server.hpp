@@ -15,8 +15,9 @@ namespace sluice::metrics {
  *   GET /metrics  the registry in the Prometheus text format
  *   GET /healthz  200 while the process runs
  *   GET /readyz   200 when `ready()` says so, else 503
- * It serves one request per connection (admin traffic is a scrape every few seconds) and runs on
- * whichever io_context it is given.
+ * It serves one request per connection (admin traffic is a scrape every few seconds), at most 64
+ * connections at once (a new one closes the one that has waited longest for its request head),
+ * and runs on whichever io_context it is given.
  */
 class admin_server {
 public:
