@@ -86,6 +86,10 @@ http::response<http::string_body> answer(const http::request_header<>& req,
         res.body() = "not found: try /metrics, /healthz or /readyz\n";
     }
     res.prepare_payload();
+    if (req.method() == http::verb::head) {
+        // The Content-Length of what GET would send, and no body (RFC 9110 9.3.2).
+        res.body().clear();
+    }
     return res;
 }
 
