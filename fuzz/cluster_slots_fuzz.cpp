@@ -5,7 +5,8 @@
 // is either a map or an error, never both; a map's owners are its primaries, each with a port in
 // 1..65535; a key's hashed part holds no further tag, and its slot is below 16384. The input as
 // a whole is also an error reply's text: a redirection read from it has a slot below 16384 and,
-// for MOVED and ASK, a port in 1..65535 and a host (the asked one when the text names none).
+// for MOVED and ASK, a port in 1..65535 and a host (the asked one when the text names none). Every
+// host a map's primary or a redirection names is a host name or an IP address (is_node_host).
 #include "sluice/redis/cluster_slots.hpp"
 
 #include <cstddef>
@@ -91,6 +92,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             (to->port == 0 || to->host.empty())) {
             fail("a redirection without an address");
         }
+        if (to->type != sluice::redis::redirection::kind::tryagain &&
+            !sluice::redis::is_node_host(to->host)) {
+            fail("a redirection to a host that is no name or address");
+        }
     }
     input in{data, size};
     const auto r = decode(in, 0);
@@ -108,6 +113,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (const auto& p : map.primaries) {
             if (p.port == 0 || p.host.empty() || p.host == "?") {
                 fail("a primary without an address");
+            }
+            if (!sluice::redis::is_node_host(p.host)) {
+                fail("a primary whose host is no name or address");
             }
         }
     }

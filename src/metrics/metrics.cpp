@@ -144,12 +144,18 @@ rule_counters& registry::rule(const std::string& name) {
 }
 
 counter& registry::redis_node_calls(const std::string& node) {
+    // No node is named so: a node's name has its port.
+    static const std::string other_nodes = "other";
     std::lock_guard lock(rules_mutex_);
-    auto& slot = node_calls_[node];
-    if (!slot) {
-        slot = std::make_unique<counter>(0);
+    auto it = node_calls_.find(node);
+    if (it == node_calls_.end()) {
+        const bool room = node_calls_.size() - node_calls_.count(other_nodes) < max_node_series;
+        it = node_calls_.try_emplace(room ? node : other_nodes).first;
     }
-    return *slot;
+    if (!it->second) {
+        it->second = std::make_unique<counter>(0);
+    }
+    return *it->second;
 }
 
 void registry::count_workers(std::size_t workers) {
@@ -354,7 +360,8 @@ void registry::render_cluster_metrics(std::string& out) const {
     header(out,
            "sluice_redis_calls_total",
            "counter",
-           "Script calls sent to each Redis Cluster node.");
+           "Script calls sent to each Redis Cluster node: the first 64 nodes sent to since "
+           "start-up, each under its host:port, any later one under node=\"other\".");
     std::lock_guard lock(rules_mutex_);
     for (const auto& [node, c] : node_calls_) {
         fmt::format_to(std::back_inserter(out),

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/redis/cluster_client.hpp"
 
+#include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
 
 #include <boost/asio/append.hpp>
@@ -437,10 +438,15 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             for (std::size_t slot = 0; slot < cluster_slots; ++slot) {
                 if (map_->owner[slot] == i && next.owner[slot] != slot_map::no_owner) {
                     add(counters_.failovers, observer_.failovers);
-                    spdlog::info("redis: {} owns {}:{}'s slots now (failover)",
-                                 format_address(address_of(next.primaries[next.owner[slot]])),
-                                 gone.host,
-                                 gone.port);
+                    // The addresses are the cluster's: a broken or hostile one could change its
+                    // map on every read of every worker.
+                    static log_throttle throttle{std::chrono::seconds(10)};
+                    log_throttled(
+                        throttle,
+                        spdlog::level::info,
+                        "redis: {} owns {}'s slots now (failover)",
+                        log_excerpt(format_address(address_of(next.primaries[next.owner[slot]]))),
+                        log_excerpt(format_address(address_of(gone))));
                     break;
                 }
             }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/redis/cluster_slots.hpp"
 
+#include "sluice/core/text.hpp"
+
 #include <algorithm>
 #include <string>
 
@@ -21,6 +23,10 @@ constexpr std::array<std::uint16_t, 256> crc16_table() noexcept {
 }
 
 constexpr auto table = crc16_table();
+
+/// The bytes of a host name (letters, digits, '-', '.', and '_', which some names carry) and of
+/// an IP literal (hex digits, ':', and the '.' of an IPv4 address or an embedded one).
+constexpr auto node_host_chars = alphanumeric_and("-._:");
 
 /// 1 to 5 decimal digits, nothing else: a slot or a port.
 std::optional<std::uint32_t> read_decimal(std::string_view text) noexcept {
@@ -63,6 +69,10 @@ read_node(const reply& r, std::string_view asked_host, bool primary, std::string
         error = "a primary's address is unknown";
         return std::nullopt;
     }
+    if (primary && !is_node_host(node.host)) {
+        error = "a primary's host is not a host name or IP address";
+        return std::nullopt;
+    }
     if (r.elements.size() > 2 && r.elements[2].type == reply::kind::string) {
         node.id = r.elements[2].str;
     }
@@ -70,6 +80,13 @@ read_node(const reply& r, std::string_view asked_host, bool primary, std::string
 }
 
 } // namespace
+
+bool is_node_host(std::string_view host) noexcept {
+    return !host.empty() && host.size() <= max_node_host &&
+           std::all_of(host.begin(), host.end(), [](char c) {
+               return node_host_chars[static_cast<unsigned char>(c)];
+           });
+}
 
 std::uint16_t crc16(std::string_view bytes) noexcept {
     std::uint16_t crc = 0;
@@ -183,8 +200,12 @@ std::optional<redirection> parse_redirection(std::string_view error, std::string
     if (!port || *port == 0 || *port > 65535 || address.find(' ') != std::string_view::npos) {
         return std::nullopt;
     }
+    const auto host = colon == 0 ? asked_host : address.substr(0, colon);
+    if (!is_node_host(host)) {
+        return std::nullopt;
+    }
     out.slot = static_cast<std::uint16_t>(*slot);
-    out.host = std::string(colon == 0 ? asked_host : address.substr(0, colon));
+    out.host = std::string(host);
     out.port = static_cast<std::uint16_t>(*port);
     return out;
 }

@@ -167,8 +167,14 @@ public:
     counter redis_map_failed_total{0}; // no node answered CLUSTER SLOTS
     counter redis_give_backs_total{0}; // multi-slot requests refused after a slot charged them
 
-    /// Script calls sent to the Cluster node `node` ("host:port"), created on first use; the
-    /// reference stays valid for the registry's lifetime.
+    /// Nodes with a `sluice_redis_calls_total` series of their own, at most: the first this many
+    /// nodes sent to since start-up.
+    static constexpr std::size_t max_node_series = 64;
+
+    /// Script calls sent to the Cluster node `node` ("host:port"), created on first use; past
+    /// `max_node_series` nodes, a new node's calls count under node="other" (the addresses come
+    /// from the cluster's replies: a Cluster on Kubernetes gets new ones on every pod restart, a
+    /// hostile one with every MOVED). The reference stays valid for the registry's lifetime.
     counter& redis_node_calls(const std::string& node);
 
     /// Makes the per-worker gauges of `worker_connections`, all 0: once, at start-up, before any
@@ -199,7 +205,8 @@ private:
     std::size_t workers_ = 0;
     mutable std::mutex rules_mutex_;
     std::map<std::string, std::unique_ptr<rule_counters>> rules_;
-    /// Guarded by rules_mutex_ too: nodes are added when a worker first sends to one.
+    /// Guarded by rules_mutex_ too: nodes are added when a worker first sends to one. At most
+    /// `max_node_series` nodes, and "other".
     std::map<std::string, std::unique_ptr<counter>> node_calls_;
 };
 

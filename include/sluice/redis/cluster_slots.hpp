@@ -32,6 +32,18 @@ std::string_view hashed_part(std::string_view key) noexcept;
 /// The slot of `key`: crc16(hashed_part(key)) mod 16384, as `CLUSTER KEYSLOT` answers.
 std::uint16_t key_slot(std::string_view key) noexcept;
 
+/// The longest host a node may have: a DNS name's 253 bytes.
+inline constexpr std::size_t max_node_host = 253;
+
+/**
+ * Whether `host`, as a Cluster node announced it (a slot map's primary, a MOVED or ASK), can be
+ * a host to connect to: 1 to `max_node_host` bytes of letters, digits, '-', '.', '_' and ':'
+ * (a host name, an IPv4 address, an unbracketed IPv6 address). Anything else (a space, a control
+ * byte, a quote, a slash, a long text) is a bad reply: sluice would otherwise connect to it, log
+ * it and make it a metric's label.
+ */
+bool is_node_host(std::string_view host) noexcept;
+
 /// A node of the cluster as the map names it.
 struct cluster_node {
     std::string host;
@@ -73,8 +85,8 @@ struct slot_map_result {
  * each node [host, port, id?, ...]. A primary announced with an empty host is the node that was
  * asked (`asked_host`). Refused, naming the first fault: anything but that shape, a slot outside
  * 0..16383, start > end, two ranges sharing a slot, a port outside 1..65535, a primary whose host
- * is unknown ("?" or nil), more primaries than slots. Replicas are read for their shape only
- * (the map routes to primaries). Linear in the reply.
+ * is unknown ("?" or nil) or not `is_node_host`, more primaries than slots. Replicas are read for
+ * their shape only (the map routes to primaries). Linear in the reply.
  */
 slot_map_result parse_cluster_slots(const reply& r, std::string_view asked_host);
 
@@ -94,9 +106,9 @@ struct redirection {
 
 /**
  * Reads an error reply's text as a redirection; nullopt for any other error, and for a MOVED or
- * ASK whose slot (0..16383) or address (`host:port`, port 1..65535; an IPv6 host unbracketed,
- * as Redis writes it) does not read. An empty host (a node that does not know its own address)
- * is `asked_host`.
+ * ASK whose slot (0..16383) or address (`host:port`, port 1..65535, the host `is_node_host`; an
+ * IPv6 host unbracketed, as Redis writes it) does not read. An empty host (a node that does not
+ * know its own address) is `asked_host`.
  */
 std::optional<redirection> parse_redirection(std::string_view error, std::string_view asked_host);
 

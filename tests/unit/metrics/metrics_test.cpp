@@ -12,6 +12,7 @@ namespace sluice::metrics {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Metrics, RequestsAreCountedByDecisionAndRule) {
     registry r;
@@ -170,6 +171,34 @@ TEST(Metrics, CostSettleErrorBucketsAreSignedAndCumulative) {
     EXPECT_THAT(text, HasSubstr("sluice_cost_reserved_total{rule=\"llm\"} 70\n"));
     EXPECT_THAT(text, HasSubstr("sluice_cost_settled_total{rule=\"llm\"} 30\n"));
     EXPECT_THAT(text, HasSubstr("sluice_cost_settle_missing_total{rule=\"llm\"} 1\n"));
+}
+
+// The nodes' addresses come from the Cluster's replies: each new one a series, forever, grew
+// /metrics without bound (a Cluster on Kubernetes gets new pod addresses with every restart).
+TEST(Metrics, RedisNodeSeriesAreCappedTheRestCountedAsOther) {
+    registry r;
+    const auto node = [](std::size_t i) {
+        return fmt::format("10.0.{}.{}:6379", i / 200, i % 200);
+    };
+    constexpr std::size_t nodes = registry::max_node_series + 50;
+    for (std::size_t i = 0; i < nodes; ++i) {
+        bump(r.redis_node_calls(node(i)), 2);
+    }
+    // A node seen before the cap keeps its series; one first seen after it stays "other".
+    bump(r.redis_node_calls(node(0)));
+    bump(r.redis_node_calls(node(nodes - 1)));
+    EXPECT_EQ(&r.redis_node_calls(node(nodes - 1)), &r.redis_node_calls("10.9.9.9:1"));
+    const auto text = r.render();
+    std::size_t series = 0;
+    for (auto at = text.find("\nsluice_redis_calls_total{"); at != std::string::npos;
+         at = text.find("\nsluice_redis_calls_total{", at + 1)) {
+        ++series;
+    }
+    EXPECT_EQ(series, registry::max_node_series + 1);
+    EXPECT_THAT(text, HasSubstr("\nsluice_redis_calls_total{node=\"10.0.0.0:6379\"} 3\n"));
+    EXPECT_THAT(text, HasSubstr("\nsluice_redis_calls_total{node=\"10.0.0.63:6379\"} 2\n"));
+    EXPECT_THAT(text, Not(HasSubstr("node=\"10.0.0.64:6379\"")));
+    EXPECT_THAT(text, HasSubstr("\nsluice_redis_calls_total{node=\"other\"} 101\n"));
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {

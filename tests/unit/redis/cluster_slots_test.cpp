@@ -132,6 +132,13 @@ TEST(ClusterSlots, MalformedRepliesAreRefusedNamingTheFault) {
         {array_reply({range(0, 10, {array_reply({integer_reply(1), integer_reply(7000)})})}),
          "host is not a string"},
         {array_reply({range(0, 10, {node("h", 1), integer_reply(3)})}), "not [host, port"},
+        // A host sluice would connect to, log and make a metric's label: a name or an address.
+        {array_reply({range(0, 10, {node("h\"},{x=\"", 7000)})}), "not a host name"},
+        {array_reply({range(0, 10, {node("h 1", 7000)})}), "not a host name"},
+        {array_reply({range(0, 10, {node("h\n1", 7000)})}), "not a host name"},
+        {array_reply({range(0, 10, {node("h/1", 7000)})}), "not a host name"},
+        {array_reply({range(0, 10, {node(std::string(max_node_host + 1, 'h'), 7000)})}),
+         "not a host name"},
     };
 
     for (const auto& c : cases) {
@@ -143,6 +150,34 @@ TEST(ClusterSlots, MalformedRepliesAreRefusedNamingTheFault) {
     // A replica whose address is unknown is no fault: only primaries are routed to.
     EXPECT_TRUE(
         parse_cluster_slots(array_reply({range(0, 10, {node("h", 1), node("?", 2)})}), "a").map);
+}
+
+TEST(ClusterSlots, NodeHostsAreNamesOrAddresses) {
+    for (const std::string& host : {std::string("10.0.0.5"),
+                                    std::string("::1"),
+                                    std::string("fe80::1:2"),
+                                    std::string("::ffff:10.0.0.5"),
+                                    std::string("redis-0.redis.default.svc.cluster.local"),
+                                    std::string("node_1"),
+                                    std::string(max_node_host, 'h')}) {
+        EXPECT_TRUE(is_node_host(host)) << host;
+        const auto map = parse_cluster_slots(array_reply({range(0, 10, {node(host, 7000)})}), "a");
+        ASSERT_TRUE(map.map) << host << ": " << map.error;
+        EXPECT_EQ(map.map->primaries.front().host, host);
+        const auto moved = parse_redirection("MOVED 12 " + host + ":7000", "asked");
+        ASSERT_TRUE(moved) << host;
+        EXPECT_EQ(moved->host, host);
+    }
+    for (const std::string& host : {std::string(""),
+                                    std::string("h\"1"),
+                                    std::string("h\n1"),
+                                    std::string("h\x01"),
+                                    std::string("h/1"),
+                                    std::string("[::1]"),
+                                    std::string("h\xc3\xa9"),
+                                    std::string(max_node_host + 1, 'h')}) {
+        EXPECT_FALSE(is_node_host(host)) << host;
+    }
 }
 
 TEST(ClusterSlots, RedirectionsReadAsRedisWritesThem) {
@@ -178,6 +213,10 @@ TEST(ClusterSlots, RedirectionsReadAsRedisWritesThem) {
                                          "MOVED 12 h:0",
                                          "MOVED 12 h:65536",
                                          "MOVED 12 h:7000 extra",
+                                         "MOVED 12 h\"}:7000",
+                                         "MOVED 12 h\n1:7000",
+                                         "ASK 12 h/1:7000",
+                                         "MOVED 12 [::1]:7000",
                                          "ASK x h:1",
                                          "MOVED  h:1",
                                          "CLUSTERDOWN The cluster is down",
