@@ -43,7 +43,9 @@ public:
 
 private:
     std::array<counter, bounds.size() + 1> buckets_{}; // the last one is +Inf
-    counter sum_ns_{0};
+    /// In microseconds, each observation rounded: nanoseconds wrapped (Prometheus takes a wrap
+    /// for a counter reset) after 1.8e19 ns in all, 21 days of 10k long requests at once.
+    counter sum_us_{0};
 };
 
 /**

@@ -63,6 +63,44 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
     EXPECT_THAT(text, HasSubstr("sluice_upstream_latency_seconds_sum 20.0033\n"));
 }
 
+/// The value of the sample `series` (name and labels, as rendered) in `text`.
+double sample(const std::string& text, const std::string& series) {
+    const auto at = text.find("\n" + series + " ");
+    EXPECT_NE(at, std::string::npos) << series;
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+// The sum was kept in nanoseconds, a uint64 that wraps after 1.8e19 ns of latency in all (21 days
+// of 10k long requests in flight), which Prometheus takes for a counter reset.
+TEST(Metrics, AHistogramsSumDoesNotWrap) {
+    registry r;
+    using namespace std::chrono_literals;
+    constexpr auto longest = std::chrono::nanoseconds::max(); // 292 years
+    constexpr int observations = 10;
+    for (int i = 0; i < observations; ++i) {
+        r.upstream_latency.observe(longest);
+    }
+    const double seconds = std::chrono::duration<double>(longest).count() * observations;
+    EXPECT_NEAR(sample(r.render(), "sluice_upstream_latency_seconds_sum"), seconds, seconds * 1e-9);
+
+    // A day of 10k requests in flight, every day for a year.
+    registry year;
+    for (int day = 0; day < 365; ++day) {
+        year.redis_latency.observe(10'000 * 24h);
+    }
+    const double expected = 365.0 * 10'000 * 86'400;
+    EXPECT_NEAR(sample(year.render(), "sluice_redis_command_duration_seconds_sum"),
+                expected,
+                expected * 1e-12);
+
+    // Each observation to the nearest microsecond.
+    registry small;
+    small.slot_wait.observe(1499ns);
+    small.slot_wait.observe(1500ns);
+    small.slot_wait.observe(-5ns); // a clock that stepped back adds nothing
+    EXPECT_THAT(small.render(), HasSubstr("\nsluice_concurrency_wait_seconds_sum 3e-06\n"));
+}
+
 // Each field of the registry reaches the rendering under its own name, once, with its own value
 // (the table in metrics.cpp is where a field gets its name: a field left out of it, or two
 // entries pointing at one field, show here).
