@@ -124,6 +124,11 @@ std::string redis_restart_keys(const config::config& running, const config::conf
     check(a.db != b.db, "db");
     check(a.timeout != b.timeout, "timeout");
     check(a.connect_timeout != b.connect_timeout, "connect-timeout");
+    // A file that leaves Redis (store: memory, its redis section gone or edited) changed the
+    // store, not these: name what the operator changed.
+    if (!keys.empty() && next.rate_limit.store != config::store_kind::redis) {
+        return "rate-limit.store";
+    }
     return keys;
 }
 

@@ -31,7 +31,9 @@ summary_lines(const config::config& cfg, std::string_view bound, std::size_t wor
 /**
  * The `rate-limit.redis` keys that differ between the running configuration and `next` and
  * need a restart: the running store's connections were made with them. Empty when none does, or
- * when the running store is not Redis. (`ttl` and `failure-mode` apply on reload.)
+ * when the running store is not Redis. (`ttl` and `failure-mode` apply on reload.) When `next`
+ * differs in them and is not on Redis (`store: memory`, its redis section dropped), the store is
+ * what the operator changed: "rate-limit.store" alone.
  */
 std::string redis_restart_keys(const config::config& running, const config::config& next);
 

@@ -415,6 +415,17 @@ TEST(LifecycleReload, RedisTtlAndFailureModeApplyAndConnectionSettingsAreRefused
         << sluice.log_text();
     EXPECT_EQ(count_of(sluice.log_text(), "configuration reloaded"), 1u) << sluice.log_text();
 
+    // A file that leaves Redis for the memory store, its redis section dropped: the store is
+    // what changed, and what the refusal names (it named rate-limit.redis.host).
+    replace_file(sluice.config_path(),
+                 compose_yaml(upstream.url(), never_limits, "  workers: 2\n"));
+    sluice.send_signal(SIGHUP);
+    EXPECT_TRUE(sluice.wait_for_log("changing rate-limit.store needs a restart", 10s))
+        << sluice.log_text();
+    EXPECT_EQ(sluice.log_text().find("rate-limit.redis.host"), std::string::npos)
+        << sluice.log_text();
+    EXPECT_EQ(count_of(sluice.log_text(), "configuration reloaded"), 1u) << sluice.log_text();
+
     // Redis gone, failure-mode closed (not local, not open): 503 on every worker.
     redis.stop();
     for (int i = 0; i < 4; ++i) {

@@ -99,6 +99,21 @@ TEST(ConfigReport, AReloadNamesTheRedisKeysThatNeedARestart) {
     EXPECT_EQ(redis_restart_keys(memory, next), "");
 }
 
+// Running on Redis, the operator sets `store: memory` and drops the redis section: the reload
+// named rate-limit.redis.host (and the others), keys the operator did not mean to change.
+TEST(ConfigReport, AReloadThatLeavesRedisNamesTheStore) {
+    const auto running = redis_config();
+    config::config next; // store: memory, no redis section: its defaults
+    EXPECT_EQ(redis_restart_keys(running, next), "rate-limit.store");
+    // Leaving Redis with its settings kept: nothing refused (the store stays, with a warning).
+    next.rate_limit.redis = running.rate_limit.redis;
+    EXPECT_EQ(redis_restart_keys(running, next), "");
+    // Staying on Redis, the keys are named as before.
+    next.rate_limit.store = config::store_kind::redis;
+    next.rate_limit.redis.port = 6381;
+    EXPECT_EQ(redis_restart_keys(running, next), "rate-limit.redis.port");
+}
+
 TEST(ConfigReport, AReloadKeepsTheRunningListenWorkersStoreAndAdmin) {
     const config::config running;
     auto next = running;
