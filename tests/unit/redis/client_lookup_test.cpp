@@ -136,7 +136,8 @@ TEST_F(RedisClientLookup, ConnectsOnceTheLookupAnswers) {
     auto [ec, pong] = ping();
     ASSERT_FALSE(ec) << ec.message();
     EXPECT_EQ(pong.str, "PONG");
-    EXPECT_EQ(client_->connection_count(), 1u);
+    // One lookup, however many attempts it took (a loaded, sanitized build may need more than
+    // one within the 200 ms connect timeout).
     EXPECT_EQ(dns_->lookups_asked(), 1);
 }
 
@@ -152,6 +153,7 @@ TEST_F(RedisClientLookup, AReconnectGoesToTheAddressesFoundBeforeWhileTheirRefre
     start(o);
     ASSERT_TRUE(test::run_until(
         ioc_, [&] { return client_->connected(); }, 10s));
+    const auto connections = client_->connection_count();
 
     dns_->hold(host_);
     server.stop();
@@ -161,7 +163,9 @@ TEST_F(RedisClientLookup, AReconnectGoesToTheAddressesFoundBeforeWhileTheirRefre
     ASSERT_TRUE(test::run_until(
         ioc_, [&] { return client_->connected(); }, 10s))
         << "waited for DNS";
-    EXPECT_EQ(client_->connection_count(), 2u);
+    // A new connection (more than one if a loaded, sanitized build set one up slower than the
+    // 200 ms connect timeout), to the address found before: the lookup is still held.
+    EXPECT_GT(client_->connection_count(), connections);
     // The refresh (its thread may not have asked yet), one however many attempts.
     EXPECT_TRUE(test::run_until(
         ioc_, [&] { return dns_->lookups_asked() == 2; }, 5s));
