@@ -16,12 +16,13 @@ std::string_view or_dash(std::string_view text) {
 // failed to parse) is shown escaped, keeping one request on one parseable line. So is every
 // byte past ASCII (a header's obs-text in a key part): raw, it could be no UTF-8 at all, which
 // log pipelines refuse, or a NEL or U+2028 that a viewer breaks the line at. nginx escapes the
-// same bytes, as \xXX.
+// same bytes, as \xXX. '%' itself is escaped too (%25), so that the escaping can be undone: a
+// raw line feed is %0A, a target that says "%0A" is %250A.
 void append_text_field(std::string& out, std::string_view text) {
     constexpr char hex[] = "0123456789ABCDEF";
     for (char c : or_dash(text)) {
         const auto byte = static_cast<unsigned char>(c);
-        if (byte <= 0x20 || byte >= 0x7f) {
+        if (byte <= 0x20 || byte >= 0x7f || c == '%') {
             out += '%';
             out += hex[byte >> 4];
             out += hex[byte & 0xf];

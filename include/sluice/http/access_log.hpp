@@ -30,7 +30,8 @@ struct access_record {
 /**
  * One access-log line (without the logger's own prefix). Text:
  * `client=203.0.113.7 method=GET path=/v1/x key=rate-limit:203.0.113.7:/v1/x decision=allowed
- * status=200 upstream_ms=3 delay_ms=0 end=-`, with '-' for an empty field. JSON: the same fields as
+ * status=200 upstream_ms=3 delay_ms=0 end=-`, with '-' for an empty field, and a space, a
+ * control byte, DEL, a byte past ASCII or '%' in a field as %XX. JSON: the same fields as
  * the members of an object *without* the braces (`"client":"…","method":…`), so that the JSON log
  * formatter can add time and level around them.
  */

@@ -49,6 +49,20 @@ TEST(FormatAccess, TextEscapesEveryByteBeyondAscii) {
         << format_access(r, format::text);
 }
 
+// '%' is escaped too, so that a raw line feed (%0A) and a target that says "%0A" (%250A) do not
+// log alike, and the escaping can be undone.
+TEST(FormatAccess, TextEscapesThePercentSignSoThatEscapesAreUnambiguous) {
+    auto raw = forwarded();
+    raw.path = "/a\nb";
+    auto literal = forwarded();
+    literal.path = "/a%0Ab";
+    const auto raw_line = format_access(raw, format::text);
+    const auto literal_line = format_access(literal, format::text);
+    EXPECT_NE(raw_line.find(" path=/a%0Ab "), std::string::npos) << raw_line;
+    EXPECT_NE(literal_line.find(" path=/a%250Ab "), std::string::npos) << literal_line;
+    EXPECT_NE(raw_line, literal_line);
+}
+
 TEST(FormatAccess, JsonIsObjectMembersWithEscapedStrings) {
     auto r = forwarded();
     r.path = R"(/a"b)";
