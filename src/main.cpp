@@ -6,15 +6,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <csignal>
 #include <exception>
 
-int main(int argc, char** argv) {
-    // hiredis writes to Redis with write(2), which raises SIGPIPE when Redis has just gone:
-    // the default action would kill the proxy instead of letting the failure mode apply (Asio's
-    // own sockets send with MSG_NOSIGNAL). nginx ignores SIGPIPE for the same reason.
-    std::signal(SIGPIPE, SIG_IGN);
-    sluice::app::init_logging();
+namespace {
+
+int run(int argc, char** argv) {
     sluice::app::command_line command;
     try {
         command = sluice::app::parse_command_line(argc, argv);
@@ -30,4 +28,19 @@ int main(int argc, char** argv) {
         spdlog::error("cannot start: {}", e.what());
     }
     return 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    // hiredis writes to Redis with write(2), which raises SIGPIPE when Redis has just gone:
+    // the default action would kill the proxy instead of letting the failure mode apply (Asio's
+    // own sockets send with MSG_NOSIGNAL). nginx ignores SIGPIPE for the same reason.
+    std::signal(SIGPIPE, SIG_IGN);
+    sluice::app::init_logging();
+    const int status = run(argc, argv);
+    // The last lines (an error that ends start-up, "stopped") out before the exit, unless the
+    // log's reader has stopped: then the exit goes on without them after 1 s.
+    sluice::app::flush_logging(std::chrono::seconds(1));
+    return status;
 }

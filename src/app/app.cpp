@@ -170,6 +170,8 @@ private:
     store::slot_waiters slot_waiters_;
     std::unique_ptr<store::memory_store> memory_store_;
     metrics::registry metrics_;
+    /// After metrics_: stops counting in it before it goes.
+    counting_dropped_log_lines dropped_log_lines_{metrics_.log_lines_dropped_total};
     std::shared_ptr<spdlog::logger> access_log_;
     std::atomic<bool> listening_{false};
 

@@ -2,4 +2,5 @@ list(APPEND SLUICE_NET_SOURCES
   src/app/app.cpp
   src/app/command_line.cpp
   src/app/config_report.cpp
+  src/app/log_queue.cpp
   src/app/logging.cpp)

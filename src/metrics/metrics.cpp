@@ -265,6 +265,11 @@ constexpr scalar_metric scalar_metrics[] = {
      "Keys the memory store evicted while their state still mattered "
      "(rate-limit.memory.max-keys reached).",
      &registry::memory_store_evictions_total},
+    {"sluice_log_lines_dropped_total",
+     "Log lines (access log and diagnostics) that were not written: their reader fell behind by "
+     "more than the 1 MiB each of stdout and stderr may queue (a stalled pipe or log driver), or "
+     "the write failed. Requests never wait for the log.",
+     &registry::log_lines_dropped_total},
 };
 
 /// A metric read from one field (`Field`: a pointer to a member of the registry or of a rule's

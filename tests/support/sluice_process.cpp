@@ -59,11 +59,13 @@ void replace_all(std::string& text, const std::string& mark, const std::string& 
     }
 }
 
-// fork + exec with stdout and stderr into `log_path`. Everything the child runs between fork
-// and exec is async-signal-safe, because the test process has threads.
+// fork + exec with stdout and stderr into `log_path` (stdout into `stdout_fd` instead when it is
+// one). Everything the child runs between fork and exec is async-signal-safe, because the test
+// process has threads.
 pid_t spawn(const std::string& binary,
             const std::vector<std::string>& args,
-            const std::string& log_path) {
+            const std::string& log_path,
+            int stdout_fd = -1) {
     std::vector<std::string> storage;
     storage.push_back(binary);
     storage.insert(storage.end(), args.begin(), args.end());
@@ -85,8 +87,8 @@ pid_t spawn(const std::string& binary,
         }
         const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         const int null = ::open("/dev/null", O_RDONLY);
-        if (log < 0 || null < 0 || ::dup2(null, 0) < 0 || ::dup2(log, 1) < 0 ||
-            ::dup2(log, 2) < 0) {
+        if (log < 0 || null < 0 || ::dup2(null, 0) < 0 ||
+            ::dup2(stdout_fd >= 0 ? stdout_fd : log, 1) < 0 || ::dup2(log, 2) < 0) {
             ::_exit(126);
         }
         ::execv(binary.c_str(), argv.data());
@@ -177,10 +179,11 @@ std::string sluice_config::yaml() const {
 
 sluice_process::sluice_process(const std::string& yaml,
                                std::chrono::milliseconds startup,
-                               const std::string& binary)
+                               const std::string& binary,
+                               int stdout_fd)
     : config_path_(dir_.write_file("sluice.yaml", yaml))
     , log_path_(dir_.file("sluice.log")) {
-    pid_ = spawn(binary, {"--config", config_path_}, log_path_);
+    pid_ = spawn(binary, {"--config", config_path_}, log_path_, stdout_fd);
     const std::regex listening(R"(listening on 127\.0\.0\.1:(\d+))");
     const auto deadline = steady_clock::now() + startup;
     while (steady_clock::now() < deadline) {

@@ -52,11 +52,14 @@ public:
     /**
      * Writes `yaml` to a temporary sluice.yaml and starts `binary --config <it>`, then waits up
      * to `startup` for the "listening on" log line and a successful connect. Throws
-     * std::runtime_error (with the log) if it exits or does not listen in time.
+     * std::runtime_error (with the log) if it exits or does not listen in time. With `stdout_fd`,
+     * sluice's stdout (the access log) is that descriptor (a pipe the test holds, say) instead
+     * of the log, which then has stderr alone.
      */
     explicit sluice_process(const std::string& yaml,
                             std::chrono::milliseconds startup = std::chrono::seconds(10),
-                            const std::string& binary = sluice_binary());
+                            const std::string& binary = sluice_binary(),
+                            int stdout_fd = -1);
 
     explicit sluice_process(const sluice_config& config)
         : sluice_process(config.yaml()) {}

@@ -2,10 +2,12 @@
 #pragma once
 
 #include "sluice/config/config.hpp"
+#include "sluice/metrics/metrics.hpp"
 
 #include <spdlog/common.h>
 #include <spdlog/formatter.h>
 
+#include <chrono>
 #include <memory>
 #include <string_view>
 
@@ -15,9 +17,34 @@ class logger;
 
 namespace sluice::app {
 
-/// Creates the loggers with text format at info level, before any configuration is read, so that
-/// start-up errors already go to stderr. Idempotent.
+/**
+ * Creates the loggers with text format at info level, before any configuration is read, so that
+ * start-up errors already go to stderr. Idempotent.
+ *
+ * No thread that logs waits for the log's reader: a line is formatted on the thread that logs it
+ * and queued, and a thread per descriptor (stdout, stderr) writes it. When a reader falls behind
+ * by more than 1 MiB of lines (it stopped: a log driver that blocks, a full pipe), further lines
+ * are dropped, and counted (`counting_dropped_log_lines`), as is a line whose write fails. Lines
+ * reach each descriptor in the order they were logged.
+ */
 void init_logging();
+
+/**
+ * Waits until the lines logged so far are written, for at most `bound`: call it before the
+ * process exits, so that its last lines (an error at start-up, "stopped") go out. A reader that
+ * has stopped cannot be waited for: then the lines still queued are lost. True when all went out.
+ */
+bool flush_logging(std::chrono::milliseconds bound);
+
+/// Counts the log lines dropped (init_logging) in `dropped` while it lives.
+class counting_dropped_log_lines {
+public:
+    explicit counting_dropped_log_lines(metrics::counter& dropped);
+    ~counting_dropped_log_lines();
+
+    counting_dropped_log_lines(const counting_dropped_log_lines&) = delete;
+    counting_dropped_log_lines& operator=(const counting_dropped_log_lines&) = delete;
+};
 
 /**
  * Sets up logging from `config.logging`: the default logger (diagnostics, on stderr) and the

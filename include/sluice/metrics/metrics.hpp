@@ -160,6 +160,10 @@ public:
     counter redis_lookup_failures_total{0};  // Redis's, a Sentinel's or a node's host name
     counter memory_store_evictions_total{0}; // rate-limit.memory.max-keys reached
 
+    // Logging: lines that never reached stdout or stderr (a reader that fell behind by more
+    // than the queue, a failed write).
+    counter log_lines_dropped_total{0};
+
     // Redis Cluster (issue 16), summed over the workers (each reads its own map).
     counter redis_moved_total{0};    // MOVED replies followed
     counter redis_ask_total{0};      // ASK replies followed

@@ -125,6 +125,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
         {&r.store_errors_total, "sluice_store_errors_total"},
         {&r.memory_store_evictions_total, "sluice_memory_store_evictions_total"},
         {&r.redis_give_backs_total, "sluice_redis_give_backs_total"},
+        {&r.log_lines_dropped_total, "sluice_log_lines_dropped_total"},
         {&r.redis_moved_total, "sluice_redis_redirections_total{kind=\"moved\"}"},
         {&r.redis_ask_total, "sluice_redis_redirections_total{kind=\"ask\"}"},
         {&r.redis_tryagain_total, "sluice_redis_redirections_total{kind=\"tryagain\"}"},

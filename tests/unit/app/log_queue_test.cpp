@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "app/log_queue.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <future>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+namespace sluice::app {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::steady_clock;
+
+struct pipe_ends {
+    int read = -1;
+    int write = -1;
+};
+
+pipe_ends make_pipe() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+        throw std::runtime_error("pipe2 failed");
+    }
+    return {fds[0], fds[1]};
+}
+
+// A queue lives for the process (log_queue): one per test, kept here.
+log_queue& new_queue(int fd, std::size_t capacity) {
+    static std::vector<log_queue*> queues;
+    queues.push_back(new log_queue(fd, capacity));
+    return *queues.back();
+}
+
+std::string line(int i) {
+    return "line " + std::to_string(i) + "\n";
+}
+
+TEST(LogQueue, WritesEveryLineInOrderWhenTheReaderKeepsUp) {
+    const auto pipe = make_pipe();
+    auto& queue = new_queue(pipe.write, 64 * 1024);
+    std::string expected;
+    // The reader reads as the test pushes (a pipe holds 64 KiB): more lines than either holds.
+    auto reader = std::async(std::launch::async, [fd = pipe.read] {
+        std::string got;
+        char buffer[4096];
+        for (;;) {
+            const auto n = ::read(fd, buffer, sizeof buffer);
+            if (n <= 0) {
+                return got;
+            }
+            got.append(buffer, static_cast<std::size_t>(n));
+        }
+    });
+    for (int i = 0; i < 20'000; ++i) {
+        expected += line(i);
+        queue.push(line(i));
+        if (i % 1000 == 999) {
+            // The reader keeps up: the queue never holds more than its capacity.
+            ASSERT_TRUE(queue.drain(steady_clock::now() + 10s));
+        }
+    }
+    ASSERT_TRUE(queue.drain(steady_clock::now() + 10s));
+    ::close(pipe.write); // the queue writes no more: the reader sees the end
+    ASSERT_EQ(reader.wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(reader.get(), expected);
+    EXPECT_EQ(queue.dropped(), 0u);
+}
+
+// A reader that never reads: pushing never waits, what does not fit is dropped and counted, and
+// `drain` gives up at its deadline.
+TEST(LogQueue, AStalledReaderCostsLinesNotWaits) {
+    const auto pipe = make_pipe(); // the read end stays open, unread, for the process's life
+    constexpr std::size_t capacity = 16 * 1024;
+    auto& queue = new_queue(pipe.write, capacity);
+    metrics::counter dropped{0};
+    queue.count_dropped_in(&dropped);
+    // Far more than the pipe (64 KiB) and the queue hold. On a thread, so that a push that waits
+    // fails the test instead of hanging it.
+    constexpr int lines = 100'000;
+    auto pushes = std::async(std::launch::async, [&queue] {
+        for (int i = 0; i < lines; ++i) {
+            queue.push(std::string(99, 'x') + "\n");
+        }
+    });
+    ASSERT_EQ(pushes.wait_for(20s), std::future_status::ready) << "a push waited for the reader";
+    // 100 bytes a line: about the pipe's and the queue's worth went through, no more.
+    EXPECT_GT(queue.dropped(),
+              static_cast<std::uint64_t>(lines - 2 * (64 * 1024 + capacity) / 100));
+    const auto start = steady_clock::now();
+    EXPECT_FALSE(queue.drain(start + 200ms));
+    EXPECT_LT(steady_clock::now() - start, 5s);
+    queue.count_dropped_in(nullptr);
+    EXPECT_EQ(dropped.load(), queue.dropped());
+    queue.push(std::string(capacity, 'y') + "\n"); // does not fit: dropped
+    EXPECT_EQ(dropped.load(), queue.dropped() - 1) << "counted in the counter no longer";
+}
+
+// A write that fails (the reader went: EPIPE) loses its lines: they count as dropped, and
+// `drain` does not wait for them.
+TEST(LogQueue, LinesAFailedWriteLostAreCounted) {
+    std::signal(SIGPIPE, SIG_IGN); // as sluice's main does
+    const auto pipe = make_pipe();
+    ::close(pipe.read);
+    auto& queue = new_queue(pipe.write, 64 * 1024);
+    for (int i = 0; i < 10; ++i) {
+        queue.push(line(i));
+    }
+    ASSERT_TRUE(queue.drain(steady_clock::now() + 10s));
+    EXPECT_EQ(queue.dropped(), 10u);
+}
+
+} // namespace
+} // namespace sluice::app
