@@ -172,7 +172,8 @@ private:
     metrics::registry metrics_;
     /// After metrics_: stops counting in it before it goes.
     counting_dropped_log_lines dropped_log_lines_{metrics_.log_lines_dropped_total};
-    std::shared_ptr<spdlog::logger> access_log_;
+    /// The process's access log (app/logging.cpp's), which outlives the application.
+    http::access_log* access_log_ = nullptr;
     std::atomic<bool> listening_{false};
 
     net::io_context control_{1};
@@ -621,7 +622,7 @@ awaitable<void> application::enforce_drain_deadline() {
 }
 
 int application::run() {
-    access_log_ = setup_logging(config_->logging);
+    access_log_ = &setup_logging(config_->logging);
     for (const auto& warning : config_->warnings) {
         spdlog::warn("{}", warning);
     }

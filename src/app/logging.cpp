@@ -3,6 +3,7 @@
 
 #include "app/log_queue.hpp"
 #include "sluice/core/text.hpp"
+#include "sluice/http/access_log.hpp"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
@@ -129,7 +130,28 @@ spdlog::level::level_enum parse_level(std::string_view name) noexcept {
     return level;
 }
 
+namespace {
+
+std::shared_ptr<spdlog::logger> make_access_logger(std::unique_ptr<spdlog::formatter> formatter) {
+    auto logger =
+        std::make_shared<spdlog::logger>("access", std::make_shared<queue_sink>(queues().out));
+    logger->set_formatter(std::move(formatter));
+    return logger;
+}
+
+/// The access log: a logger per format on stdout's one queue (so their lines keep their order),
+/// made once, never destroyed, as the queues.
+http::access_log& access_log() {
+    static http::access_log* const made =
+        new http::access_log(make_access_logger(make_text_formatter(true)),
+                             make_access_logger(std::make_unique<json_formatter>(true)));
+    return *made;
+}
+
+} // namespace
+
 void init_logging() {
+    access_log();
     if (spdlog::get("sluice")) {
         return;
     }
@@ -138,29 +160,23 @@ void init_logging() {
     main->set_formatter(make_text_formatter(false));
     spdlog::register_logger(main);
     spdlog::set_default_logger(main);
-    auto access =
-        std::make_shared<spdlog::logger>("access", std::make_shared<queue_sink>(queues().out));
-    access->set_formatter(make_text_formatter(true));
-    spdlog::register_logger(access);
 }
 
-std::shared_ptr<spdlog::logger> setup_logging(const config::logging_settings& settings) {
+http::access_log& setup_logging(const config::logging_settings& settings) {
     init_logging();
     const bool json = settings.format == config::logging_settings::format_kind::json;
-    const auto level = parse_level(settings.level);
     auto main = spdlog::get("sluice");
-    auto access = spdlog::get("access");
+    // A diagnostic line's text does not depend on the format: its formatter may change at once.
     if (json) {
         main->set_formatter(std::make_unique<json_formatter>(false));
-        access->set_formatter(std::make_unique<json_formatter>(true));
     } else {
         main->set_formatter(make_text_formatter(false));
-        access->set_formatter(make_text_formatter(true));
     }
-    main->set_level(level);
+    main->set_level(parse_level(settings.level));
     // logging.level is for the diagnostics; logging.access-log alone turns the access log on or
     // off (`level: warn` must not silence it).
-    access->set_level(settings.access_log ? spdlog::level::info : spdlog::level::off);
+    auto& access = access_log();
+    access.set(settings.format, settings.access_log);
     return access;
 }
 

@@ -4,6 +4,7 @@
 #include "sluice/core/text.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/logger.h>
 
 namespace sluice::http {
 namespace {
@@ -78,6 +79,26 @@ std::string format_access(const access_record& r, config::logging_settings::form
                        r.delay.count(),
                        r.end);
     return out;
+}
+
+access_log::access_log(std::shared_ptr<spdlog::logger> text,
+                       std::shared_ptr<spdlog::logger> json) noexcept
+    : text_(std::move(text))
+    , json_(std::move(json)) {}
+
+void access_log::set(format_kind format, bool enabled) noexcept {
+    format_.store(format, std::memory_order_relaxed);
+    enabled_.store(enabled, std::memory_order_relaxed);
+}
+
+void access_log::write(const access_record& record) const {
+    if (!enabled()) {
+        return;
+    }
+    // Read once: the fields and the logger agree, whatever a reload does meanwhile.
+    const auto kind = format();
+    auto& logger = kind == format_kind::json ? *json_ : *text_;
+    logger.info(format_access(record, kind));
 }
 
 } // namespace sluice::http

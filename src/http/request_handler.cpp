@@ -245,13 +245,15 @@ void count_request(connection_state& c, const request_state& r) {
 }
 
 void log_access(const connection_state& c, request_state& r) {
-    if (!c.w.access_log || !r.cfg->logging.access_log || r.record.method.empty()) {
+    if (c.w.access_log == nullptr || !r.cfg->logging.access_log || r.record.method.empty()) {
         return;
     }
     if (r.record.client.empty()) {
         r.record.client = c.peer_text;
     }
-    c.w.access_log->info(format_access(r.record, r.cfg->logging.format));
+    // In the format in force now, not the request's snapshot's: a reload may have changed it
+    // since the request began, and the logger's frame follows the one in force.
+    c.w.access_log->write(r.record);
 }
 
 /// How a request held without its coroutine goes on (`resume_hold`).

@@ -134,5 +134,55 @@ TEST(LogOutput, AStoppedStdoutReaderCostsLinesNeitherRequestsNorTheDrain) {
     EXPECT_NE(log.find("] [info] stopped"), std::string::npos) << log;
 }
 
+// Issue: a request that began under `format: text` and ended after a reload to `json` wrote its
+// text fields inside the JSON object (`{"time":…,"log":"access",client=127.0.0.1 method=GET …}`):
+// its fields followed the request's configuration, the frame around them the logger's.
+TEST(LogOutput, ARequestThatSpansAFormatChangeLogsOneValidJsonLine) {
+    // The upstream holds /slow's response until it is destroyed, which closes the connection.
+    auto upstream = std::make_unique<recording_upstream>([](const recorded_request& r) {
+        response_plan plan;
+        if (r.target == "/slow") {
+            plan.delay = 10min;
+        }
+        return plan;
+    });
+    const auto yaml = [&](const char* format) {
+        return compose_yaml(
+            upstream->url(),
+            roomy_fallback_yaml(),
+            "",
+            fmt::format("  level: info\n  format: {}\n  access-log: true\n", format));
+    };
+    sluice_process sluice(yaml("text"));
+    http_connection slow(sluice.port());
+    slow.send("GET", "/slow");
+    ASSERT_TRUE(upstream->wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 10s));
+
+    replace_file(sluice.config_path(), yaml("json"));
+    sluice.send_signal(SIGHUP);
+    ASSERT_TRUE(sluice.wait_for_log("configuration reloaded", 10s)) << sluice.log_text();
+    upstream.reset(); // the request ends now, under the new format: 502
+    EXPECT_EQ(slow.read_response().status, 502u);
+    slow.stream().close();
+    ASSERT_TRUE(sluice.wait_for_log(R"("path":"/slow")", 10s)) << sluice.log_text();
+    // Every line written in JSON (from the reload on) is one valid JSON object, the /slow
+    // request's access line among them.
+    constexpr const char* script = R"(import json, sys
+lines = [l for l in open(sys.argv[1], encoding="utf-8") if l.startswith("{")]
+slow = 0
+for l in lines:
+    try:
+        o = json.loads(l)
+    except ValueError as e:
+        sys.exit("not JSON (%s): %r" % (e, l))
+    slow += o.get("log") == "access" and o.get("path") == "/slow" and o.get("status") == 502
+print("slow access lines:", slow)
+)";
+    const command_result result = stop_and_check_log(sluice, script);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("slow access lines: 1"), std::string::npos) << result.output;
+}
+
 } // namespace
 } // namespace sluice::test

@@ -562,13 +562,6 @@ TEST(OperationsLogging, JsonLogLinesParseWithTheAccessFields) {
     EXPECT_EQ(connection.read_response().status, 400u);
     connection.stream().close();
 
-    sluice.send_signal(SIGTERM);
-    const auto status = sluice.wait_exit(20s);
-    ASSERT_TRUE(status);
-    EXPECT_EQ(WEXITSTATUS(*status), 0);
-
-    temp_dir dir;
-    const std::string file = dir.write_file("sluice.log", sluice.log_text());
     constexpr const char* script = R"(import json, sys
 need = ["client", "method", "path", "key", "decision", "status"]
 bad, access = [], 0
@@ -595,7 +588,7 @@ for b in bad:
 print("access lines:", access)
 sys.exit(1 if bad else 0)
 )";
-    const command_result result = run_python(script, {file});
+    const command_result result = stop_and_check_log(sluice, script);
     EXPECT_EQ(result.exit_code, 0) << result.output;
     const std::string& out = result.output;
     EXPECT_NE(out.find("access lines: 5"), std::string::npos) << out;

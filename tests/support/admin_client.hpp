@@ -9,6 +9,7 @@
 #include "support/sluice_process.hpp"
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <sys/wait.h>
 #include <thread>
 #include <vector>
 
@@ -153,6 +155,27 @@ inline command_result run_python(const std::string& script,
     std::vector<std::string> argv = {"-c", script};
     argv.insert(argv.end(), args.begin(), args.end());
     return run_command(system_python, argv, timeout);
+}
+
+/**
+ * Stops `sluice` with SIGTERM, waits up to `timeout` for it to exit, then runs the Python `script`
+ * over everything it printed (the log's file is sys.argv[1]). The script's result; a result
+ * without an exit code, saying why, when sluice did not exit with 0.
+ */
+inline command_result
+stop_and_check_log(sluice_process& sluice,
+                   const std::string& script,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    sluice.send_signal(SIGTERM);
+    const auto status = sluice.wait_exit(timeout);
+    if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+        command_result stopped;
+        stopped.output = status ? "sluice ended with wait status " + std::to_string(*status)
+                                : std::string("sluice did not exit after SIGTERM");
+        return stopped;
+    }
+    temp_dir dir;
+    return run_python(script, {dir.write_file("sluice.log", sluice.log_text())});
 }
 
 } // namespace sluice::test

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sluice/config/config.hpp"
+#include "sluice/http/access_log.hpp"
 #include "sluice/metrics/metrics.hpp"
 
 #include <spdlog/common.h>
@@ -10,10 +11,6 @@
 #include <chrono>
 #include <memory>
 #include <string_view>
-
-namespace spdlog {
-class logger;
-}
 
 namespace sluice::app {
 
@@ -48,13 +45,15 @@ public:
 
 /**
  * Sets up logging from `config.logging`: the default logger (diagnostics, on stderr) and the
- * access logger (one line per request, on stdout, as container platforms expect). Text lines look
- * like `[2024-05-01 12:00:00.123] [info] message`; JSON lines are one object each, with "time"
+ * access log (one line per request, on stdout, as container platforms expect). Text lines look
+ * like `[2024-05-01T12:00:00.123Z] [info] message`; JSON lines are one object each, with "time"
  * (UTC, ISO 8601), "level" and "msg" (or the access fields). `level` applies to the diagnostics
- * only; `access_log` alone decides whether the access logger writes. Called at start-up, and
- * again on reload to apply a new level or format. Returns the access logger.
+ * only; `access_log` alone decides whether the access log writes. Called at start-up, and again
+ * on reload to apply a new level or format, to the lines written from then on (an access line
+ * of a request that began before is written whole in the new format). Returns the access log,
+ * which lives as long as the process.
  */
-std::shared_ptr<spdlog::logger> setup_logging(const config::logging_settings& settings);
+http::access_log& setup_logging(const config::logging_settings& settings);
 
 /// The spdlog level for a config level name (trace debug info warn error critical off);
 /// info for anything else (the loader has validated it).

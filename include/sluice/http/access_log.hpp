@@ -3,9 +3,15 @@
 
 #include "sluice/config/config.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
+
+namespace spdlog {
+class logger;
+}
 
 namespace sluice::http {
 
@@ -36,5 +42,38 @@ struct access_record {
  * formatter can add time and level around them.
  */
 std::string format_access(const access_record& record, config::logging_settings::format_kind kind);
+
+/**
+ * Where the access lines go, in the format in force when each is written: `logging.format`, which
+ * the logging setup (app/logging.cpp, which owns the one access_log) sets at start-up and again on
+ * a reload. A line's fields and what its logger writes around them (the time, `[access]` or the
+ * JSON object) follow that one value, read once per line: each format has its own logger whose
+ * formatter never changes, so a line is never text fields inside a JSON object, even for a request
+ * that began before a reload changed the format (held by shaping, a long download, a tunnel).
+ * Thread-safe: every worker writes, the control thread sets.
+ */
+class access_log {
+public:
+    using format_kind = config::logging_settings::format_kind;
+
+    /// `text` and `json`: the loggers of each format, their formatters set, never changed.
+    access_log(std::shared_ptr<spdlog::logger> text, std::shared_ptr<spdlog::logger> json) noexcept;
+
+    /// `logging.format` and `logging.access-log`, for the lines written from now on.
+    void set(format_kind format, bool enabled) noexcept;
+
+    format_kind format() const noexcept { return format_.load(std::memory_order_relaxed); }
+
+    bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
+
+    /// Writes `record`'s line in the format in force, if the access log is on.
+    void write(const access_record& record) const;
+
+private:
+    std::shared_ptr<spdlog::logger> text_;
+    std::shared_ptr<spdlog::logger> json_;
+    std::atomic<format_kind> format_{format_kind::text};
+    std::atomic<bool> enabled_{true};
+};
 
 } // namespace sluice::http

@@ -22,16 +22,13 @@
 #include <unordered_map>
 #include <vector>
 
-namespace spdlog {
-class logger;
-}
-
 namespace sluice::http {
 
 namespace detail {
 class request_pool;
 }
 
+class access_log;
 class connection_balancer;
 struct worker_context;
 
@@ -140,8 +137,9 @@ struct worker_context {
     /// This worker's own cache of `metrics->rule(name)`, so that counting a request takes no
     /// lock: the registry is consulted once per rule name and worker.
     metrics::rule_counters& rule_counters(std::string_view rule_name);
-    /// One line per request when `logging.access_log` is on.
-    std::shared_ptr<spdlog::logger> access_log;
+    /// One line per request when `logging.access_log` is on; the process's one, which the app
+    /// owns (it outlives the workers).
+    const http::access_log* access_log = nullptr;
     /// The buffers requests stream their bodies through.
     buffer_pool relay_buffers{relay_buffer_size, 256};
     /// The memory requests work in, reused from one request to the next (the session's own;

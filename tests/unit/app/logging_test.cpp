@@ -78,13 +78,23 @@ config::logging_settings logging_with(std::string level, bool access_log) {
 // logging.level is for the diagnostics; the access log is on or off by logging.access-log alone.
 TEST(SetupLogging, AccessLogFollowsAccessLogNotLevel) {
     for (const char* level : {"trace", "info", "warn", "error", "off"}) {
-        const auto on = setup_logging(logging_with(level, true));
-        EXPECT_TRUE(on->should_log(spdlog::level::info)) << "level " << level;
+        const auto& on = setup_logging(logging_with(level, true));
+        EXPECT_TRUE(on.enabled()) << "level " << level;
         EXPECT_EQ(spdlog::default_logger()->level(), parse_level(level)) << "level " << level;
-        const auto off = setup_logging(logging_with(level, false));
-        EXPECT_FALSE(off->should_log(spdlog::level::info)) << "level " << level;
+        const auto& off = setup_logging(logging_with(level, false));
+        EXPECT_FALSE(off.enabled()) << "level " << level;
     }
     setup_logging(logging_with("info", true));
+}
+
+// The access log's format is the one setup_logging was last given (a reload's), the one value a
+// line's format is read from when it is written.
+TEST(SetupLogging, TheAccessLogTakesTheFormatSetLast) {
+    auto settings = logging_with("info", true);
+    settings.format = config::logging_settings::format_kind::json;
+    EXPECT_EQ(setup_logging(settings).format(), config::logging_settings::format_kind::json);
+    settings.format = config::logging_settings::format_kind::text;
+    EXPECT_EQ(setup_logging(settings).format(), config::logging_settings::format_kind::text);
 }
 
 } // namespace

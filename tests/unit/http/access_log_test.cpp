@@ -2,6 +2,10 @@
 #include "sluice/http/access_log.hpp"
 
 #include <gtest/gtest.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <sstream>
 
 namespace sluice::http {
 namespace {
@@ -77,6 +81,29 @@ TEST(FormatAccess, SaysWhenTheClientLeftMidResponse) {
     r.end = "client_left";
     EXPECT_NE(format_access(r, format::text).find(" end=client_left"), std::string::npos);
     EXPECT_NE(format_access(r, format::json).find(R"("end":"client_left")"), std::string::npos);
+}
+
+// Each line is written whole in the format in force when it is written: its fields and its
+// logger (whose formatter frames the fields) are chosen by the one value `set` changes, never a
+// request's own idea of the format, so a change between two lines never mixes them.
+TEST(AccessLog, WritesEachLineWholeInTheFormatInForce) {
+    std::ostringstream text_out;
+    std::ostringstream json_out;
+    const auto logger = [](std::ostringstream& out, const char* pattern) {
+        auto l = std::make_shared<spdlog::logger>(
+            "access", std::make_shared<spdlog::sinks::ostream_sink_st>(out));
+        l->set_pattern(pattern);
+        return l;
+    };
+    access_log log(logger(text_out, "[text] %v"), logger(json_out, "{%v}"));
+    log.set(format::text, true);
+    log.write(forwarded());
+    log.set(format::json, true);
+    log.write(forwarded());
+    log.set(format::json, false);
+    log.write(forwarded());
+    EXPECT_EQ(text_out.str(), "[text] " + format_access(forwarded(), format::text) + "\n");
+    EXPECT_EQ(json_out.str(), "{" + format_access(forwarded(), format::json) + "}\n");
 }
 
 } // namespace
