@@ -47,7 +47,7 @@ log_queue::log_queue(int fd, std::size_t capacity)
     sigaddset(&control, SIGHUP);
     sigset_t previous;
     pthread_sigmask(SIG_BLOCK, &control, &previous);
-    std::thread([this] { run(); }).detach();
+    thread_ = std::thread([this] { run(); });
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
@@ -80,6 +80,24 @@ bool log_queue::drain(std::chrono::steady_clock::time_point deadline) {
     return written_.wait_until(lock, deadline, [&] { return done_ >= target; });
 }
 
+bool log_queue::finish(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    if (!thread_.joinable()) {
+        return finished_; // finished before
+    }
+    finishing_ = true;
+    queued_.notify_one();
+    const bool done = written_.wait_until(lock, deadline, [&] { return finished_; });
+    lock.unlock();
+    // Joined, not left to end on its own: an exit that came first would find it running.
+    if (done) {
+        thread_.join();
+    } else {
+        thread_.detach(); // stuck in write(2): exit_group ends it
+    }
+    return done;
+}
+
 void log_queue::count_dropped_in(metrics::counter* dropped) {
     std::lock_guard lock(mutex_);
     dropped_counter_ = dropped;
@@ -97,7 +115,12 @@ void log_queue::run() {
     for (;;) {
         {
             std::unique_lock lock(mutex_);
-            queued_.wait(lock, [&] { return !ends_.empty(); });
+            queued_.wait(lock, [&] { return !ends_.empty() || finishing_; });
+            if (ends_.empty()) { // finishing, and everything written
+                finished_ = true;
+                written_.notify_all();
+                return;
+            }
             batch.swap(bytes_);
             ends.swap(ends_);
             writing_ = batch.size();

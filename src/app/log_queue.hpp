@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace sluice::app {
@@ -25,9 +26,9 @@ namespace sluice::app {
  * under. At most `capacity` bytes wait (the batch being written included); a line that does not
  * fit is dropped, and so is a line whose write fails (EPIPE, ENOSPC): both are counted.
  *
- * A queue is never destroyed, and its thread is detached: a thread blocked in write(2) on a full
- * pipe can be neither woken nor joined, so the exit waits for it only as long as `drain` is told
- * and then leaves it to the kernel (exit_group ends it). Make one with `new` and keep it.
+ * A queue is never destroyed: a thread blocked in write(2) on a full pipe can be neither woken
+ * nor joined, so the exit waits for it only as long as `finish` is told and then leaves it to
+ * the kernel (exit_group ends it). Make one with `new` and keep it.
  */
 class log_queue {
 public:
@@ -46,6 +47,15 @@ public:
     /// Waits until every line queued before the call has been written (or dropped), or until
     /// `deadline`. True when they were.
     bool drain(std::chrono::steady_clock::time_point deadline);
+
+    /**
+     * Ends the queue at the process's exit: the lines queued are written (or dropped), then the
+     * writing thread returns, so that none of the queue's threads outlives main when its reader
+     * keeps up (ThreadSanitizer sleeps a second in an exit that finds another thread, and a
+     * stop should leave nothing running). Waits for that until `deadline`; true when it
+     * happened. A line pushed once the thread has returned is never written.
+     */
+    bool finish(std::chrono::steady_clock::time_point deadline);
 
     /// From now on, counts each dropped line in `dropped` as well (nullptr: no longer). Returns
     /// once no count into the previous counter is in progress, so that it may then go.
@@ -73,6 +83,11 @@ private:
     std::uint64_t done_ = 0;
     std::uint64_t dropped_ = 0;
     metrics::counter* dropped_counter_ = nullptr;
+    /// `finish` was called; the writing thread has returned.
+    bool finishing_ = false;
+    bool finished_ = false;
+    /// The writing thread: joined by `finish` once it has returned, detached if it is stuck.
+    std::thread thread_;
 };
 
 } // namespace sluice::app

@@ -183,8 +183,8 @@ http::access_log& setup_logging(const config::logging_settings& settings) {
 bool flush_logging(std::chrono::milliseconds bound) {
     const auto deadline = std::chrono::steady_clock::now() + bound;
     auto& q = queues();
-    const bool err = q.err.drain(deadline);
-    const bool out = q.out.drain(deadline);
+    const bool err = q.err.finish(deadline);
+    const bool out = q.out.finish(deadline);
     return err && out;
 }
 

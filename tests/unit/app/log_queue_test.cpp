@@ -32,9 +32,11 @@ pipe_ends make_pipe() {
 
 // A queue lives for the process (log_queue): one per test, kept here.
 log_queue& new_queue(int fd, std::size_t capacity) {
-    static std::vector<log_queue*> queues;
-    queues.push_back(new log_queue(fd, capacity));
-    return *queues.back();
+    // Never destroyed either, so that the queues stay reachable (LeakSanitizer) once their
+    // threads have ended.
+    static auto* const queues = new std::vector<log_queue*>;
+    queues->push_back(new log_queue(fd, capacity));
+    return *queues->back();
 }
 
 std::string line(int i) {
@@ -99,6 +101,39 @@ TEST(LogQueue, AStalledReaderCostsLinesNotWaits) {
     EXPECT_EQ(dropped.load(), queue.dropped());
     queue.push(std::string(capacity, 'y') + "\n"); // does not fit: dropped
     EXPECT_EQ(dropped.load(), queue.dropped() - 1) << "counted in the counter no longer";
+}
+
+// At the exit: what waits is written, then the writing thread returns (none is left running).
+TEST(LogQueue, FinishWritesWhatWaitsThenEndsItsThread) {
+    const auto pipe = make_pipe();
+    auto& queue = new_queue(pipe.write, 64 * 1024);
+    std::string expected;
+    for (int i = 0; i < 100; ++i) {
+        expected += line(i);
+        queue.push(line(i));
+    }
+    ASSERT_TRUE(queue.finish(steady_clock::now() + 10s));
+    ::close(pipe.write);
+    std::string got;
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(pipe.read, buffer, sizeof buffer)) > 0;) {
+        got.append(buffer, static_cast<std::size_t>(n));
+    }
+    EXPECT_EQ(got, expected);
+    ::close(pipe.read);
+}
+
+// A writer stuck on a reader that never reads: `finish` gives up at its deadline.
+TEST(LogQueue, FinishGivesUpOnAStuckWriterAtItsDeadline) {
+    const auto pipe = make_pipe(); // the read end stays open, unread
+    auto& queue = new_queue(pipe.write, 1024 * 1024);
+    for (int i = 0; i < 2'000; ++i) {
+        queue.push(std::string(99, 'x') + "\n"); // 200 KB: more than the pipe holds
+    }
+    const auto start = steady_clock::now();
+    EXPECT_FALSE(queue.finish(start + 200ms));
+    EXPECT_GE(steady_clock::now() - start, 200ms);
+    EXPECT_LT(steady_clock::now() - start, 5s);
 }
 
 // A write that fails (the reader went: EPIPE) loses its lines: they count as dropped, and
