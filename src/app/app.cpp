@@ -147,6 +147,8 @@ private:
     void make_sentinel_watcher();
     /// Sentinel: the primary is (now) at `address`; on the control thread.
     void follow_primary(const config::endpoint_address& address);
+    /// Behind Sentinel: the data connections' options (a worker's, the freed-slot subscriber's).
+    redis::client_options sentinel_data_options();
     /// The freed-slot subscriber's options: the data nodes', behind Sentinel without an address.
     redis::client_options slot_subscriber_options();
     /// Cluster: moves the freed-slot subscriber to the next seed after it lost its node.
@@ -216,12 +218,8 @@ void application::make_worker_store(worker& w) {
         const auto& settings = config_->rate_limit.redis;
         std::shared_ptr<store::redis_store> owned;
         if (settings.topology == config::redis_topology::sentinel) {
-            // Nowhere until the watcher names the primary (requests meanwhile get the failure
-            // mode); each lost or refused connection asks it to look again.
-            auto options =
-                redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); });
-            options.lookup_failures = &metrics_.redis_lookup_failures_total;
-            w.redis_client = std::make_unique<redis::client>(ex, std::move(options));
+            // Requests get the failure mode until the watcher names the primary.
+            w.redis_client = std::make_unique<redis::client>(ex, sentinel_data_options());
             owned = std::make_shared<store::redis_store>(
                 *w.redis_client, settings, memory_store_.get());
             w.redis_client->start();
@@ -315,12 +313,19 @@ void application::next_slot_subscriber_seed() {
     slot_announcements_->retarget(next.host, next.port);
 }
 
+// A connection to the primary the Sentinel watcher names: nowhere until it names one; each lost
+// or refused connection asks it to look again.
+redis::client_options application::sentinel_data_options() {
+    auto options = redis::sentinel_data_options(config_->rate_limit.redis,
+                                                [this] { sentinel_->rediscover(); });
+    options.lookup_failures = &metrics_.redis_lookup_failures_total;
+    return options;
+}
+
 redis::client_options application::slot_subscriber_options() {
     const auto& settings = config_->rate_limit.redis;
     if (settings.topology == config::redis_topology::sentinel) {
-        auto options = redis::sentinel_data_options(settings, [this] { sentinel_->rediscover(); });
-        options.lookup_failures = &metrics_.redis_lookup_failures_total;
-        return options;
+        return sentinel_data_options();
     }
     auto options = redis::client_options::from_settings(settings);
     options.lookup_failures = &metrics_.redis_lookup_failures_total;
@@ -550,14 +555,16 @@ void application::begin_drain() {
     spdlog::info("stopping: no new connections; draining for up to {} ms",
                  config_->server.drain_timeout.count());
     sweep_timer_.cancel();
+    // One deadline for the workers and the timer that stops them.
+    const auto deadline = std::chrono::steady_clock::now() + config_->server.drain_timeout;
     for (auto& w : workers_) {
-        net::post(w->ioc, [raw = w.get()] {
+        net::post(w->ioc, [raw = w.get(), deadline] {
             http::close_acceptor(*raw->acceptor);
-            raw->context.begin_drain();
+            raw->context.begin_drain(deadline);
             raw->pool->close_idle();
         });
     }
-    drain_timer_.expires_after(config_->server.drain_timeout);
+    drain_timer_.expires_at(deadline);
     net::co_spawn(control_, enforce_drain_deadline(), net::detached);
 }
 

@@ -271,6 +271,7 @@ struct resumed_hold {
 // same bytes, parser and checks).
 std::optional<resumed_hold> resume_hold(connection_state& c, request_memory& m) {
     const auto held = std::move(c.held);
+    c.entry.waits_until = {}; // a hold that goes on marks it again (`hold`)
     auto& r = *m.state;
     r.cfg = held->cfg;
     prepare_parser(r);
@@ -289,15 +290,30 @@ std::optional<resumed_hold> resume_hold(connection_state& c, request_memory& m) 
     return resumed_hold{held->until, goes_on};
 }
 
-// The end of a request's hold: its place among the held given back; false when its client left
-// meanwhile (it is never forwarded).
-bool hold_ended(connection_state& c, request_state& r, bool present) {
+// The end of a request's hold: its place among the held given back; an abandoned one counted.
+void hold_ended(connection_state& c, request_state& r, hold_end end) {
     r.limiter.end_hold();
-    if (!present) {
+    if (end == hold_end::left) {
         metrics::bump(c.w.metrics->held_abandoned_total);
         r.record.status = 499; // nginx's "client closed request"
     }
-    return present;
+}
+
+// A request waiting in sluice when a drain would stop its worker before the wait ends: answered
+// 503 with Connection: close, so that its client can retry on an instance that stays, where it
+// would otherwise have been cut off at the drain's deadline without an answer. Retry-After: the
+// hold it had left (its slot passes unused: a shaped bucket takes no refunds), or 1 s for a
+// wait for a slot, whose end is unknown. Never forwarded.
+awaitable<ending> answer_drained(connection_state& c,
+                                 request_state& r,
+                                 std::optional<steady_clock::time_point> until) {
+    metrics::bump(c.w.metrics->held_drained_total);
+    r.limiter.drained();
+    note_decision(r);
+    const auto left = until ? std::chrono::duration_cast<milliseconds>(*until - steady_clock::now())
+                            : milliseconds{0};
+    const local_reply reply{bhttp::status::service_unavailable, {}, retry_after_seconds(left)};
+    co_return co_await answer(c, r, reply, true);
 }
 
 } // namespace
@@ -361,8 +377,11 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     if (verdict.what == verdict::kind::queued) {
         const auto waited = co_await wait_for_slot(c, r);
         if (waited == slot_wait::left) {
-            hold_ended(c, r, false);
+            hold_ended(c, r, hold_end::left);
             co_return ending::close;
+        }
+        if (waited == slot_wait::drained) {
+            co_return co_await answer_drained(c, r, std::nullopt);
         }
         if (waited == slot_wait::timed_out) {
             r.limiter.give_up();
@@ -382,12 +401,16 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
         // own forward_args and forward_result).
         begin_hold(c, r);
         const auto until = steady_clock::now() + r.record.delay;
-        if (suspend_hold(c, m, until)) {
+        if (!c.w.outlasts_drain(until) && suspend_hold(c, m, until)) {
             co_return ending::held;
         }
-        const bool present = co_await hold(c, m.scratch, until);
-        if (!hold_ended(c, r, present)) {
+        const auto end = co_await hold(c, m.scratch, until);
+        hold_ended(c, r, end);
+        if (end == hold_end::left) {
             co_return ending::close;
+        }
+        if (end == hold_end::drained) {
+            co_return co_await answer_drained(c, r, until);
         }
     }
     auto args = forward_args_for(c, r, m.scratch);
@@ -402,12 +425,16 @@ awaitable<ending> resume_request(connection_state& c, request_memory& m) {
         co_return ending::close;
     }
     auto& r = *m.state;
-    bool present = true;
+    auto end = hold_end::over;
     if (resumed->goes_on) {
-        present = co_await hold(c, m.scratch, resumed->until);
+        end = co_await hold(c, m.scratch, resumed->until);
     }
-    if (!hold_ended(c, r, present)) {
+    hold_ended(c, r, end);
+    if (end == hold_end::left) {
         co_return ending::close;
+    }
+    if (end == hold_end::drained) {
+        co_return co_await answer_drained(c, r, resumed->until);
     }
     auto args = forward_args_for(c, r, m.scratch);
     forward_result result;

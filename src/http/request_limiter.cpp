@@ -449,6 +449,12 @@ void request_limiter::give_up() noexcept {
     counted_as_ = metrics::decision_kind::rejected;
 }
 
+void request_limiter::drained() noexcept {
+    held_.reset();
+    word_ = "drained";
+    dry_run_rejected_ = false; // that counts a request forwarded: this one never is
+}
+
 std::string_view request_limiter::wait_key() const noexcept {
     for (const auto& [index, key] : queue_keys_) {
         if (index == v_.wait_for) {
@@ -533,6 +539,7 @@ held_decision request_limiter::suspend() {
     held_decision h;
     h.decisions.assign(outcome_.decisions.begin(), outcome_.decisions.end());
     h.slots.assign(std::make_move_iterator(slots_.begin()), std::make_move_iterator(slots_.end()));
+    h.store = store_;
     slots_.clear();
     h.local = outcome_.local;
     h.v = v_;
@@ -568,6 +575,7 @@ void request_limiter::resume(worker_context& w,
     outcome_.local = held.local;
     slots_.assign(std::make_move_iterator(held.slots.begin()),
                   std::make_move_iterator(held.slots.end()));
+    held.slots.clear(); // this limiter gives them back now
     v_ = held.v;
     held_.reset();
     if (held.held) {

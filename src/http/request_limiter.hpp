@@ -65,8 +65,26 @@ private:
  * the rule, the keys, the costs and what settles them.
  */
 struct held_decision {
+    held_decision() = default;
+    held_decision(held_decision&&) noexcept = default;
+    held_decision& operator=(held_decision&&) = delete;
+
+    /// Gives back the slots no limiter took back (`request_limiter::resume`): a held request
+    /// dropped before it was made again gives back what it took, whatever dropped it.
+    ~held_decision() {
+        if (!slots.empty() && store != nullptr) {
+            store->release(slots);
+            if (in_flight != nullptr) {
+                in_flight->fetch_sub(static_cast<std::int64_t>(slots.size()),
+                                     std::memory_order_relaxed);
+            }
+        }
+    }
+
     std::vector<limiter::decision> decisions;
+    /// The CONCURRENCY slots taken, and the store they are to go back to.
     std::vector<store::slot> slots;
+    store::store* store = nullptr;
     bool local = false;
     verdict v;
     std::optional<held_count> held;
@@ -138,6 +156,10 @@ public:
 
     /// A queued request that waited its `max-delay` without a slot: refused, naming the limit.
     void give_up() noexcept;
+
+    /// A held or queued request a drain answers 503 (request_handler.cpp `answer_drained`):
+    /// logged as "drained", counted as delayed as it was; its place among the held given back.
+    void drained() noexcept;
 
     /// queued: the key of the slot to wait for, its limit, and when waiting ends (nullopt:
     /// never, though `rate-limit.max-held` and the client still bound it).

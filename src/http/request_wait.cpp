@@ -59,11 +59,6 @@ awaitable<error_code> watch_client(connection_state& c) {
     }
 }
 
-awaitable<void> sleep_until(executor ex, steady_clock::time_point until) {
-    steady_timer timer(ex, until);
-    co_await wait_timer(timer);
-}
-
 // What a request waiting in sluice need not keep: an empty read buffer's storage and the header
 // scratch, both allocated again when next needed.
 void release_buffers(connection_state& c, header_scratch& scratch) {
@@ -82,28 +77,69 @@ milliseconds recheck_interval(const config::limit& limit) {
     return std::clamp(limit.lease / 3, milliseconds{100}, milliseconds{1'000});
 }
 
+// Marks the connection's request as waiting in sluice until `until` (on `timer` too, when
+// given), for as long as it lives: what a drain looks at to wake the waits that would outlast it.
+class waiting_mark {
+public:
+    waiting_mark(session_entry& entry,
+                 steady_clock::time_point until,
+                 steady_timer* timer = nullptr) noexcept
+        : entry_(entry) {
+        entry_.waits_until = until;
+        entry_.wait_timer = timer;
+    }
+
+    waiting_mark(const waiting_mark&) = delete;
+    waiting_mark& operator=(const waiting_mark&) = delete;
+
+    ~waiting_mark() {
+        entry_.waits_until = {};
+        entry_.wait_timer = nullptr;
+    }
+
+private:
+    session_entry& entry_;
+};
+
+// Sleeps until `until`, or until a drain cancels the timer. In a frame of its own: only a hold
+// whose client sent a body's worth sleeps. Its mark ends the hold's too (the hold ends with it).
+awaitable<void> sleep_until(session_entry& entry, executor ex, steady_clock::time_point until) {
+    steady_timer timer(ex, until);
+    const waiting_mark mark(entry, until, &timer);
+    co_await wait_timer(timer);
+}
+
 } // namespace
 
-awaitable<bool> hold(connection_state& c, header_scratch& scratch, steady_clock::time_point until) {
+awaitable<hold_end>
+hold(connection_state& c, header_scratch& scratch, steady_clock::time_point until) {
     // The stream's deadline ends the hold: when it passes, the stream's watchdog cancels the
     // watch, which then ends with beast::error::timeout. A held request thus has no timer of
     // its own, nor a parallel wait of two coroutines (bench/memory: without them, their read
     // buffer and one more frame, a held request went from 14.1 to 7.6 KiB, its connection
     // included). expires_at, not expires_after: a shaping delay ends on time, where a timeout may
     // end up to two clock ticks late (coarse_clock.hpp).
+    if (c.w.outlasts_drain(until)) {
+        co_return hold_end::drained;
+    }
+    const waiting_mark mark(c.entry, until);
     c.stream.expires_at(until);
     release_buffers(c, scratch);
     const auto ec = co_await watch_client(c);
     // Every later read and write sets its own deadline.
     c.stream.expires_never();
     if (ec == beast::error::timeout) {
-        co_return true;
+        co_return hold_end::over;
+    }
+    // The drain's cancellation, or a client that sent a body's worth as the drain began.
+    if (c.w.outlasts_drain(until) && (!ec || ec == net::error::operation_aborted)) {
+        co_return hold_end::drained;
     }
     if (ec) {
-        co_return false;
+        co_return hold_end::left;
     }
-    co_await sleep_until(c.stream.get_executor(), until); // it sent a body's worth
-    co_return true;
+    co_await sleep_until(c.entry, c.stream.get_executor(), until); // it sent a body's worth
+    co_return c.w.outlasts_drain(until) ? hold_end::drained : hold_end::over;
 }
 
 bool suspend_hold(connection_state& c, request_memory& m, steady_clock::time_point until) {
@@ -129,7 +165,8 @@ bool suspend_hold(connection_state& c, request_memory& m, steady_clock::time_poi
         swap(m.buffer, kept); // the pool's storage goes back with the request's memory
     }
     c.held = std::move(held);
-    c.stream.expires_at(until); // on time, as in hold
+    c.stream.expires_at(until);  // on time, as in hold
+    c.entry.waits_until = until; // until resume_hold
     return true;
 }
 
@@ -153,9 +190,13 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
     };
     std::string ticket_key(r.limiter.wait_key());
     auto ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
+    // A wait whose max-delay ends before a drain's deadline goes on; any other ends with it.
+    const auto wait_end = deadline.value_or(steady_clock::time_point::max());
+    const waiting_mark mark(c.entry, wait_end, &timer);
     bool watching = true;
     while (r.limiter.result().what == verdict::kind::queued) {
-        if (!woken) {
+        // Draining past its end: decided once more at once, then given up.
+        if (!woken && !c.w.outlasts_drain(wait_end)) {
             auto wake_at = steady_clock::now() + recheck;
             if (deadline && *deadline < wake_at) {
                 wake_at = *deadline;
@@ -164,12 +205,17 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
             if (watching) {
                 auto first = co_await (wait_timer(timer) || watch_client(c));
                 if (first.index() == 1) {
-                    if (std::get<1>(first)) { // it left
+                    const auto ec = std::get<1>(first);
+                    const bool drain =
+                        c.w.outlasts_drain(wait_end) && ec == net::error::operation_aborted;
+                    if (ec && !drain) { // it left
                         ticket.give_up();
                         co_return slot_wait::left;
                     }
-                    watching = false; // it sent a body's worth: wait without watching
-                    co_await wait_timer(timer);
+                    if (!ec) {
+                        watching = false; // it sent a body's worth: wait without watching
+                        co_await wait_timer(timer);
+                    }
                 }
             } else {
                 co_await wait_timer(timer);
@@ -189,6 +235,10 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         }
         if (r.limiter.result().what != verdict::kind::queued) {
             break;
+        }
+        if (c.w.outlasts_drain(wait_end)) {
+            ticket.give_up();
+            co_return slot_wait::drained;
         }
         if (r.limiter.wait_key() != ticket_key) {
             ticket_key = r.limiter.wait_key();

@@ -11,13 +11,21 @@
 
 namespace sluice::http::detail {
 
+/// How a hold ended.
+enum class hold_end {
+    over,    // its time came: forward the request
+    left,    // the client left meanwhile: never forwarded
+    drained, // a drain stops the worker before its time: answer 503
+};
+
 /**
  * Holds a request until its shaping delay is over (`until`), watching its client: it reads
  * ahead what the client sends (at most 64 KiB: a body, pipelined requests; past that it sleeps
- * to the end without watching). The stream's deadline ends the hold. Returns false if the
- * client left meanwhile. The stream has no deadline afterwards.
+ * to the end without watching). The stream's deadline ends the hold; a drain whose deadline
+ * comes first ends it at once (`worker_context::begin_drain` wakes it), or stops it from
+ * beginning. The stream has no deadline afterwards.
  */
-awaitable<bool>
+awaitable<hold_end>
 hold(connection_state& c, header_scratch& scratch, std::chrono::steady_clock::time_point until);
 
 /**
@@ -43,12 +51,16 @@ enum class slot_wait {
     decided,   // decided again: admitted, refused by another limit, or the store failed
     timed_out, // max-delay passed without a free slot
     left,      // the client left
+    drained,   // a drain began that ends before max-delay: decided once more, still queued
 };
 
 /**
  * Waits in the line of the slot's key (CONCURRENCY, mode shape) until woken by a freed slot or
  * the recheck interval, then decides the request again, until it is no longer queued. Every
  * limit of the request is decided again each time: nothing was charged while it was queued.
+ * A drain whose deadline comes before the wait's `max-delay` ends it when it begins (the socket
+ * and the timer cancelled): how long it would go on is unknown, and the worker stops at the
+ * deadline.
  */
 awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r);
 

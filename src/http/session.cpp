@@ -61,13 +61,29 @@ metrics::rule_counters& worker_context::rule_counters(std::string_view rule_name
     return *found->second;
 }
 
-void worker_context::begin_drain() noexcept {
+void worker_context::begin_drain(steady_clock::time_point deadline) noexcept {
     draining = true;
+    drain_deadline = deadline;
+    std::size_t woken = 0;
     for (auto& s : sessions) {
-        if (s.idle) {
+        // An idle connection's wait, a wait that would outlast the drain: cancelled, each ends
+        // at once (the waits in sluice tell a drain from a client that left: request_wait.hpp).
+        const bool outlasts = outlasts_drain(s.waits_until);
+        if (s.idle || outlasts) {
             error_code ignored;
             s.stream->socket().cancel(ignored);
         }
+        if (outlasts) {
+            if (s.wait_timer != nullptr) {
+                s.wait_timer->cancel();
+            }
+            ++woken;
+        }
+    }
+    if (woken > 0) {
+        // Once per worker and drain, whatever its clients do.
+        spdlog::warn("draining: requests answered 503 because their wait outlasts the drain: {}",
+                     woken);
     }
     session_ended();
 }

@@ -221,6 +221,10 @@ constexpr scalar_metric scalar_metrics[] = {
     {"sluice_held_abandoned_total",
      "Held requests whose client disconnected; never forwarded.",
      &registry::held_abandoned_total},
+    {"sluice_held_drained_total",
+     "Held or queued requests answered 503 because a drain stops sluice before their wait ends; "
+     "never forwarded.",
+     &registry::held_drained_total},
     {"sluice_upstream_connect_errors_total",
      "Upstream connections that could not be made (answered 502).",
      &registry::upstream_connect_errors_total},

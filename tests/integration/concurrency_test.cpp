@@ -310,6 +310,49 @@ TEST_P(ConcurrencyTest, AClientLeavingWhileWaitingGivesUpItsPlace) {
     EXPECT_EQ(metric_or_zero(scrape_metrics(admin), "sluice_held_requests"), 0.0);
 }
 
+// A drain (SIGTERM) answers a request waiting for a slot 503 at once, with Retry-After and
+// Connection: close: how long the wait would go on is unknown, and the worker stops at the drain's
+// deadline, which cut such a request off unanswered. The request that holds the slot finishes;
+// the waiting one never reaches the upstream, and counts in sluice_held_drained_total.
+TEST_P(ConcurrencyTest, ADrainAnswersARequestWaitingForASlot503AtOnce) {
+    // The holder's response takes long enough to read the metrics while the drain goes on.
+    constexpr auto holding = 3s;
+    recording_upstream upstream([&](const recorded_request&) {
+        response_plan plan;
+        plan.delay = holding;
+        return plan;
+    });
+    sluice_process sluice(compose_yaml(upstream.url(), rate_limit(concurrency_rules(1, ""))));
+    const auto admin = admin_port(sluice);
+    http_connection holder(sluice.port(), 10s);
+    holder.send("GET", "/slow?n=holder");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+    http_connection waiter(sluice.port(), 10s);
+    waiter.send("GET", "/slow?n=waiter");
+    ASSERT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_held_requests") >= 1.0; }, 2s));
+
+    sluice.send_signal(SIGTERM);
+    const auto refused = waiter.read_response();
+    EXPECT_EQ(refused.status, 503u) << refused.body;
+    EXPECT_EQ(refused.header("Retry-After").value_or(""), "1");
+    EXPECT_EQ(refused.header("Connection").value_or(""), "close");
+    EXPECT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_held_drained_total") == 1.0; },
+        1s));
+    const auto served = holder.read_response();
+    EXPECT_EQ(served.status, 200u);
+    EXPECT_LT(refused.received, served.received) << "answered only once the slot freed";
+    const auto status = sluice.wait_exit(10s);
+    ASSERT_TRUE(status.has_value()) << sluice.log_text();
+    std::vector<std::string> targets;
+    for (const auto& r : upstream.requests()) {
+        targets.push_back(r.target);
+    }
+    EXPECT_EQ(targets, (std::vector<std::string>{"/slow?n=holder"}));
+}
+
 // Clients that send their request and reset at once, while the one slot is taken: the bytes
 // and the reset often come in one event, after which the reactor believes the socket empty
 // (drained_read.hpp). Each must still be found gone while it waits, and never sent upstream

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -662,6 +663,96 @@ TEST_P(ShapingTest, RetryAfterAndRateLimitTruthfulShape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ShapingTest, testing::Values("memory", "redis"), param_name);
+
+// A drain (SIGTERM) answers 503 at once to the held requests whose slots fall after its
+// deadline, where they were cut off unanswered when the deadline stopped the worker, and forwards
+// the others at their slots. One slot every 2 s, drain-timeout 5 s: a head, three GETs held to
+// L + 2 s, L + 4 s, L + 6 s (L: the head's leak, between the burst's first write and its first
+// answer), then a POST held to L + 8 s whose body is more than a hold reads ahead, so that it
+// sleeps out its hold on a timer rather than watching its client: the drain must wake that too.
+// A slot at or before the deadline is forwarded, one after it is answered 503; the deadline is
+// 5 s after sluice took the signal, which the test sends as soon as all four are held: 1 s from
+// the nearest boundary (a slot at the deadline) while that takes under a second.
+TEST_P(ShapingTest, ADrainAnswersHoldsThatOutlastItWith503) {
+    auto c = config(20, 0.5);
+    c.drain_timeout = "5s";
+    c.access_log = true;
+    const auto sluice = start(c);
+    constexpr auto slot = 2000ms;
+    constexpr auto drain_timeout = 5000ms;
+    constexpr std::size_t held_gets = 3;
+
+    request_burst burst(plan(sluice->port(), "/drain?n=", 0, held_gets + 1));
+    const auto t0 = burst.fire();
+    ASSERT_TRUE(
+        eventually([&] { return metric(admin_, "sluice_held_requests") == held_gets; }, 10s));
+    http_connection post(sluice->port(), 20s);
+    post.send("POST", "/drain?n=post", {}, std::string(100 * 1024, 'x'));
+    ASSERT_TRUE(
+        eventually([&] { return metric(admin_, "sluice_held_requests") == held_gets + 1; }, 10s));
+    const auto stopping = clock_type::now();
+    sluice->send_signal(SIGTERM);
+    error_code post_ec;
+    const auto post_answer = post.try_read_response(post_ec);
+    const auto results = burst.collect();
+    const auto status = sluice->wait_exit(10s);
+    ASSERT_TRUE(status.has_value()) << sluice->log_text();
+    EXPECT_EQ(*status, 0);
+
+    ASSERT_TRUE(post_answer.has_value()) << "the POST got no answer: " << post_ec.message();
+    const auto& posted = *post_answer;
+    EXPECT_EQ(posted.status, 503u);
+    EXPECT_LT(posted.received - stopping, fast_answer) << "the sleeping hold was not woken";
+    EXPECT_EQ(posted.header("Connection").value_or(""), "close");
+    auto first_refusal = posted.received;
+    for (const auto& e : results) {
+        ASSERT_TRUE(e.status == 200 || e.status == 503)
+            << e.target << ": " << e.status << " " << e.error;
+        if (e.status == 503) {
+            first_refusal = std::min(first_refusal, e.received);
+            EXPECT_LT(e.received - stopping, fast_answer) << e.target << ": not answered at once";
+            const auto value = e.retry_after.value_or("");
+            ASSERT_FALSE(value.empty()) << e.target << ": 503 without Retry-After";
+            // The hold it had left: at most the last GET's slot.
+            EXPECT_GE(std::stoll(value), 1) << e.target;
+            EXPECT_LE(std::stoll(value), static_cast<long long>(held_gets) * 2) << e.target;
+        }
+    }
+    // GET k is surely forwarded when even the latest head (L at the first answer) puts its slot
+    // at or before the earliest deadline, and surely refused when even the earliest head (L at
+    // the first write) puts it after the latest deadline (no later than the first 503 came).
+    const auto head_latest = first_received(results);
+    const auto deadline_earliest = stopping + drain_timeout;
+    const auto deadline_latest = first_refusal + drain_timeout;
+    long long surely_forwarded = 0;
+    long long maybe_forwarded = 0;
+    for (std::size_t k = 1; k <= held_gets; ++k) {
+        surely_forwarded += head_latest + k * slot <= deadline_earliest ? 1 : 0;
+        maybe_forwarded += t0 + k * slot <= deadline_latest ? 1 : 0;
+    }
+    const auto forwarded = count_status(results, 200) - 1;
+    EXPECT_GE(forwarded, surely_forwarded);
+    EXPECT_LE(forwarded, maybe_forwarded);
+
+    // What was answered 200 reached the upstream; what was answered 503 never did.
+    ASSERT_TRUE(upstream_.wait_quiet(2s));
+    const auto by_target = arrivals_by_target(upstream_);
+    EXPECT_EQ(by_target.count("/drain?n=post"), 0u);
+    for (const auto& e : results) {
+        EXPECT_EQ(by_target.count(e.target), e.status == 200 ? 1u : 0u) << e.target;
+    }
+    const auto text = sluice->log_text();
+    EXPECT_NE(text.find("requests answered 503 because their wait outlasts the drain"),
+              std::string::npos)
+        << text;
+    // One access line each, with the decision that says why.
+    long long drained_lines = 0;
+    const std::string drained = "decision=drained status=503";
+    for (auto at = text.find(drained); at != std::string::npos; at = text.find(drained, at + 1)) {
+        ++drained_lines;
+    }
+    EXPECT_EQ(drained_lines, count_status(results, 503) + 1) << text;
+}
 
 // Two instances on one Redis shape one key on one timeline: together they release at flowRate.
 TEST(ShapingTwoInstances, ShareOneTimelineOnRedis) {

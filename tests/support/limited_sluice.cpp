@@ -30,6 +30,9 @@ std::string limited_config::yaml() const {
     if (!header_timeout.empty()) {
         text += fmt::format("  header-timeout: {}\n", header_timeout);
     }
+    if (!drain_timeout.empty()) {
+        text += fmt::format("  drain-timeout: {}\n", drain_timeout);
+    }
     text += fmt::format("upstream:\n"
                         "  url: \"{}\"\n"
                         "rate-limit:\n"

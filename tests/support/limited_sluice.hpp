@@ -51,6 +51,8 @@ struct limited_config {
     std::optional<std::int64_t> max_held;
     /// server.header-timeout, e.g. "1s"; empty: the default.
     std::string header_timeout;
+    /// server.drain-timeout, e.g. "2s"; empty: the default.
+    std::string drain_timeout;
     bool admin = true;
     bool access_log = false;
     std::string log_level = "info";

@@ -12,6 +12,7 @@
 #include <boost/intrusive/list.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,13 @@ struct session_entry
     timed_stream* stream;
     /// Waiting for (the header of) the next request: nothing would be lost by closing it.
     bool idle = true;
+    /// While the connection's request waits in sluice: the end of its shaping hold, or
+    /// `time_point::max()` while it waits for a CONCURRENCY slot (its end is unknown); otherwise
+    /// the epoch. A drain wakes the waits that would outlast it (`worker_context::begin_drain`).
+    std::chrono::steady_clock::time_point waits_until{};
+    /// The timer of such a wait, when it waits on one (not on the socket alone): a drain cancels
+    /// it with the socket. Null otherwise.
+    steady_timer* wait_timer = nullptr;
 };
 
 using session_list =
@@ -152,6 +160,18 @@ struct worker_context {
     std::span<const worker_ref> workers;
     /// Set by `begin_drain`: finish the request at hand, then close.
     bool draining = false;
+    /// When the drain's time is up and the worker is stopped (`server.drain-timeout` after it
+    /// began); `time_point::max()` before. A request that would still be waiting in sluice then
+    /// is answered 503 instead (`outlasts_drain`).
+    std::chrono::steady_clock::time_point drain_deadline =
+        std::chrono::steady_clock::time_point::max();
+
+    /// A wait in sluice that ends at `until` would outlast the drain: the worker is stopped
+    /// before then. False while no drain has begun.
+    bool outlasts_drain(std::chrono::steady_clock::time_point until) const noexcept {
+        return until > drain_deadline;
+    }
+
     session_list sessions;
     /// Called once, on the worker's executor, when a drain has begun and the last session has
     /// ended: the moment to stop what would otherwise keep the io_context busy (a Redis
@@ -160,9 +180,11 @@ struct worker_context {
 
     /**
      * Stops keep-alive: every session closes after its current response, and the idle ones
-     * (waiting for a request) are closed now. Call on the worker's executor.
+     * (waiting for a request) are closed now. Wakes the requests waiting in sluice past
+     * `deadline` (the worker stops then), which are answered 503 at once rather than cut off
+     * unanswered: a hold that ends after it, every wait for a slot. Call on the worker's executor.
      */
-    void begin_drain() noexcept;
+    void begin_drain(std::chrono::steady_clock::time_point deadline) noexcept;
 
     /// Called by a session as it ends: runs `on_drained` if it was the last one of a drain.
     void session_ended() noexcept;

@@ -138,6 +138,7 @@ public:
     counter held_total{0};
     counter held_overflow_total{0};  // refused with 503: rate-limit.max-held reached
     counter held_abandoned_total{0}; // the client left while held: never forwarded
+    counter held_drained_total{0};   // answered 503: a drain stops the worker first
     histogram slot_wait;             // queued for a CONCURRENCY slot: until decided again
 
     // Upstream.

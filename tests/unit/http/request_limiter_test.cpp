@@ -26,6 +26,21 @@ config::limit leaky(std::int64_t capacity, double flow_rate, config::shaping_mod
     return l;
 }
 
+/// Rule "slots" on /s: a CONCURRENCY limit of one slot (police), then a shaping leaky bucket.
+config::config one_slot_and_a_shaping_bucket() {
+    config::config cfg;
+    config::rule rule;
+    rule.name = "slots";
+    rule.path = "/s";
+    config::limit one;
+    one.algo = config::algorithm::concurrency;
+    one.limit_count = 1;
+    one.mode = config::shaping_mode::police;
+    rule.limits = {one, leaky(5, 10, config::shaping_mode::shape)};
+    cfg.rate_limit.rules = {rule};
+    return cfg;
+}
+
 /// A worker with the memory store on a clock standing at 1000 s.
 class RequestLimiter : public ::testing::Test {
 protected:
@@ -230,16 +245,7 @@ TEST_F(RequestLimiter, ASuspendedHoldResumesWithItsDecisionAndItsHeldPlace) {
 TEST_F(RequestLimiter, ASuspendedHoldKeepsItsSlotUntilTheResumedRequestEnds) {
     metrics::registry registry;
     worker_.metrics = &registry;
-    config::config cfg;
-    config::rule rule;
-    rule.name = "slots";
-    rule.path = "/s";
-    config::limit one;
-    one.algo = config::algorithm::concurrency;
-    one.limit_count = 1;
-    one.mode = config::shaping_mode::police;
-    rule.limits = {one, leaky(5, 10, config::shaping_mode::shape)};
-    cfg.rate_limit.rules = {rule};
+    const auto cfg = one_slot_and_a_shaping_bucket();
     auto& in_flight = registry.rule("slots").in_flight;
     (void)request(cfg, "/s"); // takes the slot and gives it back: the bucket has one in it
     auto held = request(cfg, "/s");
@@ -258,6 +264,29 @@ TEST_F(RequestLimiter, ASuspendedHoldKeepsItsSlotUntilTheResumedRequestEnds) {
     resumed.reset(); // the request is over
     EXPECT_EQ(in_flight.load(), 0);
     EXPECT_EQ(request(cfg, "/s")->result().what, verdict::kind::delayed);
+    worker_.metrics = nullptr;
+}
+
+// A suspended decision dropped without being resumed (a held request whose kept header would no
+// longer parse, a connection destroyed unrun at a stop) gives its slot back itself: the slot is
+// not left taken for good.
+TEST_F(RequestLimiter, ASuspendedHoldDroppedUnresumedGivesItsSlotBack) {
+    metrics::registry registry;
+    worker_.metrics = &registry;
+    const auto cfg = one_slot_and_a_shaping_bucket();
+    auto& in_flight = registry.rule("slots").in_flight;
+    (void)request(cfg, "/s"); // takes the slot and gives it back: the bucket has one in it
+    auto held = request(cfg, "/s");
+    ASSERT_EQ(held->result().what, verdict::kind::delayed);
+    {
+        auto suspended = held->suspend();
+        held.reset();
+        EXPECT_EQ(in_flight.load(), 1);
+        EXPECT_EQ(request(cfg, "/s")->result().what, verdict::kind::rejected);
+    } // dropped
+    EXPECT_EQ(in_flight.load(), 0);
+    EXPECT_EQ(held_.load(), 0) << "its place among the held is given back too";
+    EXPECT_EQ(request(cfg, "/s")->result().what, verdict::kind::delayed) << "the slot is free";
     worker_.metrics = nullptr;
 }
 
