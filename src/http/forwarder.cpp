@@ -25,6 +25,7 @@
 #include "sluice/core/errc.hpp"
 #include "sluice/http/forward_headers.hpp"
 
+#include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 
 #include <algorithm>
@@ -147,7 +148,8 @@ awaitable<failure> relay_request_body(forward_args& a,
             ec = co_await writer.finish(conn.stream);
         }
         if (ec) {
-            co_return failure::upstream;
+            co_return ec == beast::error::timeout ? failure::upstream
+                                                  : failure::upstream_stopped_reading;
         }
     }
     co_return failure::none;
@@ -207,7 +209,13 @@ awaitable<failure> exchange(forward_args& a,
     if (has_body) {
         response_read = first_read::tried;
         const auto f = co_await relay_request_body(a, *conn, writer, buf);
-        if (f != failure::none) {
+        // An upstream that answered before it read the whole body, then closed the connection
+        // (a 401 or 413 to an upload: Go's servers, among others), reset it with the body
+        // unread: the write fails, but its answer came before the reset and waits to be read.
+        // It is relayed, as nginx relays it, where a 502 would put a proxy's error in place of
+        // the upstream's answer. Neither connection is kept after it: the client's body is
+        // partly unread (prepare_response, end_exchange). No answer there: a 502, as before.
+        if (f != failure::none && f != failure::upstream_stopped_reading) {
             co_return f;
         }
     }
@@ -430,7 +438,9 @@ void end_exchange(forward_args& a,
         result.reset = f != failure::client_gone && body_ends_with_close;
         return;
     }
-    if (reusable && !*a.draining) {
+    // A body the upstream answered before it was all sent (see exchange) left the connection
+    // broken.
+    if (reusable && a.parser.is_done() && !*a.draining) {
         a.pool.release(std::move(conn), a.config.upstream);
     } else {
         close_connection(conn);

@@ -34,16 +34,18 @@ close_block(bhttp::buffer_body::value_type& body, const relay_buffer& buf, bool 
 /// Where an exchange failed, which decides the answer.
 enum class failure {
     none,
-    stale,            // a reused connection failed before anything happened: retry once
-    upstream_connect, // no connection to the upstream: 502
-    upstream,         // write or read failed, or the answer was not HTTP: 502
-    upstream_timeout, // no response header in time: 504
-    upstream_busy,    // upstream.max-connections in use for upstream.timeout: 503
-    client_gone,      // the client closed or stalled: close without a reply
-    client_bad_body,  // the request body's framing is broken: 400, close
-    client_too_large, // the request body passed max_body_bytes: 413, close
-    client_timeout,   // the request body took longer than idle-timeout or body-timeout: 408, close
-    interim,          // a 1xx response header came: pass it on, read the next one
+    stale,                    // a reused connection failed before anything happened: retry once
+    upstream_connect,         // no connection to the upstream: 502
+    upstream,                 // write or read failed, or the answer was not HTTP: 502
+    upstream_stopped_reading, // a write of the body failed, not by its timeout: an answer may
+                              // have come first (`exchange` reads it)
+    upstream_timeout,         // no response header in time: 504
+    upstream_busy,            // upstream.max-connections in use for upstream.timeout: 503
+    client_gone,              // the client closed or stalled: close without a reply
+    client_bad_body,          // the request body's framing is broken: 400, close
+    client_too_large,         // the request body passed max_body_bytes: 413, close
+    client_timeout, // the request body took longer than idle-timeout or body-timeout: 408, close
+    interim,        // a 1xx response header came: pass it on, read the next one
 };
 
 /**

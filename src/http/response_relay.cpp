@@ -181,7 +181,9 @@ void prepare_switch(forward_args& a, response_parser& rp) {
 bool prepare_response(forward_args& a, response_parser& rp) {
     auto& res = rp.head();
     strip_and_add_limits(a, res);
-    bool keep_alive = a.client_keep_alive && !*a.draining;
+    // A response that came before the request's body was all read (forwarder.cpp `exchange`):
+    // the rest of the body would be read as the next request.
+    bool keep_alive = a.client_keep_alive && !*a.draining && a.parser.is_done();
     const bool http11 = a.reply.version >= 11;
     res.version = http11 ? 11 : 10;
     if (res.status == 204) {

@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace sluice::test {
@@ -516,6 +517,43 @@ TEST(Proxy, UpstreamDownGives502) {
     EXPECT_EQ(get(sluice.port(), "/down").status, 502u);
     // Still serving after the failure.
     EXPECT_EQ(get(sluice.port(), "/down").status, 502u);
+}
+
+// An upstream that refuses an upload before reading its body, then closes (a 401 or a 413: Go's
+// servers do so), resets the connection under the body's relay, and sluice's next write fails.
+// Its answer came before the reset and is relayed, with Connection: close (the client's body is
+// partly unread), where sluice answered 502 in its place. 64 MiB: more than both sockets' buffers
+// take, so the body's relay is still going when the upstream closes.
+TEST(Proxy, AnAnswerTheUpstreamSentBeforeReadingTheBodyIsRelayed) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.status = 413;
+        plan.body = "too large for me";
+        plan.answer_before_body = true;
+        return plan;
+    });
+    sluice_process sluice(config_for(upstream));
+    http_connection client(sluice.port(), 10s);
+    constexpr std::uint64_t size = 64 * mib;
+    client.stream().write_all("POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: " +
+                              std::to_string(size) + "\r\n\r\n");
+    // The client sends its body on while it waits for the answer, as an uploading client does;
+    // it stops when sluice closes.
+    std::thread sender([&client] {
+        const std::string block(64 * kib, 'x');
+        error_code ec;
+        for (std::uint64_t sent = 0; sent < size && !ec; sent += block.size()) {
+            client.stream().write_all(block, ec);
+        }
+    });
+    const http_response response = client.read_response();
+    sender.join();
+    EXPECT_EQ(response.status, 413u);
+    EXPECT_EQ(response.body, "too large for me");
+    EXPECT_EQ(response.header("Connection").value_or(""), "close");
+    EXPECT_TRUE(client.wait_closed(5s));
+    // Still serving, on a new upstream connection.
+    EXPECT_EQ(get(sluice.port(), "/after").status, 413u);
 }
 
 TEST(Proxy, SlowUpstreamGives504AfterTheTimeout) {

@@ -270,6 +270,10 @@ bool recording_upstream::serve_one(fd_stream& stream,
     }
     count(&upstream_stats::headers_received);
     const response_plan plan = choose(record);
+    if (plan.answer_before_body) {
+        write_response(stream, plan, record, {}, false);
+        return false; // closed with the body unread: a reset
+    }
 
     std::string echo;
     if (!read_body(stream,

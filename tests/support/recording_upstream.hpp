@@ -65,6 +65,10 @@ struct response_plan {
     /// Read the request whole, then close the connection without answering it: an upstream
     /// whose keep-alive timeout ended as the request came, or one that died processing it.
     bool close_unanswered = false;
+    /// Answer after the request's header, without reading its body, then close the connection
+    /// with the body unread (the kernel then resets it): an upstream that refuses an upload
+    /// early (401, 413), as Go's and many others do. The request is not recorded.
+    bool answer_before_body = false;
     /// Raw bytes sent before the response, e.g. a complete 1xx interim response.
     std::string interim;
     /// When set, `interim` is sent again every this long until the server stops or the peer

@@ -18,6 +18,15 @@ namespace {
 
 class ResponseRelayHeader : public ::testing::Test {
 protected:
+    /// The client's request, read whole (a bodyless GET) unless a test reads another.
+    void SetUp() override { read_request("GET / HTTP/1.1\r\nHost: test\r\n\r\n"); }
+
+    void read_request(std::string_view text) {
+        error_code ec;
+        request_.put(net::buffer(text.data(), text.size()), ec);
+        EXPECT_TRUE(!ec || ec == bhttp::error::need_buffer) << ec.message();
+    }
+
     /// The upstream's response header `text`, parsed, then prepared for a client that spoke
     /// HTTP/1.`minor`; returns whether the client connection stays open.
     bool prepare(const std::string& text, unsigned minor = 1, bool draining = false) {
@@ -81,20 +90,26 @@ protected:
     bool draining_ = false;
     metrics::gauge body_bytes_{0};
     buffered_body body_ahead_{body_bytes_};
-    forward_args args_{client_,
-                       client_buffer_,
-                       request_,
-                       arena_,
-                       pool_,
-                       config_,
-                       "203.0.113.7",
-                       {},
-                       true,
-                       false,
-                       &draining_,
-                       scratch_,
-                       buffers_,
-                       body_ahead_};
+
+    /// The forwarder's arguments for the request `parser` read, from a kept-alive client.
+    forward_args args_for(request_parser& parser) {
+        return {client_,
+                client_buffer_,
+                parser,
+                arena_,
+                pool_,
+                config_,
+                "203.0.113.7",
+                {},
+                true,
+                false,
+                &draining_,
+                scratch_,
+                buffers_,
+                body_ahead_};
+    }
+
+    forward_args args_{args_for(request_)};
     std::optional<response_parser> response_;
 };
 
@@ -137,6 +152,24 @@ TEST_F(ResponseRelayHeader, ADrainingWorkerClosesTheClientConnection) {
 
 // A 101 passes only as the answer to a WebSocket upgrade, and only when it switches to WebSocket;
 // any other 1xx stays interim.
+// A response that came before the request's body was all read (an upstream that answered an
+// upload early): the client's connection closes after it, since the rest of the body would be
+// read as its next request.
+TEST_F(ResponseRelayHeader, AnAnswerBeforeTheWholeBodyClosesTheClientConnection) {
+    request_parser partial{
+        std::piecewise_construct, std::make_tuple(), std::make_tuple(arena_.allocator())};
+    error_code ec;
+    const std::string_view head = "POST /up HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\n";
+    partial.put(net::buffer(head.data(), head.size()), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_FALSE(partial.is_done());
+    auto args = args_for(partial);
+    args.reply.version = 11;
+    parse("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 2\r\n\r\n");
+    EXPECT_FALSE(prepare_response(args, *response_));
+    EXPECT_NE(scratch_.lines.find("Connection: close\r\n"), std::string::npos) << scratch_.lines;
+}
+
 TEST_F(ResponseRelayHeader, A101IsFinalOnlyForAWebSocketUpgrade) {
     upstream::connection conn(ex_);
     const std::string switched =
