@@ -203,21 +203,25 @@ awaitable<failure> exchange(forward_args& a,
         ec = co_await writer.finish(conn->stream);
         response_read = first_read::tried;
     }
-    if (ec) {
+    // An upstream that answered before it read the whole body, then closed the connection (a
+    // 401 or 413 to an upload: Go's servers, among others), reset it with the body unread: a
+    // write fails, but its answer came before the reset and waits to be read. It is relayed, as
+    // nginx relays it, where a 502 would put a proxy's error in place of the upstream's answer.
+    // Neither connection is kept after it (`body_unsent`; the client's body is partly unread:
+    // prepare_response). No answer there: a 502, as before, or, for a first write on a reused
+    // connection, the retry on a new one (nothing of the request was taken).
+    const bool first_write_failed = ec && has_body && ec != beast::error::timeout;
+    if (ec && !first_write_failed) {
         co_return (conn->reused && first) ? failure::stale : failure::upstream;
     }
-    if (has_body) {
+    a.body_unsent = first_write_failed;
+    if (has_body && !first_write_failed) {
         response_read = first_read::tried;
         const auto f = co_await relay_request_body(a, *conn, writer, buf);
-        // An upstream that answered before it read the whole body, then closed the connection
-        // (a 401 or 413 to an upload: Go's servers, among others), reset it with the body
-        // unread: the write fails, but its answer came before the reset and waits to be read.
-        // It is relayed, as nginx relays it, where a 502 would put a proxy's error in place of
-        // the upstream's answer. Neither connection is kept after it: the client's body is
-        // partly unread (prepare_response, end_exchange). No answer there: a 502, as before.
         if (f != failure::none && f != failure::upstream_stopped_reading) {
             co_return f;
         }
+        a.body_unsent = f == failure::upstream_stopped_reading;
     }
     // One deadline for the whole response head, the interim responses before it included: were
     // each to renew it, an upstream sending a 1xx now and then would keep the request forever.
@@ -227,7 +231,8 @@ awaitable<failure> exchange(forward_args& a,
         ec = co_await read_message(
             conn->stream, conn->buffer, *rp, true, chunk_limits{}, response_read);
         response_read = first_read::tried; // after an interim response: bytes may be there
-        const auto f = judge_response_header(ec, *rp, *conn, first && repeatable, upgrade);
+        const auto f = judge_response_header(
+            ec, *rp, *conn, first && (repeatable || first_write_failed), upgrade);
         if (f != failure::interim) {
             co_return f;
         }
@@ -440,7 +445,7 @@ void end_exchange(forward_args& a,
     }
     // A body the upstream answered before it was all sent (see exchange) left the connection
     // broken.
-    if (reusable && a.parser.is_done() && !*a.draining) {
+    if (reusable && !a.body_unsent && !*a.draining) {
         a.pool.release(std::move(conn), a.config.upstream);
     } else {
         close_connection(conn);

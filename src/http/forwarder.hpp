@@ -87,6 +87,9 @@ struct forward_args {
     std::uint64_t response_json_bytes = 0;
     /// The request body was read ahead, into `body_ahead`.
     bool body_read_ahead = false;
+    /// Set by the forwarder: the upstream answered before it took the whole body (a write of it
+    /// failed), so its connection is broken whatever its answer says.
+    bool body_unsent = false;
 };
 
 /**

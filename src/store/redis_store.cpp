@@ -551,21 +551,20 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
                                                     : metrics_->redis_errors_total);
         }
         // Unavailability is the client's to report (once per outage); a bad reply is a bug or
-        // a misconfiguration an operator must see, but not once per request. An error reply:
+        // a misconfiguration an operator must see, but not once per request (nor per worker
+        // more than once per interval: each store, a worker's, has its own). An error reply:
         // each kind (OOM, BUSY, ERR, ...) once per 10 s, so one does not hide another, with its
         // count; by kind, not by text, which may differ every time (a number, a key, a line)
         // and would give each reply a line. A malformed one: one line per 10 s in all. Either
         // shows at most 128 bytes of the reply: a reply may be as large as Redis allows.
         if (ec == errc::bad_reply && r.is_error()) {
-            static keyed_log_throttle by_kind{std::chrono::seconds(10)};
-            log_throttled_by(by_kind,
+            log_throttled_by(script_errors_,
                              r.error_kind(),
                              spdlog::level::warn,
                              "redis store: the limits script failed: {}",
                              log_excerpt(r.str));
         } else if (ec == errc::bad_reply) {
-            static log_throttle malformed{std::chrono::seconds(10)};
-            log_throttled(malformed,
+            log_throttled(malformed_replies_,
                           spdlog::level::warn,
                           "redis store: unexpected reply to the limits script: {}",
                           log_excerpt(r.describe(log_excerpt_bytes)));

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
@@ -519,41 +520,72 @@ TEST(Proxy, UpstreamDownGives502) {
     EXPECT_EQ(get(sluice.port(), "/down").status, 502u);
 }
 
-// An upstream that refuses an upload before reading its body, then closes (a 401 or a 413: Go's
-// servers do so), resets the connection under the body's relay, and sluice's next write fails.
-// Its answer came before the reset and is relayed, with Connection: close (the client's body is
-// partly unread), where sluice answered 502 in its place. 64 MiB: more than both sockets' buffers
-// take, so the body's relay is still going when the upstream closes.
-TEST(Proxy, AnAnswerTheUpstreamSentBeforeReadingTheBodyIsRelayed) {
-    recording_upstream upstream([](const recorded_request&) {
+/// An upstream that answers every request 413 after its header, without reading its body, then
+/// closes with the body unread (a reset): as Go's servers, among others, refuse an upload.
+recording_upstream early_refusing_upstream() {
+    return recording_upstream([](const recorded_request&) {
         response_plan plan;
         plan.status = 413;
         plan.body = "too large for me";
         plan.answer_before_body = true;
         return plan;
     });
-    sluice_process sluice(config_for(upstream));
-    http_connection client(sluice.port(), 10s);
-    constexpr std::uint64_t size = 64 * mib;
+}
+
+/// POSTs a body of `size` bytes on `client`, sent on a thread of its own while the answer is
+/// awaited, as an uploading client sends on; the answer, or nullopt when none came.
+std::optional<http_response> post_while_sending(http_connection& client, std::uint64_t size) {
     client.stream().write_all("POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: " +
                               std::to_string(size) + "\r\n\r\n");
-    // The client sends its body on while it waits for the answer, as an uploading client does;
-    // it stops when sluice closes.
-    std::thread sender([&client] {
+    std::thread sender([&client, size] {
         const std::string block(64 * kib, 'x');
         error_code ec;
         for (std::uint64_t sent = 0; sent < size && !ec; sent += block.size()) {
             client.stream().write_all(block, ec);
         }
     });
-    const http_response response = client.read_response();
-    sender.join();
-    EXPECT_EQ(response.status, 413u);
-    EXPECT_EQ(response.body, "too large for me");
-    EXPECT_EQ(response.header("Connection").value_or(""), "close");
+    error_code read_ec;
+    auto answer = client.try_read_response(read_ec);
+    sender.join(); // its writes end with the body, fail once sluice closes, or time out (10 s)
+    EXPECT_TRUE(answer.has_value()) << "no answer: " << read_ec.message();
+    return answer;
+}
+
+// The upstream refuses an upload streamed past server.request-buffer-size: its reset fails
+// sluice's next write of the body, but its answer came first and is relayed, with Connection:
+// close (the client's body is partly unread), where sluice answered 502 in its place. 64 MiB:
+// more than both sockets' buffers take, so the body's relay is still going when it closes.
+TEST(Proxy, AnAnswerTheUpstreamSentBeforeReadingTheBodyIsRelayed) {
+    auto upstream = early_refusing_upstream();
+    sluice_process sluice(config_for(upstream));
+    http_connection client(sluice.port(), 10s);
+    const auto response = post_while_sending(client, 64 * mib);
+    ASSERT_TRUE(response.has_value());
+    EXPECT_EQ(response->status, 413u);
+    EXPECT_EQ(response->body, "too large for me");
+    EXPECT_EQ(response->header("Connection").value_or(""), "close");
     EXPECT_TRUE(client.wait_closed(5s));
     // Still serving, on a new upstream connection.
     EXPECT_EQ(get(sluice.port(), "/after").status, 413u);
+}
+
+// The same refusal of a body read whole before the upstream was contacted (request-buffer-size
+// 32 MiB): it fails the first write, of the header with the body, which more than both sockets'
+// buffers take. The answer is relayed, and the client's connection, whose request was read
+// whole, is kept for its next request.
+TEST(Proxy, AnAnswerBeforeABodyReadAheadWasTakenIsRelayed) {
+    auto upstream = early_refusing_upstream();
+    auto config = config_for(upstream);
+    config.request_buffer_size = 32 * mib;
+    sluice_process sluice(config);
+    http_connection client(sluice.port(), 10s);
+    const auto response = post_while_sending(client, 32 * mib);
+    ASSERT_TRUE(response.has_value());
+    EXPECT_EQ(response->status, 413u);
+    EXPECT_EQ(response->body, "too large for me");
+    EXPECT_FALSE(response->header("Connection").has_value());
+    client.send("GET", "/next");
+    EXPECT_EQ(client.read_response().status, 413u) << "the connection was not kept";
 }
 
 TEST(Proxy, SlowUpstreamGives504AfterTheTimeout) {

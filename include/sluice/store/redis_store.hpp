@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sluice/config/config.hpp"
+#include "sluice/core/log_throttle.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/metrics/metrics.hpp"
 #include "sluice/redis/client.hpp"
@@ -443,6 +444,11 @@ private:
     /// When the armed renewal comes, while `renewing_`.
     std::chrono::steady_clock::time_point renew_due_;
     bool stopped_ = false;
+    /// A bad reply to the limits script, logged: an error reply once per kind and 10 s, a
+    /// malformed one once per 10 s (`answer`). The store's own, one per worker: a test's store
+    /// then starts with none held back by another's.
+    keyed_log_throttle script_errors_{std::chrono::seconds(10)};
+    log_throttle malformed_replies_{std::chrono::seconds(10)};
 };
 
 /**

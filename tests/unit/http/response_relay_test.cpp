@@ -150,8 +150,6 @@ TEST_F(ResponseRelayHeader, ADrainingWorkerClosesTheClientConnection) {
     EXPECT_NE(scratch_.lines.find("Connection: close\r\n"), std::string::npos) << scratch_.lines;
 }
 
-// A 101 passes only as the answer to a WebSocket upgrade, and only when it switches to WebSocket;
-// any other 1xx stays interim.
 // A response that came before the request's body was all read (an upstream that answered an
 // upload early): the client's connection closes after it, since the rest of the body would be
 // read as its next request.
@@ -170,6 +168,8 @@ TEST_F(ResponseRelayHeader, AnAnswerBeforeTheWholeBodyClosesTheClientConnection)
     EXPECT_NE(scratch_.lines.find("Connection: close\r\n"), std::string::npos) << scratch_.lines;
 }
 
+// A 101 passes only as the answer to a WebSocket upgrade, and only when it switches to WebSocket;
+// any other 1xx stays interim.
 TEST_F(ResponseRelayHeader, A101IsFinalOnlyForAWebSocketUpgrade) {
     upstream::connection conn(ex_);
     const std::string switched =
