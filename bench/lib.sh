@@ -45,6 +45,9 @@ if [ -n "${pin:-}" ]; then
 fi
 
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+# mktemp makes it 0700: nginx's workers (nobody, when started as root) must reach their temp dirs
+# and the files in it.
+chmod 755 "$work"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -178,16 +181,24 @@ CONF
 # upstream; $1: more directives for its location (e.g. `proxy_buffering off;`). Its key is the
 # client's address and the path, as sluice's `rate-limit:<ip>:<endpoint>`, so that --keys N makes
 # N keys in both (a zone of 256 MB holds a million; nginx touches only what it uses).
+# Its upstream connections are kept as sluice keeps its own: 64 idle per worker (sluice's
+# upstream.max-idle-connections), for as many requests as they carry (nginx's default of 1000
+# would reconnect every 1000 requests, work sluice never does), closed after 60 s idle (sluice's
+# upstream.idle-timeout). `proxy_request_buffering off`: nginx streams a request body to the
+# upstream as it comes, as sluice does past its 16 KiB server.request-buffer-size, instead of
+# reading it whole first (into a temp file beyond client_body_buffer_size).
 nginx_reference_config() {
   cat <<CONF
 worker_processes $workers; daemon off; pid $work/nginx.pid; error_log $work/nginx.err;
 events { worker_connections 4096; }
 http { access_log off;
   limit_req_zone \$binary_remote_addr\$uri zone=bench:256m rate=10000000r/s;
-  upstream backend { server 127.0.0.1:$upstream_port; keepalive 64; }
+  upstream backend { server 127.0.0.1:$upstream_port;
+    keepalive 64; keepalive_requests 1000000; keepalive_timeout 60s; }
   server { listen 127.0.0.1:$nginx_port; keepalive_requests 1000000;
     location / { limit_req zone=bench burst=1000000 nodelay; ${1:-}
-      proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://backend; } } }
+      proxy_http_version 1.1; proxy_set_header Connection ""; proxy_request_buffering off;
+      proxy_pass http://backend; } } }
 CONF
 }
 
