@@ -18,11 +18,12 @@
 #                         SECONDS in the background (perf stat on raw_syscalls:sys_enter)
 #   finish_syscall_count  waits for that count to end and sets $syscalls to its rate per second
 #                         ("-" without a working perf)
-#   count_syscalls PORT PID
+#   count_syscalls PORT PID NAME
 #                         a short wrk run of its own under that count: sets $syscalls_per_request
 #   start_upstream        the upstream, nginx on $upstream_port (see below)
 #   nginx_reference_config, sluice_config, start_sluice: the proxies under test (see below)
 #   paths_script KEYS     sets wrk_script to a wrk script spreading requests over KEYS paths
+#   check_wrk NAME OUTPUT exits if a wrk run had socket errors or non-2xx answers
 #   measure NAME PORT PID one wrk run against a proxy (see below)
 # Env: SLUICE_BIN=path/to/sluice (default build/release/sluice, built if missing).
 
@@ -213,10 +214,12 @@ rate-limit:
   store: ${2/cluster/redis}
   fallback: { algorithm: LEAKY_BUCKET, capacity: 100000000, flowRate: 10000000, mode: police }
 CONF
+  # failure-mode closed: a request Redis failed to decide (down, timed out) is answered 503, which
+  # fails the run (measure), where the default (open) would forward it and flatter the Redis store.
   if [ "$2" = cluster ]; then
-    echo "  redis: { cluster: $cluster_seeds, ttl: 60s, timeout: 200ms }"
+    echo "  redis: { cluster: $cluster_seeds, ttl: 60s, timeout: 200ms, failure-mode: closed }"
   else
-    echo "  redis: { host: 127.0.0.1, port: $redis_port, ttl: 60s, timeout: 200ms }"
+    echo "  redis: { host: 127.0.0.1, port: $redis_port, ttl: 60s, timeout: 200ms, failure-mode: closed }"
   fi
   [ -z "${3:-}" ] || printf '  rules:\n    - name: bench\n      match: { path: /* }\n      limits:\n        - %s\n' "$3"
   cat <<CONF
@@ -247,18 +250,35 @@ LUA
   wrk_script=(-s "$work/paths-$1.lua")
 }
 
+# Exits, naming the proxy and the counts, when a wrk run (its output $2) had a socket error
+# (connect, read, write, timeout) or an answer other than 2xx or 3xx: that round measured refusals
+# or failures, not the proxy's work, and must not enter a median.
+check_wrk() { # name output
+  local socket errors non2xx
+  # wrk prints "Socket errors: connect 0, read 0, write 0, timeout 0" when any is not 0.
+  socket=$(sed -n 's/^ *Socket errors: //p' <<<"$2")
+  errors=$(awk -F'[ ,]+' '{print $2 + $4 + $6 + $8}' <<<"${socket:-x 0}")
+  non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$2")
+  if [ "$errors" != 0 ] || [ "${non2xx:-0}" != 0 ]; then
+    echo "bench: $1${round:+ in round $round}: ${non2xx:-0} non-2xx answers, socket errors:" \
+      "${socket:-none}; stopping, the round is not a measure" >&2
+    exit 1
+  fi
+}
+
 # The system calls per request of a proxy, in a wrk run of 3 s of their own, after the measured
 # one: perf's tracepoint on every system call slows each a little and moved sluice's two-worker
 # p99 from 1.6-3.5 ms to 4.5-4.7 (wrk --latency, 4 and 3 rounds), so the measured run goes
 # untraced. Sets $syscalls_per_request ("-" without a working perf, or with $skip_syscall_count
 # set, for a script that prints no system calls).
-count_syscalls() { # port pid
+count_syscalls() { # port pid name
   syscalls_per_request=-
   [ -n "$have_perf" ] && [ -z "${skip_syscall_count:-}" ] || return 0
   local seconds=3 out rps
   start_syscall_count "$2" "$seconds"
   out=$("${load_cpu[@]}" wrk -t"$threads" -c"$connections" -d"${seconds}s" "${wrk_script[@]}" "http://127.0.0.1:$1/")
   finish_syscall_count
+  check_wrk "$3 (its system call count)" "$out"
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   # perf counted for wrk's duration: its rate over wrk's is the count per request.
   syscalls_per_request=$(awk -v s="$syscalls" -v r="$rps" 'BEGIN {
@@ -269,6 +289,8 @@ count_syscalls() { # port pid
 # the options in the array $wrk_script, then count_syscalls; appends "name rps p50 p99 cpu_us
 # redis_cpu_us reqs non2xx calls syscalls_per_request sys_cpu_us sleeps" to $work/results
 # (sys_cpu_us: the kernel's part of cpu_us; sleeps: the proxy's voluntary context switches).
+# A run with a socket error or a non-2xx answer stops the script (check_wrk): non2xx is 0 in
+# every line written.
 # Redis's CPU (its own count, INFO cpu: microseconds where /proc has 10 ms ticks) is counted for
 # every proxy: it is part of what the Redis store costs.
 measure() { # name port pid
@@ -281,12 +303,13 @@ measure() { # name port pid
   out=$("${load_cpu[@]}" wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "${wrk_script[@]}" "http://127.0.0.1:$2/")
   after=$(cpu_ticks "$3") sys_after=$(cpu_sys_ticks "$3") redis_after=$(redis_cpu_us)
   sleeps_after=$(sleeps "$3")
+  check_wrk "$1" "$out"
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   reqs=$(awk '/requests in/ {print $1}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
   calls=$(script_calls)
-  count_syscalls "$2" "$3"
+  count_syscalls "$2" "$3" "$1"
   echo "$1 $rps $p50 $p99 $(( (after - before) * 1000000 / hz )) $(( redis_after - redis_before )) $reqs ${non2xx:-0} $calls $syscalls_per_request $(( (sys_after - sys_before) * 1000000 / hz )) $(( sleeps_after - sleeps_before ))" >> "$work/results"
 }
