@@ -2,6 +2,8 @@
 #
 # Sourcing it checks for nginx, wrk and redis-server, finds (or builds) sluice, makes a temp dir
 # $work and a trap that kills every pid in $pids and removes $work on exit. It then offers:
+#   stop PID [SIGNAL]     stops a process of $pids (SIGTERM by default), waits for it, untracks it
+#   untrack PID           takes an ended process out of $pids
 #   free_port             a free TCP port on 127.0.0.1
 #   wait_port PORT        wait (up to 5 s) until something listens on PORT
 #   cpu_ticks PID         utime + stime of PID and its threads, plus its children's, in ticks
@@ -50,8 +52,26 @@ work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 # and the files in it.
 chmod 755 "$work"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+# Waits for the tracked pids alone: a bare `wait` would also wait for children that never end by
+# themselves (bench/memory's coproc, reading its stdin until this shell exits).
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ ${#pids[@]} -eq 0 ] || wait "${pids[@]}" 2>/dev/null || true
+  rm -rf "$work"
+}
 trap cleanup EXIT
+# Takes an ended process out of $pids, so that the cleanup cannot kill another that got its pid.
+untrack() { # pid
+  local p kept=()
+  for p in "${pids[@]}"; do [ "$p" = "$1" ] || kept+=("$p"); done
+  pids=("${kept[@]}")
+}
+# Stops a tracked process (SIGTERM, or SIGNAL), waits for it and untracks it.
+stop() { # pid [signal]
+  kill -"${2:-TERM}" "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  untrack "$1"
+}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() {
@@ -94,10 +114,10 @@ perf stat -e raw_syscalls:sys_enter true >/dev/null 2>&1 && have_perf=1 || have_
 start_syscall_count() { # pid seconds
   rm -f "$work/syscalls"
   [ -n "$have_perf" ] || return 0
-  local pids
-  pids=$(pgrep -d, -P "$1" || true)
-  perf stat -x, -e raw_syscalls:sys_enter -p "$1${pids:+,$pids}" -o "$work/syscalls" -- sleep "$2" \
-    >/dev/null 2>&1 & syscall_counter=$!
+  local children
+  children=$(pgrep -d, -P "$1" || true)
+  perf stat -x, -e raw_syscalls:sys_enter -p "$1${children:+,$children}" -o "$work/syscalls" -- sleep "$2" \
+    >/dev/null 2>&1 & syscall_counter=$!; pids+=("$syscall_counter")
   syscall_seconds=$2
 }
 # Sets $syscalls to that rate (not a function to call in $(...): the subshell could not wait).
@@ -105,6 +125,7 @@ finish_syscall_count() {
   syscalls=-
   [ -n "$have_perf" ] || return 0
   wait "$syscall_counter" 2>/dev/null || true
+  untrack "$syscall_counter"
   syscalls=$(awk -F, -v s="$syscall_seconds" '$3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ {
     printf "%.0f\n", $1 / s; found = 1 } END { if (!found) print "-" }' "$work/syscalls" 2>/dev/null || echo -)
 }
