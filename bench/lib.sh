@@ -1,7 +1,10 @@
 # Helpers shared by bench/run and bench/streaming (sourced, not run). Never part of CI.
 #
-# Sourcing it checks for nginx, wrk and redis-server, finds (or builds) sluice, makes a temp dir
+# Sourcing it checks for nginx, wrk, redis-server, redis-cli and python3, finds (or builds) sluice,
+# prints what is measured (the command, the build, the peers' versions), makes a temp dir
 # $work and a trap that kills every pid in $pids and removes $work on exit. It then offers:
+#   raise_fd_limit N OPTION  the soft descriptor limit raised to the hard one; exits unless it
+#                         leaves room for N connections (+ 100), naming OPTION
 #   stop PID [SIGNAL]     stops a process of $pids (SIGTERM by default), waits for it, untracks it
 #   untrack PID           takes an ended process out of $pids
 #   free_port             a free TCP port on 127.0.0.1
@@ -29,14 +32,26 @@
 #   measure NAME PORT PID one wrk run against a proxy (see below)
 # Env: SLUICE_BIN=path/to/sluice (default build/release/sluice, built if missing).
 
-for tool in nginx wrk redis-server; do
-  command -v "$tool" >/dev/null || { echo "bench: $tool not found (apt-get install nginx-light wrk redis-server)" >&2; exit 1; }
+for tool in nginx wrk redis-server redis-cli python3; do
+  command -v "$tool" >/dev/null || { echo "bench: $tool not found (apt-get install nginx-light wrk redis-server redis-tools python3)" >&2; exit 1; }
 done
 sluice=${SLUICE_BIN:-build/release/sluice}
 if [ ! -x "$sluice" ]; then
   [ -z "${SLUICE_BIN:-}" ] || { echo "bench: $sluice is not an executable" >&2; exit 1; }
   scripts/build release >/dev/null
 fi
+
+# What every figure below measured: the command as given (each script sets $BENCH_COMMAND before
+# parsing its options; bench/run passes its own on to the script it runs), the sluice binary and
+# the commit of the tree it was run from (-dirty: with uncommitted changes; a SLUICE_BIN built
+# elsewhere is not necessarily that commit's), and the versions of the peers.
+bench_rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ "$bench_rev" = unknown ] || git diff --quiet HEAD || bench_rev+=-dirty
+bench_command=${BENCH_COMMAND:-$0}
+echo "command: ${bench_command% }"
+echo "sluice:  $(realpath "$sluice") (tree at $bench_rev)"
+echo "peers:   $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(wrk -v 2>&1 | awk 'NR == 1 {print $1, $2}' || true)," \
+  "redis-server $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
 
 # With $pin set (bench/run --pin): the proxies under test run on CPU 1, and wrk, the upstream and
 # Redis on CPU 0, so that a proxy at one worker has a core to itself and its requests/s is what
@@ -71,6 +86,18 @@ stop() { # pid [signal]
   kill -"${2:-TERM}" "$1" 2>/dev/null || true
   wait "$1" 2>/dev/null || true
   untrack "$1"
+}
+
+# The processes started after it (the proxies, wrk) inherit the raised limit. A hard limit of
+# "unlimited" cannot be the soft one: the kernel's ceiling (fs.nr_open) is.
+raise_fd_limit() { # connections option
+  local hard
+  hard=$(ulimit -Hn)
+  [ "$hard" != unlimited ] || hard=$(cat /proc/sys/fs/nr_open)
+  ulimit -n "$hard"
+  if [ "$(ulimit -n)" -lt $(($1 + 100)) ]; then
+    echo "bench: the descriptor limit $(ulimit -n) is below $2 $1 + 100" >&2; exit 1
+  fi
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
