@@ -5,6 +5,7 @@
 #include "sluice/http/response_head.hpp"
 
 #include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/websocket/detail/hybi13.hpp>
 #include <boost/container/small_vector.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@ namespace sluice::http {
 namespace {
 
 namespace bhttp = boost::beast::http;
+namespace websocket = boost::beast::websocket;
 
 bool is_fixed_hop_by_hop(bhttp::field name) {
     switch (name) {
@@ -97,18 +99,29 @@ bool any_lists(const bhttp::basic_fields<Allocator>& fields,
 
 template <typename Allocator>
 bool is_websocket_upgrade(const bhttp::header<true, bhttp::basic_fields<Allocator>>& request) {
+    const auto [key, end] = request.equal_range(bhttp::field::sec_websocket_key);
     return request.version() >= 11 && request.method() == bhttp::verb::get &&
            any_lists(request, bhttp::field::connection, "upgrade") &&
-           any_lists(request, bhttp::field::upgrade, "websocket");
+           any_lists(request, bhttp::field::upgrade, "websocket") && key != end &&
+           std::next(key) == end && !key->value().empty() &&
+           key->value().size() <= websocket::detail::sec_ws_key_type::static_capacity;
 }
 
-bool accepts_websocket(const response_head& response) {
+bool accepts_websocket(const response_head& response, std::string_view key) {
+    websocket::detail::sec_ws_accept_type expected;
+    websocket::detail::make_sec_ws_accept(expected, key);
+    bool upgrade = false;
+    int accepts = 0;
+    bool accepted = false;
     for (const auto& f : response) {
         if (f.name() == bhttp::field::upgrade && lists(f.value(), "websocket")) {
-            return true;
+            upgrade = true;
+        } else if (f.name() == bhttp::field::sec_websocket_accept) {
+            ++accepts;
+            accepted = trim_blanks(f.value()) == std::string_view(expected.data(), expected.size());
         }
     }
-    return false;
+    return upgrade && accepts == 1 && accepted;
 }
 
 namespace {

@@ -232,7 +232,12 @@ awaitable<failure> exchange(forward_args& a,
             conn->stream, conn->buffer, *rp, true, chunk_limits{}, response_read);
         response_read = first_read::tried; // after an interim response: bytes may be there
         const auto f = judge_response_header(
-            ec, *rp, *conn, first && (repeatable || first_write_failed), upgrade);
+            ec,
+            *rp,
+            *conn,
+            first && (repeatable || first_write_failed),
+            upgrade ? std::string_view(a.parser.get()[bhttp::field::sec_websocket_key])
+                    : std::string_view{});
         if (f != failure::interim) {
             co_return f;
         }
@@ -320,12 +325,13 @@ awaitable<void> tunnel_through(forward_args& a,
     result.upstream = upstream_outcome::response;
     prepare_switch(a, rp);
     message_writer writer(rp.head(), body_framing::none, a.scratch.header, a.scratch.lines);
+    // The upstream's time: to its 101, not the client's read of it.
+    result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
     a.client.expires_after(a.config.server.idle_timeout);
     error_code ec;
     if (!writer.write_now(a.client, {}, true, ec)) {
         ec = co_await writer.finish(a.client);
     }
-    result.upstream_time = std::chrono::duration_cast<milliseconds>(clock_type::now() - start);
     if (ec) {
         result.cut_short = "client_left";
         co_return;

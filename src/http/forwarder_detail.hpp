@@ -56,16 +56,16 @@ enum class failure {
 void start_response(forward_args& a, std::optional<response_parser>& rp, bool first);
 
 /**
- * What a response header read came to: none (a final response, or a 101 to WebSocket when the
- * request was a WebSocket `upgrade`), interim (another 1xx), stale (a reused connection closed
- * before a byte came, and `retryable`), upstream_timeout or upstream (a 101 otherwise too, and a
- * status outside 100-599).
+ * What a response header read came to: none (a final response, or a 101 that accepts WebSocket
+ * for the request's `websocket_key`, empty when the request was no upgrade), interim (another
+ * 1xx), stale (a reused connection closed before a byte came, and `retryable`),
+ * upstream_timeout or upstream (a 101 otherwise too, and a status outside 100-599).
  */
 failure judge_response_header(const error_code& ec,
                               response_parser& rp,
                               upstream::connection& conn,
                               bool retryable,
-                              bool upgrade);
+                              std::string_view websocket_key);
 
 /// Passes a 1xx interim response (other than 100, which we answer ourselves) to the client,
 /// rewriting `interim` (hop-by-hop and framing fields out). Returns false if the client is gone.

@@ -108,7 +108,7 @@ failure judge_response_header(const error_code& ec,
                               response_parser& rp,
                               upstream::connection& conn,
                               bool retryable,
-                              bool upgrade) {
+                              std::string_view websocket_key) {
     if (ec == beast::error::timeout) {
         return failure::upstream_timeout;
     }
@@ -126,7 +126,9 @@ failure judge_response_header(const error_code& ec,
     if (status == 101) {
         // Only to the protocol asked for, and only when asked: a client that did not ask would
         // get bytes of a protocol it does not speak.
-        return upgrade && accepts_websocket(rp.head()) ? failure::none : failure::upstream;
+        return !websocket_key.empty() && accepts_websocket(rp.head(), websocket_key)
+                   ? failure::none
+                   : failure::upstream;
     }
     return status >= 200 ? failure::none : failure::interim;
 }
@@ -174,6 +176,8 @@ void strip_and_add_limits(forward_args& a, response_head& res) {
 void prepare_switch(forward_args& a, response_parser& rp) {
     auto& res = rp.head();
     strip_and_add_limits(a, res);
+    // No framing: what follows is the new protocol's, as after a 1xx (relay_interim).
+    res.remove_if([](const head_field& f) { return is_framing_field(f.name()); });
     res.version = 11; // an upgrade is asked only over HTTP/1.1
     a.scratch.lines += "Connection: Upgrade\r\nUpgrade: websocket\r\n";
 }

@@ -559,5 +559,28 @@ TEST(WebSocket, A101NobodyAskedForIsABadGateway) {
     EXPECT_EQ(get(sluice.port(), "/unasked").status, 502u);
 }
 
+// A 101 that does not prove it read the request's key (an endpoint that answers with a status
+// and fields it copied from the request, the key echoed) is no switch: the client gets 502, its
+// connection never becomes a raw pipe to the upstream past the limiter and the checks
+// ("WebSocket smuggling").
+TEST(WebSocket, A101WithoutTheKeysProofIsABadGateway) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.interim = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                       "Connection: Upgrade\r\nSec-WebSocket-Accept: " +
+                       std::string(sample_key) + "\r\n\r\n";
+        return plan;
+    });
+    sluice_process sluice(config_for(upstream));
+    http_connection client(sluice.port());
+    client.send_raw(upgrade_request("/echoed"));
+    const auto response = client.read_response();
+    EXPECT_EQ(response.status, 502u);
+    ASSERT_EQ(upstream.requests().size(), 1u);
+    EXPECT_EQ(find_header(upstream.requests()[0].headers, "Sec-WebSocket-Key"),
+              std::string(sample_key))
+        << "it was an upgrade request, with its key";
+}
+
 } // namespace
 } // namespace sluice::test

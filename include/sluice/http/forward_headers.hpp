@@ -54,20 +54,27 @@ void append_forwarding_lines(boost::beast::http::basic_fields<Allocator>& fields
 /**
  * Whether `request` asks to switch its connection to WebSocket (RFC 6455 4.1): a GET of HTTP/1.1
  * or later whose Connection fields name `upgrade` and whose Upgrade field lists `websocket`, both
- * case-insensitively. Anything else that carries Upgrade (h2c, or an HTTP/1.0 request) goes on as
- * plain HTTP/1.1, its upgrade fields stripped. Whether the request has a body (which also rules
- * an upgrade out) is the parser's to say, not the header's.
+ * case-insensitively, with one Sec-WebSocket-Key of 1 to 24 bytes (the base64 of 16 bytes is 24:
+ * the key the answer must prove it read, `accepts_websocket`). Anything else that carries Upgrade
+ * (h2c, an HTTP/1.0 request, one without its key) goes on as plain HTTP/1.1, its upgrade fields
+ * stripped. Whether the request has a body (which also rules an upgrade out) is the parser's to
+ * say, not the header's.
  */
 template <typename Allocator>
 bool is_websocket_upgrade(
     const boost::beast::http::header<true, boost::beast::http::basic_fields<Allocator>>& request);
 
 /**
- * Whether a 101 response `response` switches to WebSocket: its Upgrade field lists `websocket`.
- * An upstream that switches to anything else would leave the client speaking a protocol it did
- * not ask for.
+ * Whether a 101 response `response` switches to WebSocket for the request whose
+ * Sec-WebSocket-Key was `key`: its Upgrade field lists `websocket`, and its one
+ * Sec-WebSocket-Accept is the key's proof (RFC 6455 4.2.2: base64 of the SHA-1 of the key and
+ * the protocol's GUID). An upstream that switches to anything else would leave the client
+ * speaking a protocol it did not ask for; the proof makes sure a WebSocket server read this very
+ * request: a 101 that an endpoint copied from what a client asked (a status and fields it echoes)
+ * would otherwise turn the client's connection into a raw pipe to the upstream, past the limiter,
+ * the checks and the log for every request the client then sends on it ("WebSocket smuggling").
  */
-bool accepts_websocket(const response_head& response);
+bool accepts_websocket(const response_head& response, std::string_view key);
 
 extern template void strip_hop_by_hop(boost::beast::http::fields&);
 extern template void

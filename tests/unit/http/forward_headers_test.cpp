@@ -151,15 +151,24 @@ TEST(StripHopByHop, AConnectionOfKeepAliveOnlyRemovesItAndKeepAlive) {
     EXPECT_EQ(names(f), (std::vector<std::string>{"Server"}));
 }
 
-// The request `fields` with `version` and `method`, for is_websocket_upgrade.
+// RFC 6455 1.3's example: a client's key and the accept that proves a server read it.
+constexpr std::string_view sample_key = "dGhlIHNhbXBsZSBub25jZQ==";
+constexpr std::string_view sample_accept = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+// The request `fields` with `version` and `method`, for is_websocket_upgrade; with the sample
+// Sec-WebSocket-Key unless `with_key` is false.
 bhttp::request_header<> request_with(std::vector<std::pair<std::string, std::string>> fields,
                                      unsigned version = 11,
-                                     bhttp::verb method = bhttp::verb::get) {
+                                     bhttp::verb method = bhttp::verb::get,
+                                     bool with_key = true) {
     bhttp::request_header<> req;
     req.version(version);
     req.method(method);
     for (const auto& [name, value] : fields) {
         req.insert(name, value);
+    }
+    if (with_key) {
+        req.insert("Sec-WebSocket-Key", sample_key);
     }
     return req;
 }
@@ -192,19 +201,49 @@ TEST(IsWebSocketUpgrade, OnlyAGetOfHttp11) {
     EXPECT_TRUE(is_websocket_upgrade(request_with(upgrade, 11, bhttp::verb::get)));
 }
 
-TEST(AcceptsWebSocket, ListsWebSocketInUpgrade) {
-    const auto switching = [](std::string_view upgrade) {
+// Without its one key, an upgrade is no upgrade: there would be nothing for the answer to prove.
+TEST(IsWebSocketUpgrade, NeedsOneSecWebSocketKeyOfAtMost24Bytes) {
+    const std::vector<std::pair<std::string, std::string>> upgrade = {{"Connection", "Upgrade"},
+                                                                      {"Upgrade", "websocket"}};
+    EXPECT_FALSE(is_websocket_upgrade(request_with(upgrade, 11, bhttp::verb::get, false)));
+    auto twice = request_with(upgrade);
+    twice.insert("Sec-WebSocket-Key", sample_key);
+    EXPECT_FALSE(is_websocket_upgrade(twice));
+    auto empty = request_with(upgrade, 11, bhttp::verb::get, false);
+    empty.insert("Sec-WebSocket-Key", "");
+    EXPECT_FALSE(is_websocket_upgrade(empty));
+    auto long_key = request_with(upgrade, 11, bhttp::verb::get, false);
+    long_key.insert("Sec-WebSocket-Key", std::string(25, 'a'));
+    EXPECT_FALSE(is_websocket_upgrade(long_key));
+}
+
+// A 101 accepts WebSocket when it lists it in Upgrade and proves, in one Sec-WebSocket-Accept,
+// that it read the request's key: a 101 copied from the request's own fields would not.
+TEST(AcceptsWebSocket, ListsWebSocketInUpgradeAndProvesItReadTheKey) {
+    const auto switching = [](std::string_view upgrade, std::vector<std::string_view> accepts) {
         auto head = std::make_unique<response_head>(std::pmr::new_delete_resource());
         head->status = 101;
         if (!upgrade.empty()) {
             head->add(bhttp::field::upgrade, "Upgrade", upgrade);
         }
+        for (const auto accept : accepts) {
+            head->add(bhttp::field::sec_websocket_accept, "Sec-WebSocket-Accept", accept);
+        }
         return head;
     };
-    EXPECT_FALSE(accepts_websocket(*switching("")));
-    EXPECT_FALSE(accepts_websocket(*switching("h2c")));
-    EXPECT_TRUE(accepts_websocket(*switching("WebSocket")));
-    EXPECT_TRUE(accepts_websocket(*switching("h2c, websocket/13")));
+    EXPECT_TRUE(accepts_websocket(*switching("WebSocket", {sample_accept}), sample_key));
+    EXPECT_TRUE(accepts_websocket(*switching("h2c, websocket/13", {sample_accept}), sample_key));
+    EXPECT_FALSE(accepts_websocket(*switching("", {sample_accept}), sample_key));
+    EXPECT_FALSE(accepts_websocket(*switching("h2c", {sample_accept}), sample_key));
+    EXPECT_FALSE(accepts_websocket(*switching("websocket", {}), sample_key)) << "no proof";
+    EXPECT_FALSE(accepts_websocket(*switching("websocket", {sample_key}), sample_key))
+        << "the key echoed is no proof";
+    EXPECT_FALSE(
+        accepts_websocket(*switching("websocket", {sample_accept}), "AAAAAAAAAAAAAAAAAAAAAA=="))
+        << "another request's proof";
+    EXPECT_FALSE(
+        accepts_websocket(*switching("websocket", {sample_accept, sample_accept}), sample_key))
+        << "two proofs";
 }
 
 } // namespace

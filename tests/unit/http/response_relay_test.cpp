@@ -172,17 +172,23 @@ TEST_F(ResponseRelayHeader, AnAnswerBeforeTheWholeBodyClosesTheClientConnection)
 // any other 1xx stays interim.
 TEST_F(ResponseRelayHeader, A101IsFinalOnlyForAWebSocketUpgrade) {
     upstream::connection conn(ex_);
-    const std::string switched =
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+    // RFC 6455 1.3's example key, and its accept.
+    const std::string_view key = "dGhlIHNhbXBsZSBub25jZQ==";
+    const std::string switched = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                 "Connection: Upgrade\r\n"
+                                 "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
     parse(switched);
-    EXPECT_EQ(judge_response_header({}, *response_, conn, false, true), failure::none);
-    EXPECT_EQ(judge_response_header({}, *response_, conn, false, false), failure::upstream)
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, key), failure::none);
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, {}), failure::upstream)
         << "a 101 nobody asked for";
+    parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, key), failure::upstream)
+        << "a 101 without the proof that a WebSocket server read the key";
     parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n");
-    EXPECT_EQ(judge_response_header({}, *response_, conn, false, true), failure::upstream)
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, key), failure::upstream)
         << "switched to a protocol nobody asked for";
     parse("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n");
-    EXPECT_EQ(judge_response_header({}, *response_, conn, false, true), failure::interim);
+    EXPECT_EQ(judge_response_header({}, *response_, conn, false, key), failure::interim);
 }
 
 // Beast takes any three digits; only 100-599 are status codes (RFC 9110 15). One below 100,
@@ -198,7 +204,7 @@ TEST_F(ResponseRelayHeader, AStatusOutside100To599IsAnUpstreamFailure) {
                                            std::pair{"600", failure::upstream},
                                            std::pair{"999", failure::upstream}}) {
         parse(std::string("HTTP/1.1 ") + status + " X\r\nContent-Length: 0\r\n\r\n");
-        EXPECT_EQ(judge_response_header({}, *response_, conn, false, false), expected) << status;
+        EXPECT_EQ(judge_response_header({}, *response_, conn, false, {}), expected) << status;
     }
 }
 
@@ -263,7 +269,7 @@ TEST_F(ResponseRelayHeader, DifferingContentLengthsAreRefused) {
         error_code ec;
         response_->put(net::buffer(text), ec);
         EXPECT_EQ(ec, bhttp::error::multiple_content_length) << lengths;
-        EXPECT_EQ(judge_response_header(ec, *response_, conn, false, false), failure::upstream);
+        EXPECT_EQ(judge_response_header(ec, *response_, conn, false, {}), failure::upstream);
         EXPECT_EQ(parse_in_pieces(text, 20), bhttp::error::multiple_content_length) << lengths;
     }
 }
