@@ -246,6 +246,7 @@ void pool::release(connection_ptr conn, const config::upstream_settings& setting
     }
     auto& slots = *slots_;
     slots.max = settings.max_connections;
+    slots.grant_room(); // a reload raised the cap: the waiters get the room first
     if (slots.open > slots.max) {
         // More open than a reload now allows: this one closes (its place then goes back), or,
         // kept idle and reused, the count would never come down to the cap, and a waiter,
@@ -254,7 +255,14 @@ void pool::release(connection_ptr conn, const config::upstream_settings& setting
         return;
     }
     if (!slots.waiters.empty()) {
-        // Someone waits for a place: hand this connection over rather than idle it.
+        // Someone waits for a place: hand this connection over rather than idle it, once looked
+        // at as try_take looks at one (a waiter may not repeat its request): bytes the upstream
+        // sent after the response would be taken for the waiter's, another client's. One that
+        // fails closes, and its place goes to the same waiter, for a new connection.
+        if (!still_open(*conn)) {
+            close_quietly(*conn);
+            return;
+        }
         auto* w = slots.waiters.front();
         slots.waiters.pop_front();
         w->queued = false;
@@ -268,7 +276,7 @@ void pool::release(connection_ptr conn, const config::upstream_settings& setting
         close_quietly(*conn);
         return;
     }
-    if (idle_.size() >= settings.max_idle) {
+    while (idle_.size() >= settings.max_idle) { // a reload may have lowered it by many
         close_quietly(*idle_.front());
         idle_.pop_front();
     }

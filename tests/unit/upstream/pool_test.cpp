@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <sys/socket.h>
 #include <tuple>
 #include <vector>
 
@@ -298,6 +299,52 @@ TEST_F(PoolTest, HandsAReleasedConnectionToAWaiter) {
     EXPECT_EQ(local_port(conn), port);
     EXPECT_EQ(pool_.idle_count(), 0u);
     EXPECT_EQ(upstream_.accepted(), 1u);
+}
+
+// A released connection on which the upstream sent something after its response (a stray
+// answer, a close) is not handed to a waiter: its bytes would be taken for the waiter's response,
+// another client's. It closes, and its place goes to the waiter, which connects anew.
+TEST_F(PoolTest, HandsAWaiterANewConnectionWhenTheReleasedOneHasStrayBytes) {
+    settings_.max_connections = 1;
+    auto first = acquire();
+    const auto port = local_port(first);
+    ASSERT_TRUE(wait_accepted(1));
+
+    connect_result second;
+    start_connect(second);
+    EXPECT_FALSE(test::run_until(
+        ioc_, [&] { return second.has_value(); }, milliseconds(100)));
+
+    upstream_.send_all("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    const auto fd = first->stream.socket().native_handle();
+    ASSERT_TRUE(test::run_until(ioc_, [fd] {
+        char byte = 0;
+        return ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+    })) << "the stray bytes never came";
+    pool_.release(std::move(first), settings_);
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return second.has_value(); }));
+    const auto& [ec, conn] = *second;
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_TRUE(conn);
+    EXPECT_FALSE(conn->reused);
+    EXPECT_NE(local_port(conn), port);
+    EXPECT_TRUE(wait_accepted(2));
+}
+
+// A reload that lowers max-idle-connections brings the idle connections down to it at the next
+// release, not one per release.
+TEST_F(PoolTest, ALoweredMaxIdleClosesEveryIdleConnectionOverIt) {
+    std::vector<connection_ptr> held;
+    for (int i = 0; i < 4; ++i) {
+        held.push_back(acquire());
+    }
+    for (std::size_t i = 0; i < 3; ++i) {
+        pool_.release(std::move(held[i]), settings_);
+    }
+    EXPECT_EQ(pool_.idle_count(), 3u);
+    settings_.max_idle = 1;
+    pool_.release(std::move(held[3]), settings_);
+    EXPECT_EQ(pool_.idle_count(), 1u);
 }
 
 // A waiter that gets no place within upstream.timeout gives up with upstream_exhausted.
