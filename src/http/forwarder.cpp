@@ -305,6 +305,8 @@ std::string_view end_word(tunnel_end end) {
         return "client_left";
     case tunnel_end::upstream_failed:
         return "upstream_broke";
+    case tunnel_end::drained:
+        return "drained";
     case tunnel_end::closed:
         break;
     }
@@ -346,7 +348,8 @@ awaitable<void> tunnel_through(forward_args& a,
     const auto end = co_await run_tunnel(
         tunnel_side{a.client.socket(), a.client_buffer, buf},
         tunnel_side{conn.stream.socket(), conn.buffer, {lease.data(), relay_buffer_size}},
-        a.config.server.idle_timeout);
+        a.config.server.idle_timeout,
+        tunnel_drain{a.entry, a.drain_deadline});
     result.cut_short = end_word(end);
 }
 

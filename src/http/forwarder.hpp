@@ -90,6 +90,9 @@ struct forward_args {
     /// Set by the forwarder: the upstream answered before it took the whole body (a write of it
     /// failed), so its connection is broken whatever its answer says.
     bool body_unsent = false;
+    /// Where a drain reaches a WebSocket tunnel (tunnel.hpp `tunnel_drain`); null: nowhere.
+    session_entry* entry = nullptr;
+    const std::chrono::steady_clock::time_point* drain_deadline = nullptr;
 };
 
 /**

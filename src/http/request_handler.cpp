@@ -73,7 +73,10 @@ forward_args forward_args_for(connection_state& c, request_state& r, header_scra
             r.body_started,
             r.limiter.settle_sources(),
             r.limiter.response_json_bytes(),
-            r.body_read_ahead};
+            r.body_read_ahead,
+            false,
+            &c.entry,
+            &c.w.drain_deadline};
 }
 
 // Records what forwarding came to; returns what the connection does next.

@@ -78,6 +78,10 @@ void worker_context::begin_drain(steady_clock::time_point deadline) noexcept {
                 s.wait_timer->cancel();
             }
             ++woken;
+        } else if (s.wait_timer != nullptr && s.waits_until == steady_clock::time_point{}) {
+            // A WebSocket tunnel's watch (no wait of a request): it looks again, and ends the
+            // tunnel before the deadline (tunnel.hpp `tunnel_drain`).
+            s.wait_timer->cancel();
         }
     }
     if (woken > 0) {

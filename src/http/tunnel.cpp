@@ -127,16 +127,56 @@ awaitable<void> both_pumps(tunnel_state& t, direction up, direction down) {
     co_await (pump(t, up) && pump(t, down));
 }
 
-// Sleeps until the tunnel could be idle, and stops it if it is. Returns when it stopped the
-// tunnel, or when its wait is cancelled (both pumps are done).
-awaitable<void> watch_idle(tunnel_state& t, steady_timer& timer) {
+// When a drain ends the tunnel: `tunnel_drain_margin` before its deadline; max without one.
+clock_type::time_point drain_stop(const tunnel_drain& drain) noexcept {
+    if (drain.deadline == nullptr || *drain.deadline == clock_type::time_point::max()) {
+        return clock_type::time_point::max();
+    }
+    return *drain.deadline - tunnel_drain_margin;
+}
+
+// Keeps the watch's timer in the connection's entry, for a drain to wake, while it lives.
+class drain_mark {
+public:
+    drain_mark(const tunnel_drain& drain, steady_timer& timer) noexcept
+        : entry_(drain.entry) {
+        if (entry_ != nullptr) {
+            entry_->wait_timer = &timer;
+        }
+    }
+
+    drain_mark(const drain_mark&) = delete;
+    drain_mark& operator=(const drain_mark&) = delete;
+
+    ~drain_mark() {
+        if (entry_ != nullptr) {
+            entry_->wait_timer = nullptr;
+        }
+    }
+
+private:
+    session_entry* entry_;
+};
+
+// Sleeps until the tunnel could be idle, or a drain's stop, and stops it if it is there.
+// Returns when it stopped the tunnel, or when the coroutine is cancelled (both pumps are done).
+// A drain that begins cancels the timer (`worker_context::begin_drain`): the watch then looks
+// again, at the drain's stop.
+awaitable<void> watch_idle(tunnel_state& t, steady_timer& timer, tunnel_drain drain) {
+    const drain_mark mark(drain, timer);
     for (;;) {
-        timer.expires_at(t.idle_at());
+        timer.expires_at(std::min(t.idle_at(), drain_stop(drain)));
         auto [ec] = co_await timer.async_wait();
-        if (ec || t.end) {
+        const auto cancelled = (co_await net::this_coro::cancellation_state).cancelled();
+        if (t.end || cancelled != net::cancellation_type::none) {
             co_return;
         }
-        if (clock_type::now() >= t.idle_at()) {
+        const auto now = clock_type::now();
+        if (now >= drain_stop(drain)) {
+            t.stop(tunnel_end::drained);
+            co_return;
+        }
+        if (!ec && now >= t.idle_at()) {
             t.stop(tunnel_end::idle);
             co_return;
         }
@@ -145,8 +185,10 @@ awaitable<void> watch_idle(tunnel_state& t, steady_timer& timer) {
 
 } // namespace
 
-awaitable<tunnel_end>
-run_tunnel(tunnel_side client, tunnel_side upstream, std::chrono::milliseconds idle_timeout) {
+awaitable<tunnel_end> run_tunnel(tunnel_side client,
+                                 tunnel_side upstream,
+                                 std::chrono::milliseconds idle_timeout,
+                                 tunnel_drain drain) {
     using namespace net::experimental::awaitable_operators;
     tunnel_state t(client.socket, upstream.socket, idle_timeout);
     const direction up{
@@ -156,7 +198,7 @@ run_tunnel(tunnel_side client, tunnel_side upstream, std::chrono::milliseconds i
     steady_timer timer(client.socket.get_executor());
     // Whichever finishes first cancels the other: the watch when both directions are done, the
     // pumps (already cancelled by `stop`) when the watch finds the tunnel idle.
-    co_await (both_pumps(t, up, down) || watch_idle(t, timer));
+    co_await (both_pumps(t, up, down) || watch_idle(t, timer, drain));
     co_return t.end.value_or(tunnel_end::closed);
 }
 

@@ -7,6 +7,7 @@
 // fails, or nothing has moved for the idle timeout. The forwarder writes the 101 first and
 // closes both connections after.
 
+#include "sluice/http/worker_context.hpp"
 #include "sluice/io/net.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
@@ -22,6 +23,22 @@ enum class tunnel_end {
     idle,            // no byte moved for the idle timeout, or a write waited that long
     client_failed,   // the client's connection failed (reset, say)
     upstream_failed, // the upstream's connection failed
+    drained,         // a drain ends it before its deadline stops the worker
+};
+
+/// How long before a drain's deadline a tunnel ends: its end (both connections closed, its
+/// access-log line written) comes before the worker is stopped, which would cut it unlogged.
+inline constexpr std::chrono::milliseconds tunnel_drain_margin{250};
+
+/**
+ * Where the worker's drain reaches a tunnel: its deadline (`worker_context::drain_deadline`,
+ * `time_point::max()` until a drain begins) and the connection's entry, in whose `wait_timer`
+ * the tunnel keeps its watch's timer for `worker_context::begin_drain` to wake. Both null: no
+ * drain reaches it (a unit test's tunnel).
+ */
+struct tunnel_drain {
+    session_entry* entry = nullptr;
+    const std::chrono::steady_clock::time_point* deadline = nullptr;
 };
 
 /// One side of a tunnel: its socket, and what sluice read from it before the tunnel began.
@@ -39,7 +56,8 @@ struct tunnel_side {
  * closes its sending side (end of stream) has that close passed on as a shutdown of the other
  * side's sending side, and the other direction goes on, as TCP's half-close allows: a WebSocket
  * closing handshake ends with each side waiting for the other's close. A failure on either side
- * ends both directions, and so does `idle_timeout` without a byte moved either way, or a write
+ * ends both directions, and so does a drain, `tunnel_drain_margin` before its deadline, and
+ * `idle_timeout` without a byte moved either way, or a write
  * that has waited that long for a peer that stopped reading (the other direction's reads then
  * wait too: the tunnel never reads more than it can write, so a stalled peer costs no memory).
  *
@@ -47,7 +65,9 @@ struct tunnel_side {
  * must be set to never). When it completes, on the sockets' executor, both sockets may still be
  * open, with their operations cancelled: the caller closes them.
  */
-awaitable<tunnel_end>
-run_tunnel(tunnel_side client, tunnel_side upstream, std::chrono::milliseconds idle_timeout);
+awaitable<tunnel_end> run_tunnel(tunnel_side client,
+                                 tunnel_side upstream,
+                                 std::chrono::milliseconds idle_timeout,
+                                 tunnel_drain drain = {});
 
 } // namespace sluice::http::detail

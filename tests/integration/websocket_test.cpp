@@ -10,6 +10,7 @@
 // its handshake, nor show what arrived with the 101.
 
 #include "integration_util.hpp"
+#include "support/limit_probe.hpp"
 #include "sluice/io/net.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -24,6 +25,7 @@
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -429,6 +431,40 @@ TEST(WebSocket, AnIdleTunnelIsClosedOnBothSidesAfterTheIdleTimeout) {
         static_cast<long long>(
             std::chrono::duration_cast<std::chrono::milliseconds>(upstream_closed).count()));
     EXPECT_TRUE(sluice.wait_for_log("end=idle_timeout", 5s)) << sluice.log_text();
+}
+
+// A drain (SIGTERM) ends an open tunnel a quarter second before its deadline
+// (tunnel_drain_margin), closing both sides and logging it with end=drained, where the
+// deadline's stop of the worker cut it unlogged; sluice then exits without waiting for the
+// deadline. The tunnel carries traffic until then. The deadline is 2 s after sluice took the
+// signal, hence after the test sent it: the close comes 1.75 s after that at the earliest.
+TEST(WebSocket, ADrainEndsAnOpenTunnelBeforeItsDeadlineAndLogsIt) {
+    websocket_echo_upstream upstream;
+    sluice_process sluice(compose_yaml(upstream.url(),
+                                       roomy_fallback_yaml(),
+                                       "  drain-timeout: 2s\n  idle-timeout: 60s\n",
+                                       "  level: info\n  access-log: true\n"));
+    ws_client client(sluice.port());
+    client.send_raw(upgrade_request("/drained"));
+    ASSERT_EQ(client.read_response_header().status, 101u);
+    EXPECT_EQ(client.read_message().payload, greeting);
+
+    const auto stopping = clock_type::now();
+    sluice.send_signal(SIGTERM);
+    ASSERT_TRUE(sluice.wait_for_log("stopping: no new connections", 5s)) << sluice.log_text();
+    client.send(1, "during the drain");
+    EXPECT_EQ(client.read_message().payload, "during the drain");
+    ASSERT_TRUE(client.wait_closed(5s));
+    EXPECT_GE(clock_type::now() - stopping, 1750ms);
+    const auto ended = upstream.wait_ended(1, 5s);
+    EXPECT_TRUE(ended) << "the upstream's side was not closed";
+    const auto status = sluice.wait_exit(5s);
+    ASSERT_TRUE(status.has_value()) << sluice.log_text();
+    EXPECT_EQ(*status, 0);
+    const auto text = sluice.log_text();
+    EXPECT_NE(text.find("status=101"), std::string::npos) << text;
+    EXPECT_NE(text.find("end=drained"), std::string::npos) << text;
+    EXPECT_EQ(text.find("drain timeout"), std::string::npos) << "the deadline stopped it\n" << text;
 }
 
 // A client that stops reading while the upstream sends without pause: sluice reads no more than

@@ -54,7 +54,8 @@ struct session_entry
     /// the epoch. A drain wakes the waits that would outlast it (`worker_context::begin_drain`).
     std::chrono::steady_clock::time_point waits_until{};
     /// The timer of such a wait, when it waits on one (not on the socket alone): a drain cancels
-    /// it with the socket. Null otherwise.
+    /// it with the socket. With `waits_until` at the epoch, a WebSocket tunnel's idle watch,
+    /// which a drain wakes to end the tunnel before the deadline. Null otherwise.
     steady_timer* wait_timer = nullptr;
 };
 
