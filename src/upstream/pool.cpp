@@ -166,6 +166,7 @@ pool::connect(const config::upstream_settings& settings) {
         steady_timer timer(ex_, settings.timeout);
         detail::connection_slots::waiter w;
         w.timer = &timer;
+        w.settings = &settings;
         queued in_line(slots, w);
         auto [ec] = co_await timer.async_wait(); // cancelled when a place or a connection came
         (void)ec;
@@ -259,11 +260,15 @@ void pool::release(connection_ptr conn, const config::upstream_settings& setting
         // at as try_take looks at one (a waiter may not repeat its request): bytes the upstream
         // sent after the response would be taken for the waiter's, another client's. One that
         // fails closes, and its place goes to the same waiter, for a new connection.
-        if (!still_open(*conn)) {
+        auto* w = slots.waiters.front();
+        // One that waits to reach another upstream (the old configuration's requests, or the
+        // new's, during a reload) gets the place instead, for a connection of its own.
+        const bool same_upstream = w->settings == nullptr || (w->settings->host == settings.host &&
+                                                              w->settings->port == settings.port);
+        if (!same_upstream || !still_open(*conn)) {
             close_quietly(*conn);
             return;
         }
-        auto* w = slots.waiters.front();
         slots.waiters.pop_front();
         w->queued = false;
         conn->reused = true;

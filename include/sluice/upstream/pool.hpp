@@ -35,6 +35,9 @@ struct connection_slots {
     /// Someone waiting in `pool::connect` for a place. Lives in the waiting coroutine's frame.
     struct waiter {
         steady_timer* timer = nullptr;
+        /// The upstream it waits to reach (its caller's settings, which outlive the wait): a
+        /// connection to another (a reload changed it) is never handed to it.
+        const config::upstream_settings* settings = nullptr;
         /// Still in `waiters`; whoever takes it out clears this.
         bool queued = true;
         /// A place was handed over (counted in `open` already): connect a new connection.

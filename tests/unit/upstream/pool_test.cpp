@@ -331,6 +331,36 @@ TEST_F(PoolTest, HandsAWaiterANewConnectionWhenTheReleasedOneHasStrayBytes) {
     EXPECT_TRUE(wait_accepted(2));
 }
 
+// During a reload that moved the upstream, a connection released to the old one is not handed to
+// a request waiting to reach the new one: it closes, and its place goes to that waiter, which
+// connects to its own upstream.
+TEST_F(PoolTest, AWaiterForAnotherUpstreamGetsThePlaceNotTheConnection) {
+    settings_.max_connections = 1;
+    auto first = acquire();
+    fake_upstream moved(ioc_);
+    auto moved_settings = settings_;
+    moved_settings.port = moved.port();
+
+    connect_result second;
+    net::co_spawn(
+        ioc_,
+        [this, &second, &moved_settings]() -> awaitable<void> {
+            second = co_await pool_.connect(moved_settings);
+        },
+        net::detached);
+    EXPECT_FALSE(test::run_until(
+        ioc_, [&] { return second.has_value(); }, milliseconds(100)));
+
+    pool_.release(std::move(first), settings_);
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return second.has_value(); }));
+    const auto& [ec, conn] = *second;
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_TRUE(conn);
+    EXPECT_FALSE(conn->reused);
+    EXPECT_EQ(conn->stream.socket().remote_endpoint().port(), moved.port());
+    EXPECT_TRUE(test::run_until(ioc_, [&] { return moved.accepted() == 1; }));
+}
+
 // A reload that lowers max-idle-connections brings the idle connections down to it at the next
 // release, not one per release.
 TEST_F(PoolTest, ALoweredMaxIdleClosesEveryIdleConnectionOverIt) {
