@@ -2,6 +2,8 @@
 #include "sluice/config/loader.hpp"
 
 #include "loader_detail.hpp"
+#include "scalars_detail.hpp"
+#include "sluice/key/cidr.hpp"
 
 #include <algorithm>
 #include <array>
@@ -195,6 +197,34 @@ void read_password_file(mapping& m, std::string& password, std::string& path) {
     password = std::move(secret);
 }
 
+// rate-limit.redis.host: a unix socket's path (from '/', at most sun_path's 107 bytes), a DNS
+// name, or an IPv4 or IPv6 address (without brackets). Anything else would fail every connect
+// at run time, where the failure mode applies: with `open`, a typo would lift every limit.
+void check_redis_host(mapping& m, const std::string& host) {
+    if (host.front() == '/') {
+        if (host.size() > 107) {
+            m.error("host",
+                    "a unix socket's path is at most 107 bytes (" + std::to_string(host.size()) +
+                        " given)");
+        }
+        return;
+    }
+    if (key::ip_address::parse(host) || detail::is_host_name(host)) {
+        return;
+    }
+    const auto colon = host.rfind(':');
+    if (colon != std::string::npos && host.find(':') == colon &&
+        host.find('/') == std::string::npos) {
+        m.error("host",
+                detail::quoted(host) + " names a port: give the host alone, and the port in "
+                                       "rate-limit.redis.port");
+        return;
+    }
+    m.error("host",
+            detail::quoted(host) + " is not a host name, an IP address or a unix socket's path "
+                                   "(no scheme: redis://... is not read)");
+}
+
 /**
  * A list of Redis nodes at `name`, each `host[:port]` (`default_port` when left out), none
  * twice. Each problem is reported at its element's line, keyed `name[i]`.
@@ -287,7 +317,9 @@ void read_redis_topology(mapping& m, redis_settings& out) {
     }
     switch (out.topology) {
     case redis_topology::single:
-        m.read("host", out.host, false);
+        if (m.read("host", out.host, false)) {
+            check_redis_host(m, out.host);
+        }
         m.read_int("port", out.port, 1, 65535);
         break;
     case redis_topology::cluster:

@@ -51,35 +51,6 @@ bool is_plain_decimal(std::string_view text) {
     return digits > 0 && dots <= 1 && static_cast<std::size_t>(digits + dots) == text.size();
 }
 
-/// A DNS name or an IPv4 literal (no brackets, no IPv6).
-bool is_host_name(std::string_view host) {
-    if (host.empty() || host.size() > 253) {
-        return false;
-    }
-    const bool numeric =
-        std::all_of(host.begin(), host.end(), [](char c) { return is_digit(c) || c == '.'; });
-    if (numeric) {
-        return key::ip_address::parse(host).has_value();
-    }
-    // RFC 1123 labels: letters, digits and '-', neither first nor last ("-1" is no host).
-    std::size_t label = 0;
-    char previous = '.';
-    for (const char c : host) {
-        if (c == '.') {
-            if (label == 0 || previous == '-') {
-                return false;
-            }
-            label = 0;
-        } else if (is_alpha(c) || is_digit(c) || (c == '-' && label > 0)) {
-            ++label;
-        } else {
-            return false;
-        }
-        previous = c;
-    }
-    return label > 0 && previous != '-';
-}
-
 /**
  * Parses "host", "host:port", "[v6]" or "[v6]:port" (the port is required unless `default_port`
  * is given). IPv6 hosts are returned without brackets.
@@ -186,6 +157,34 @@ bool starts_with_nocase(std::string_view text, std::string_view prefix) {
 }
 
 } // namespace
+
+bool is_host_name(std::string_view host) {
+    if (host.empty() || host.size() > 253) {
+        return false;
+    }
+    const bool numeric =
+        std::all_of(host.begin(), host.end(), [](char c) { return is_digit(c) || c == '.'; });
+    if (numeric) {
+        return key::ip_address::parse(host).has_value();
+    }
+    // RFC 1123 labels: letters, digits and '-', neither first nor last ("-1" is no host).
+    std::size_t label = 0;
+    char previous = '.';
+    for (const char c : host) {
+        if (c == '.') {
+            if (label == 0 || previous == '-') {
+                return false;
+            }
+            label = 0;
+        } else if (is_alpha(c) || is_digit(c) || (c == '-' && label > 0)) {
+            ++label;
+        } else {
+            return false;
+        }
+        previous = c;
+    }
+    return label > 0 && previous != '-';
+}
 
 std::optional<std::int64_t> parse_int(std::string_view text) noexcept {
     std::int64_t value = 0;

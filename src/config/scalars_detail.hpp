@@ -63,6 +63,9 @@ std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
 /// "'text'".
 std::string quoted(std::string_view text);
 
+/// A DNS name (RFC 1123 labels, at most 253 bytes) or an IPv4 literal (no brackets, no IPv6).
+bool is_host_name(std::string_view host);
+
 /// "host:port", "[v6]:port" or ":port" (0.0.0.0) for a listening socket; port 0 means "any free
 /// port".
 parsed<endpoint_address> parse_listen(std::string_view text);

@@ -109,10 +109,10 @@ TEST(ConfigEnvironment, DollarDollarIsALiteralDollar) {
 }
 
 TEST(ConfigEnvironment, AnAliasedValueIsSubstitutedOnce) {
-    const auto cfg = load(base + "rate-limit:\n  redis:\n    host: &h \"$${X}\"\n"
+    const auto cfg = load(base + "rate-limit:\n  redis:\n    password: &h \"$${X}\"\n"
                                  "    username: *h\n",
                           fake({{"X", "wrong"}}));
-    EXPECT_EQ(cfg.rate_limit.redis.host, "${X}");
+    EXPECT_EQ(cfg.rate_limit.redis.password, "${X}");
     EXPECT_EQ(cfg.rate_limit.redis.username, "${X}");
 }
 

@@ -284,6 +284,36 @@ TEST(ConfigErrors, BadTrustedProxy) {
                     "must be an address or CIDR block such as 10.0.0.0/8, got '10.0.0.0/33'"));
 }
 
+// rate-limit.redis.host is checked where it is read: a host that fails every connect would let
+// the failure mode decide every request (with `open`, every limit lifted).
+TEST(ConfigErrors, ARedisHostThatCannotBeReachedIsRefused) {
+    const auto redis = [](const std::string& host) {
+        return problems_of(base + "rate-limit:\n  store: redis\n  redis:\n    host: \"" + host +
+                           "\"\n");
+    };
+    EXPECT_TRUE(has_problem(redis("10.0.0.5:6380"),
+                            6,
+                            "rate-limit.redis.host",
+                            "'10.0.0.5:6380' names a port: give the host alone, and the port in "
+                            "rate-limit.redis.port"));
+    EXPECT_TRUE(has_problem(redis("redis://cache"),
+                            6,
+                            "rate-limit.redis.host",
+                            "'redis://cache' is not a host name, an IP address or a unix "
+                            "socket's path"));
+    EXPECT_TRUE(has_problem(redis("cache_1"), 6, "rate-limit.redis.host", "is not a host name"));
+    EXPECT_TRUE(has_problem(redis("/" + std::string(107, 's')),
+                            6,
+                            "rate-limit.redis.host",
+                            "a unix socket's path is at most 107 bytes (108 given)"));
+    for (const std::string good :
+         {"cache", "redis.internal.example", "10.0.0.5", "::1", "fd00::5", "/run/redis.sock"}) {
+        EXPECT_NO_THROW(
+            load(base + "rate-limit:\n  store: redis\n  redis:\n    host: \"" + good + "\"\n"))
+            << good;
+    }
+}
+
 TEST(ConfigErrors, HttpsUpstreamIsRejected) {
     const auto p = problems_of("upstream:\n  url: https://api.example.com\n");
     EXPECT_TRUE(has_problem(p, 2, "upstream.url", "https is not supported"));
