@@ -11,9 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -120,13 +118,17 @@ void read_upstream(mapping& root, upstream_settings& out) {
 /// The longest secret file read: far above any password, far below a mistaken large file.
 constexpr std::size_t max_secret_bytes = 64 * 1024;
 
+/// The longest configuration file read: far above any configuration (a thousand rules take
+/// some 200 KB), far below a log file named by mistake.
+constexpr std::size_t max_config_bytes = 16 * 1024 * 1024;
+
 /**
  * The content of the regular file at `path`, read with POSIX calls for the true errno, and no
- * more of it than `max_secret_bytes` and one read beyond (the caller reports a larger file).
- * Fails with a message naming the file and the OS error. O_NONBLOCK: opening a FIFO must not
- * wait for a writer (a reload would hang); only a regular file is read.
+ * more of it than `max_bytes` and one read beyond (the caller reports a larger file). Fails
+ * with a message naming the file and the OS error. O_NONBLOCK: opening a FIFO must not wait for
+ * a writer (a reload would hang); only a regular file is read (not /dev/zero, not a pipe).
  */
-detail::parsed<std::string> read_secret_file(const std::string& path) {
+detail::parsed<std::string> read_regular_file(const std::string& path, std::size_t max_bytes) {
     using result = detail::parsed<std::string>;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
@@ -142,7 +144,7 @@ detail::parsed<std::string> read_secret_file(const std::string& path) {
     std::string content;
     std::array<char, 4096> buffer{};
     int error = 0;
-    while (content.size() <= max_secret_bytes) {
+    while (content.size() <= max_bytes) {
         const auto n = ::read(fd, buffer.data(), buffer.size());
         if (n < 0 && errno == EINTR) {
             continue;
@@ -173,7 +175,7 @@ void read_password_file(mapping& m, std::string& password, std::string& path) {
         m.error("password-file", "and 'password' are both set: keep one");
         return;
     }
-    auto content = read_secret_file(path);
+    auto content = read_regular_file(path, max_secret_bytes);
     if (!content.value) {
         m.error("password-file", content.error);
         return;
@@ -539,8 +541,7 @@ config load_string(std::string_view yaml, const std::string& source, const envir
     config cfg;
     cfg.source = source;
     const auto document = parse_yaml(yaml, report);
-    if (document) {
-        detail::check_text(report, yaml, *document, env);
+    if (document && detail::check_text(report, yaml, *document, env)) {
         mapping root(report, *document, YAML::Mark(), "");
         read_server(root, cfg.server);
         read_upstream(root, cfg.upstream);
@@ -566,16 +567,14 @@ config load_file(const std::string& path, const environment& env) {
     if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
         throw config_error(path + ": is a directory: name the configuration file in it");
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw config_error(path + ": cannot open: " + std::strerror(errno));
+    auto text = read_regular_file(path, max_config_bytes);
+    if (!text.value) {
+        throw config_error(path + ": " + text.error);
     }
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) {
-        throw config_error(path + ": cannot read: " + std::strerror(errno));
+    if (text.value->size() > max_config_bytes) {
+        throw config_error(path + ": larger than 16 MiB: is it the configuration file?");
     }
-    return load_string(text.str(), path, env);
+    return load_string(*text.value, path, env);
 }
 
 } // namespace sluice::config

@@ -54,9 +54,11 @@ public:
     void check(const YAML::Node& node, const std::string& path, int depth) {
         if (depth > max_depth) {
             report_.add(node.Mark(), path, "nested deeper than " + std::to_string(max_depth));
+            readable_ = false;
             return;
         }
         if (++visited_ > max_values) {
+            readable_ = false;
             if (visited_ == max_values + 1) {
                 report_.add(node.Mark(),
                             path,
@@ -92,7 +94,12 @@ private:
     bool check_scalar(const YAML::Node& node, const std::string& path) {
         const auto& text = node.Scalar();
         const auto pos = node.Mark().pos;
-        if (node.Tag() == "!" && pos >= 0 && !quote_closed(yaml_, static_cast<std::size_t>(pos))) {
+        if (node.Tag() != "?" && node.Tag() != "!") {
+            // An explicit tag (!!str, !!binary, !custom): yaml-cpp keeps it but reads the text
+            // as it stands, so `!!binary` base64 would be taken as the value itself.
+            report_.add(node.Mark(), path, "a YAML tag is not read: write the value plainly");
+        } else if (node.Tag() == "!" && pos >= 0 &&
+                   !quote_closed(yaml_, static_cast<std::size_t>(pos))) {
             report_.add(node.Mark(), path, "the quoted value has no closing quote");
         } else if (text.find('\0') != std::string::npos) {
             report_.add(node.Mark(), path, "must not contain NUL");
@@ -134,20 +141,29 @@ private:
         target.SetTag("?");
     }
 
+public:
+    /// Neither too deep nor too many values: the readers may go through it (each alias they
+    /// follow again).
+    bool readable() const noexcept { return readable_; }
+
+private:
     problems& report_;
     std::string_view yaml_;
     const environment& env_;
     std::size_t visited_ = 0;
+    bool readable_ = true;
     std::unordered_set<std::size_t> substituted_;
 };
 
 } // namespace
 
-void check_text(problems& report,
+bool check_text(problems& report,
                 std::string_view yaml,
                 const YAML::Node& document,
                 const environment& env) {
-    text_checker(report, yaml, env).check(document, "", 0);
+    text_checker checker(report, yaml, env);
+    checker.check(document, "", 0);
+    return checker.readable();
 }
 
 } // namespace sluice::config::detail

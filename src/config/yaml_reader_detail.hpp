@@ -57,12 +57,15 @@ private:
 };
 
 /**
- * Reports, at its key, every scalar of `document` (keys included) that is a quoted value with no
- * closing quote in `yaml` (yaml-cpp lets one run to the end of the file), that holds a NUL, or
- * that is not valid UTF-8. Then replaces, in place, the environment references in every value
- * (not in keys) from `env`, reporting unset variables and malformed references.
+ * Reports, at its key, every scalar of `document` (keys included) that carries an explicit YAML
+ * tag, that is a quoted value with no closing quote in `yaml` (yaml-cpp lets one run to the end
+ * of the file), that holds a NUL, or that is not valid UTF-8. Then replaces, in place, the
+ * environment references in every value (not in keys) from `env`, reporting unset variables and
+ * malformed references. False when the document is nested too deep or holds too many values
+ * (aliases expanding): then it must not be read further, since every alias the readers follow
+ * would be expanded again (a few hundred KB of aliases, 10^9 limits built on the control thread).
  */
-void check_text(problems& report,
+bool check_text(problems& report,
                 std::string_view yaml,
                 const YAML::Node& document,
                 const std::function<std::optional<std::string>(const std::string&)>& env);

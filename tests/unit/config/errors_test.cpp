@@ -314,6 +314,36 @@ TEST(ConfigErrors, ARedisHostThatCannotBeReachedIsRefused) {
     }
 }
 
+// An explicit YAML tag is refused where it stands: yaml-cpp keeps the text as written, so
+// `!!binary` base64 would be the value itself, and `!!str 5` a number.
+TEST(ConfigErrors, AYamlTagIsRefused) {
+    const auto p =
+        problems_of(base + "rate-limit:\n  fallback:\n    capacity: !!str 5\n"
+                           "    flowRate: 1\n  redis:\n    password: !!binary c2VjcmV0\n");
+    EXPECT_TRUE(has_problem(
+        p, 5, "rate-limit.fallback.capacity", "a YAML tag is not read: write the value plainly"));
+    EXPECT_TRUE(has_problem(
+        p, 8, "rate-limit.redis.password", "a YAML tag is not read: write the value plainly"));
+}
+
+// A document whose aliases expand past the values a configuration can hold is refused before
+// it is read: each alias the readers followed would be expanded again (here 1,000 rules of 100
+// limits each, from 5 KB of text: one problem each, and a limit built for each, on the control
+// thread during a reload). One problem, the expansion's.
+TEST(ConfigErrors, AliasesExpandingPastTheValueCapStopTheLoadBeforeItIsRead) {
+    std::string limits = "&M {algorithm: FIXED_WINDOW}";
+    for (int i = 1; i < 100; ++i) {
+        limits += ", *M";
+    }
+    std::string rules = "&R {name: a, match: {path: /}, limits: [" + limits + "]}";
+    for (int i = 1; i < 1000; ++i) {
+        rules += ", *R";
+    }
+    const auto p = problems_of(base + "rate-limit:\n  rules: [" + rules + "]\n");
+    ASSERT_EQ(p.size(), 1u) << p.front() << "\n... and " << p.size() - 1 << " more";
+    EXPECT_NE(p.front().find("values (aliases expanding?)"), std::string::npos) << p.front();
+}
+
 TEST(ConfigErrors, HttpsUpstreamIsRejected) {
     const auto p = problems_of("upstream:\n  url: https://api.example.com\n");
     EXPECT_TRUE(has_problem(p, 2, "upstream.url", "https is not supported"));

@@ -5,8 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace sluice::config::test {
 namespace {
@@ -144,6 +149,26 @@ TEST(ConfigLoader, MissingFileNamesThePath) {
                   std::string::npos)
             << e.what();
     }
+}
+
+// Only a regular file is read: a FIFO named by mistake neither blocks the start (or a reload, on
+// the control thread) waiting for a writer, nor is /dev/zero read without end.
+TEST(ConfigLoader, OnlyARegularFileIsRead) {
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("sluice-fifo-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto fifo = (dir / "sluice.yaml").string();
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+        try {
+            load_file(path);
+            ADD_FAILURE() << "loaded " << path;
+        } catch (const config_error& e) {
+            EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos)
+                << e.what();
+        }
+    }
+    std::filesystem::remove_all(dir);
 }
 
 // A directory (a ConfigMap's mount, say) is named as one, not read as an empty file missing
