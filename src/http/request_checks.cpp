@@ -79,15 +79,37 @@ bool has_obs_fold(std::string_view header) {
     return false;
 }
 
+// A method's bytes, as nginx takes them: capital letters, '_' and '-'. RFC 9110 allows any
+// token, but a rule's `methods` and an upstream read one spelling each: `post` matched no rule
+// listing POST (its limit escaped) while a framework that upper-cases methods (Werkzeug, say)
+// served it as POST. nginx refuses such a request line with 400 too.
+constexpr bool is_method_char(char c) noexcept {
+    return (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
+}
+
+// Whether the request line at the start of `data` (whole up to its first space) starts with a
+// method of `is_method_char`s.
+bool method_in_capitals(std::string_view data) noexcept {
+    std::size_t i = 0;
+    while (i < data.size() && data[i] != ' ') {
+        if (!is_method_char(data[i])) {
+            return false;
+        }
+        ++i;
+    }
+    return i > 0;
+}
+
 // What the start of a header in `data` already tells, before its blank line: bytes that cannot
-// begin a request line (a TLS ClientHello starts with 0x16) are bad_method, and a complete first
+// begin a request line (a TLS ClientHello starts with 0x16; a method not all capitals) are
+// bad_method, and a complete first
 // line without an HTTP version (HTTP/0.9's "GET /") is bad_version. Either waits for no blank
 // line, which such a peer never sends: without this it would hold the connection until the
 // header timeout.
 std::optional<error_code> check_request_line(std::string_view data) {
     std::size_t method_end = 0;
     while (method_end < data.size() && data[method_end] != ' ') {
-        if (!is_tchar(data[method_end])) {
+        if (!is_method_char(data[method_end])) {
             return bhttp::error::bad_method;
         }
         ++method_end;
@@ -173,6 +195,9 @@ check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::s
             return bhttp::error::header_limit;
         }
         scanned = end;
+        if (!method_in_capitals(data)) {
+            return bhttp::error::bad_method; // Beast takes any token
+        }
         return has_obs_fold(data.substr(0, end - 2)) ? error_code(bhttp::error::bad_value)
                                                      : error_code{};
     }

@@ -84,6 +84,14 @@ TEST(HostileInput, TlsClientHelloGets400AtOnce) {
     expect_immediate_400(hello);
 }
 
+// A method not in capitals is refused, as nginx refuses it: a rule's `methods` list `POST`, and
+// `post` matched none of them (its limit escaped) while an upstream that upper-cases methods
+// served it as POST. Whole in one read (Beast's parser takes any token), and in pieces.
+TEST(HostileInput, AMethodNotInCapitalsGets400) {
+    expect_immediate_400("post /x HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n");
+    expect_immediate_400("Get /x HTTP/1.1\r\nHost: te");
+}
+
 // --- 8: credentials for a proxy ------------------------------------------------------------
 
 TEST(HostileInput, ProxyAuthorizationNeverReachesUpstream) {
