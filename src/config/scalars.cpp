@@ -382,10 +382,22 @@ parsed<endpoint_address> parse_upstream_url(std::string_view text) {
 
 std::string quoted(std::string_view text) {
     // Appended piece by piece: GCC 12 misjudges `"'" + std::string(...)` (a false -Wrestrict).
+    // A control byte is written as \xNN: a newline in a value (a block scalar, an environment
+    // variable's) would break the one problem per line the messages promise.
     std::string out;
     out.reserve(text.size() + 2);
     out += '\'';
-    out.append(text);
+    for (const char c : text) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            constexpr std::string_view hex = "0123456789abcdef";
+            out += "\\x";
+            out += hex[u >> 4];
+            out += hex[u & 0xf];
+        } else {
+            out += c;
+        }
+    }
     out += '\'';
     return out;
 }

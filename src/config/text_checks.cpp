@@ -94,7 +94,7 @@ private:
     bool check_scalar(const YAML::Node& node, const std::string& path) {
         const auto& text = node.Scalar();
         const auto pos = node.Mark().pos;
-        if (node.Tag() != "?" && node.Tag() != "!") {
+        if (node.Tag() != "?" && node.Tag() != "!" && node.Tag() != substituted_tag) {
             // An explicit tag (!!str, !!binary, !custom): yaml-cpp keeps it but reads the text
             // as it stands, so `!!binary` base64 would be taken as the value itself.
             report_.add(node.Mark(), path, "a YAML tag is not read: write the value plainly");
@@ -116,7 +116,9 @@ private:
      * (same node, same position) is done once: its `$$` already became `$`. A value whose
      * reference fails is reported here, and later problems with its key are not (they would
      * only quote the raw reference). The result counts as unquoted: quotes are often needed
-     * around a reference (inside `{ }`), and a number read from one is still a number.
+     * around a reference (inside `{ }`), and a number read from one is still a number. Its tag
+     * (`substituted_tag`) keeps later messages from quoting it: a secret put in the wrong key
+     * (`port: ${REDIS_PASSWORD}`) would be logged.
      */
     void substitute(const YAML::Node& node, const std::string& path) {
         if (!has_environment_syntax(node.Scalar())) {
@@ -138,7 +140,7 @@ private:
         }
         YAML::Node target = node; // a handle on the same value
         target = *result.value;
-        target.SetTag("?");
+        target.SetTag(std::string(substituted_tag));
     }
 
 public:

@@ -87,6 +87,9 @@ std::string describe(const YAML::Node& node) {
     if (node.IsMap()) {
         return "a mapping";
     }
+    if (node.Tag() == substituted_tag) {
+        return "the value of an environment variable (not shown)";
+    }
     return quoted(node.Scalar());
 }
 

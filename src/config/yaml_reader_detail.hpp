@@ -84,6 +84,10 @@ int line_of(const YAML::Mark& at) noexcept;
 /// What the operator wrote, for "got ..." messages: "'abc'", "a list", "a mapping" or "nothing".
 std::string describe(const YAML::Node& node);
 
+/// The tag `check_text` gives a value it substituted environment variables into: it counts as
+/// unquoted, and `describe` never quotes it (a secret in the wrong key would be logged).
+inline constexpr std::string_view substituted_tag = "?sluice-environment";
+
 /// "must be EXPECTED, got WHAT", the one shape of every type and range message.
 std::string must_be(std::string_view expected, const YAML::Node& got);
 

@@ -116,6 +116,17 @@ TEST(ConfigEnvironment, AnAliasedValueIsSubstitutedOnce) {
     EXPECT_EQ(cfg.rate_limit.redis.username, "${X}");
 }
 
+// A substituted value that does not fit its key is not quoted back: a secret put in the wrong
+// key (a password where the port belongs) would be logged with the refusal.
+TEST(ConfigEnvironment, AValueFromTheEnvironmentIsNeverQuotedInAMessage) {
+    const auto p = problems_of(base + "rate-limit:\n  redis:\n    port: ${REDIS_PASSWORD}\n",
+                               fake({{"REDIS_PASSWORD", "hunter2"}}));
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_TRUE(has_problem(
+        p, 5, "rate-limit.redis.port", "got the value of an environment variable (not shown)"));
+    EXPECT_EQ(p.front().find("hunter2"), std::string::npos) << p.front();
+}
+
 TEST(ConfigEnvironment, KeysAreNotSubstituted) {
     const auto p = problems_of(base + "server:\n  ${K}: 1\n", fake({{"K", "workers"}}));
     EXPECT_TRUE(has_problem(p, 4, "server.${K}", "unknown key"));

@@ -344,6 +344,13 @@ TEST(ConfigErrors, AliasesExpandingPastTheValueCapStopTheLoadBeforeItIsRead) {
     EXPECT_NE(p.front().find("values (aliases expanding?)"), std::string::npos) << p.front();
 }
 
+// A value quoted in a message has its control bytes written as \xNN: one problem stays one line.
+TEST(ConfigErrors, AQuotedValueKeepsItsMessageOnOneLine) {
+    const auto p = problems_of(base + "rate-limit:\n  store: \"me\\nmory\"\n");
+    ASSERT_EQ(p.size(), 1u) << p.front();
+    EXPECT_TRUE(has_problem(p, 4, "rate-limit.store", "'me\\x0amory'")) << p.front();
+}
+
 TEST(ConfigErrors, HttpsUpstreamIsRejected) {
     const auto p = problems_of("upstream:\n  url: https://api.example.com\n");
     EXPECT_TRUE(has_problem(p, 2, "upstream.url", "https is not supported"));
