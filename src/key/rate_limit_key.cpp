@@ -136,6 +136,49 @@ void append_part(std::string& out, std::string_view part) {
     fmt::format_to(std::back_inserter(out), "~{:016x}", digest(part));
 }
 
+// A header's or a JSON field's text as a key part: '%', ':', '{' and '}' percent-encoded. ':'
+// separates the key's parts, and a "{...}" is a Redis Cluster hash tag: a client's "{x}" ahead
+// of the key's own tag (`hash-tag: ip`) would choose the slot of its keys. '%' too, so that the
+// encoding is one to one. Empty when the text needs none, as almost every text: it then goes
+// as it is, with no copy.
+std::string escaped_part(std::string_view text) {
+    if (text.find_first_of("%:{}") == std::string_view::npos) {
+        return {};
+    }
+    std::string out;
+    out.reserve(text.size() + 8);
+    for (const char c : text) {
+        switch (c) {
+        case '%':
+            out += "%25";
+            break;
+        case ':':
+            out += "%3A";
+            break;
+        case '{':
+            out += "%7B";
+            break;
+        case '}':
+            out += "%7D";
+            break;
+        default:
+            out += c;
+        }
+    }
+    return out;
+}
+
+// A tagged piece's text escaped into `storage` when it needs it (`escaped_part`).
+piece escape(piece p, std::string& storage) {
+    if (!p.tag.empty()) {
+        storage = escaped_part(p.text);
+        if (!storage.empty()) {
+            p.text = storage;
+        }
+    }
+    return p;
+}
+
 piece resolve(const config::key_part& part,
               std::string_view client_part,
               std::string_view endpoint,
@@ -241,10 +284,13 @@ std::string limit_key(const config::limit& limit,
     }
     // Resolve every part first (each header looked up once) to size the string exactly.
     std::array<piece, 8> cache;
+    std::array<std::string, 8> escaped; // no allocation unless a part needs escaping
     const bool cached = n <= cache.size();
     std::size_t size = key_prefix.size() + n - 1;
+    std::string scratch;
     for (std::size_t i = 0; i < n; ++i) {
-        const piece p = resolve(limit.key[i], client_part, endpoint, headers, json_fields);
+        const piece p = escape(resolve(limit.key[i], client_part, endpoint, headers, json_fields),
+                               cached ? escaped[i] : scratch);
         if (cached) {
             cache[i] = p;
         }
@@ -255,7 +301,9 @@ std::string limit_key(const config::limit& limit,
     out.append(key_prefix);
     for (std::size_t i = 0; i < n; ++i) {
         const piece p =
-            cached ? cache[i] : resolve(limit.key[i], client_part, endpoint, headers, json_fields);
+            cached ? cache[i]
+                   : escape(resolve(limit.key[i], client_part, endpoint, headers, json_fields),
+                            scratch);
         if (i > 0) {
             out.push_back(':');
         }

@@ -188,6 +188,34 @@ TEST(LimitKey, EachDimension) {
     }
 }
 
+// A header's or JSON field's value has '%', ':', '{' and '}' percent-encoded: a ':' could make
+// one client's parts read as another's, and a "{...}" ahead of the key's own hash tag would
+// choose its Redis Cluster slot. One to one: a value that holds "%3A" stays apart from ":".
+TEST(LimitKey, HeaderAndJsonValuesEscapeSeparatorsAndHashTags) {
+    const fake_headers headers{
+        {{"X-Tenant", "{z}:h=y%"}, {"X-Colon", "a:b"}, {"X-Encoded", "a%3Ab"}}};
+    const std::string_view ip = "{203.0.113.7}";
+    const auto key = [&](std::string_view header) {
+        return limit_key(
+            limit_with({{part::kind::header, std::string(header), {}}, {part::kind::ip, {}, {}}}),
+            ip,
+            "/",
+            headers);
+    };
+    EXPECT_EQ(key("X-Tenant"), "rate-limit:h=%7Bz%7D%3Ah=y%25:{203.0.113.7}");
+    EXPECT_EQ(key("X-Colon"), "rate-limit:h=a%3Ab:{203.0.113.7}");
+    EXPECT_EQ(key("X-Encoded"), "rate-limit:h=a%253Ab:{203.0.113.7}");
+    auto fields = [](std::string_view) -> std::optional<std::string_view> {
+        return "t{1}";
+    };
+    EXPECT_EQ(limit_key(limit_with({{part::kind::json, {}, *parse_json_path("tenant")}}),
+                        ip,
+                        "/",
+                        headers,
+                        fields),
+              "rate-limit:j=t%7B1%7D");
+}
+
 // A `json:` part takes the body field's text as the JSON finder gave it (shortened when long),
 // unless it is missing, empty or holds a control character: then the client's part.
 TEST(LimitKey, JsonPartsTakePrintableValuesOnly) {
