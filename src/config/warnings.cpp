@@ -114,6 +114,53 @@ void shadow_warnings(config& cfg) {
     }
 }
 
+/// What a limit holds at most (a bucket's capacity, a window's limit); 0 for CONCURRENCY, which
+/// takes no cost.
+std::int64_t most_held(const limit& l) {
+    switch (l.algo) {
+    case algorithm::leaky_bucket:
+    case algorithm::token_bucket:
+        return l.capacity;
+    case algorithm::fixed_window:
+    case algorithm::sliding_window:
+        return l.limit_count;
+    case algorithm::concurrency:
+        break;
+    }
+    return 0;
+}
+
+void check_cost(config& cfg, const limit& l, const std::string& owner) {
+    const auto most = most_held(l);
+    if (!l.cost || most <= 0) {
+        return;
+    }
+    const auto& c = *l.cost;
+    // A fixed reservation, or the default one a request without its figure reserves.
+    const bool fixed = c.request.what == cost_source::kind::number;
+    const auto reserved = fixed ? c.request.number : c.fallback;
+    if (reserved <= most) {
+        return;
+    }
+    cfg.warnings.push_back(where(cfg, l.line) + ": " + owner + " reserves " +
+                           std::to_string(reserved) +
+                           (fixed ? " (cost.request)"
+                                  : " (cost.default) for a request without its "
+                                    "figure") +
+                           ", more than the " + std::to_string(most) +
+                           " it holds: every such request is refused (429), whatever the traffic");
+}
+
+/// A cost that never fits: knowable from the file alone, and a limit that refuses everything.
+void cost_warnings(config& cfg) {
+    check_cost(cfg, cfg.rate_limit.fallback, "the fallback limit");
+    for (const auto& r : cfg.rate_limit.rules) {
+        for (std::size_t i = 0; i < r.limits.size(); ++i) {
+            check_cost(cfg, r.limits[i], "rule '" + r.name + "' limit " + std::to_string(i + 1));
+        }
+    }
+}
+
 } // namespace
 
 void add_warnings(config& cfg) {
@@ -121,6 +168,7 @@ void add_warnings(config& cfg) {
         ttl_warnings(cfg);
     }
     shadow_warnings(cfg);
+    cost_warnings(cfg);
 }
 
 } // namespace sluice::config::detail

@@ -59,6 +59,33 @@ TEST(ConfigWarnings, MemoryStoreHasNoTtl) {
     EXPECT_THAT(cfg.warnings, IsEmpty());
 }
 
+// A cost that never fits its limit refuses every such request: knowable from the file, warned.
+TEST(ConfigWarnings, ACostLargerThanItsLimitHoldsIsWarned) {
+    const auto cfg = load(base + R"(rate-limit:
+  rules:
+    - name: fixed
+      match: { path: /a }
+      limits:
+        - { algorithm: FIXED_WINDOW, limit: 10, window: 1m, cost: { request: 11 } }
+    - name: figure
+      match: { path: /b }
+      limits:
+        - { algorithm: TOKEN_BUCKET, capacity: 100, refillRate: 1,
+            cost: { request: "header:X-Tokens", default: 500 } }
+    - name: fits
+      match: { path: /c }
+      limits:
+        - { algorithm: TOKEN_BUCKET, capacity: 100, refillRate: 1, cost: { request: 100 } }
+)");
+    EXPECT_THAT(cfg.warnings,
+                ElementsAre(HasSubstr("t.yaml:8: rule 'fixed' limit 1 reserves 11 (cost.request), "
+                                      "more than the 10 it holds: every such request is refused "
+                                      "(429), whatever the traffic"),
+                            HasSubstr("t.yaml:12: rule 'figure' limit 1 reserves 500 "
+                                      "(cost.default) for a request without its figure, more than "
+                                      "the 100 it holds")));
+}
+
 TEST(ConfigWarnings, ShadowedRulesNameBothRulesAndLines) {
     const auto cfg = load(base + R"(rate-limit:
   rules:
