@@ -9,6 +9,7 @@
 #include "sluice/app/app.hpp"
 
 #include "app/config_report.hpp"
+#include "app/connection_cap.hpp"
 #include "sluice/app/logging.hpp"
 #include "sluice/config/loader.hpp"
 #include "sluice/core/clock.hpp"
@@ -427,6 +428,17 @@ void application::start_workers() {
         count = std::max(1u, std::thread::hardware_concurrency());
     }
     const auto endpoint = resolve_listen(cfg.server.listen);
+    std::uint64_t descriptors = 0;
+    std::uint64_t raised_from = 0;
+    const auto max_connections = connection_cap(cfg, count, descriptors, raised_from);
+    if (raised_from != 0) {
+        spdlog::info("descriptor limit raised from {} to {}", raised_from, descriptors);
+    }
+    spdlog::info("client connections: at most {} at once ({}; descriptor limit {})",
+                 max_connections,
+                 cfg.server.max_connections > 0 ? "server.max-connections"
+                                                : "what the descriptor limit leaves",
+                 descriptors);
     for (std::size_t i = 0; i < count; ++i) {
         auto w = std::make_unique<worker>(i);
         const executor ex = w->ioc.get_executor();
@@ -443,6 +455,7 @@ void application::start_workers() {
         w->context.held = &metrics_.held_now;
         w->context.metrics = &metrics_;
         w->context.access_log = access_log_;
+        w->context.max_connections = max_connections;
         workers_.push_back(std::move(w));
     }
     metrics_.count_workers(workers_.size());

@@ -144,6 +144,7 @@ std::string keep_restart_only_keys(const config::config& running, config::config
     };
     keep(next.server.listen, running.server.listen, "server.listen");
     keep(next.server.workers, running.server.workers, "server.workers");
+    keep(next.server.max_connections, running.server.max_connections, "server.max-connections");
     keep(next.rate_limit.store, running.rate_limit.store, "rate-limit.store");
     keep(next.rate_limit.memory.max_keys,
          running.rate_limit.memory.max_keys,

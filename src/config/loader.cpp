@@ -72,6 +72,7 @@ void read_server(mapping& root, server_settings& out) {
     read_listen(m, out.listen);
     read_trusted_proxies(m, out.trusted_proxies);
     m.read_int("workers", out.workers, 0, 1024);
+    m.read_int("max-connections", out.max_connections, 0, 10'000'000);
     m.read_size("max-header-size", out.max_header_bytes, 1, one_gib);
     m.read_size("max-uri-length", out.max_uri_bytes, 1, one_gib);
     m.read_enum<underscore_headers>("headers-with-underscores",

@@ -250,7 +250,10 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
     auto e = ending::keep;
     while (e == ending::keep && (!worker.draining || c.held)) {
         c.entry.idle = true;
-        const auto idle_timeout = worker.config->server.idle_timeout;
+        const auto& server = worker.config->server;
+        const auto idle_timeout = c.entry.served
+                                      ? server.idle_timeout
+                                      : std::min(server.idle_timeout, server.header_timeout);
         if (buffer.size() == 0) {
             // Wait for the first bytes of the next request, for at most server.idle_timeout:
             // for `idle_grace` with the coroutine, then parked without it (nginx frees an idle
@@ -301,6 +304,7 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
         }
         if (e != ending::held) {
             finish_request(c, *memory->state);
+            c.entry.served = true;
         }
         memory->state.reset();
         return_buffer(buffer, *memory);
@@ -320,9 +324,43 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
     close_connection(*conn);
 }
 
+// At server.max-connections: closes this worker's oldest idle connection, one that has not sent a
+// request yet first (what a flood of silent connections is made of), else any waiting for its
+// next request; false when none is idle. Its wait ends at once (cancelled) and it closes.
+bool close_an_idle_connection(worker_context& worker) noexcept {
+    for (const bool served : {false, true}) {
+        for (auto& s : worker.sessions) {
+            if (s.idle && s.served == served && s.waits_until == steady_clock::time_point{}) {
+                error_code ignored;
+                s.stream->socket().cancel(ignored);
+                s.idle = false; // not chosen again before it closes
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 } // namespace
 
 void start_session(tcp_socket socket, worker_context& worker) {
+    if (static_cast<std::uint64_t>(worker.metrics->connections_open.load(
+            std::memory_order_relaxed)) >= worker.max_connections) {
+        metrics::bump(worker.metrics->connections_over_cap_total);
+        const bool room = close_an_idle_connection(worker);
+        // A peer can make this happen at will: one line per second at most.
+        static log_throttle throttle;
+        log_throttled(throttle,
+                      spdlog::level::warn,
+                      "server.max-connections ({}) reached: {}",
+                      worker.max_connections,
+                      room ? "closing the oldest idle connection for a new one"
+                           : "no connection is idle: closing the new one");
+        if (!room) {
+            count_closed(worker);
+            return; // the socket closes with it
+        }
+    }
     error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
     enable_drained_reads(socket, ec);

@@ -185,6 +185,10 @@ constexpr scalar_metric scalar_metrics[] = {
      nullptr,
      &registry::connections_open},
     {"sluice_connections_total", "Client connections accepted.", &registry::connections_total},
+    {"sluice_connections_over_cap_total",
+     "Client connections that came at server.max-connections: each closed its worker's oldest "
+     "idle connection, or was closed itself when none was idle.",
+     &registry::connections_over_cap_total},
     {"sluice_connections_parked",
      "Idle keep-alive connections parked now: idle past one second, their buffers and request "
      "state freed until their next bytes.",

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -90,6 +91,97 @@ TEST(HostileInput, TlsClientHelloGets400AtOnce) {
 TEST(HostileInput, AMethodNotInCapitalsGets400) {
     expect_immediate_400("post /x HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n");
     expect_immediate_400("Get /x HTTP/1.1\r\nHost: te");
+}
+
+// --- connections: a cap, and a new connection's header-timeout ---------------------------------
+
+/// Scrapes until sluice reports `open` client connections; true when it did within 10 s.
+bool wait_open_connections(std::uint16_t admin, double open) {
+    bool met = false;
+    (void)wait_for_metrics(
+        admin,
+        [open](const std::string& t) {
+            return metric_or_zero(t, "sluice_connections_open") == open;
+        },
+        10s,
+        met);
+    return met;
+}
+
+// At server.max-connections a new connection closes the oldest connection that is idle without
+// having sent a request, and is served: silent connections can neither keep clients out nor take
+// the descriptors the upstream's connections, Redis and the probes need. One worker: the oldest
+// is the first opened.
+TEST(HostileInput, AtMaxConnectionsANewConnectionClosesTheOldestSilentOne) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream, "  workers: 1\n  max-connections: 3\n"));
+    const auto admin = admin_port(sluice);
+    std::vector<std::unique_ptr<http_connection>> silent;
+    for (int i = 0; i < 3; ++i) {
+        silent.push_back(std::make_unique<http_connection>(sluice.port(), 5s));
+    }
+    ASSERT_TRUE(wait_open_connections(admin, 3)) << sluice.log_text();
+
+    http_connection newcomer(sluice.port(), 5s);
+    newcomer.send("GET", "/served");
+    EXPECT_EQ(newcomer.read_response().status, 200u);
+    EXPECT_TRUE(silent[0]->wait_closed(5s)) << "the oldest silent connection was kept";
+    const auto text = scrape_metrics(admin);
+    EXPECT_EQ(metric_or_zero(text, "sluice_connections_over_cap_total"), 1.0) << text;
+    EXPECT_TRUE(sluice.wait_for_log("server.max-connections (3) reached: closing the oldest idle "
+                                    "connection for a new one",
+                                    5s))
+        << sluice.log_text();
+}
+
+// With every connection at the cap busy (each waiting for its response), a new one is closed
+// at once, unanswered: closing one with a request in flight would lose that request. The busy
+// ones are answered.
+TEST(HostileInput, AtMaxConnectionsWithNoneIdleTheNewConnectionIsClosed) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.delay = 2s;
+        return plan;
+    });
+    sluice_process sluice(yaml_for(upstream, "  workers: 1\n  max-connections: 2\n"));
+    const auto admin = admin_port(sluice);
+    std::vector<std::unique_ptr<http_connection>> busy;
+    for (int i = 0; i < 2; ++i) {
+        busy.push_back(std::make_unique<http_connection>(sluice.port(), 10s));
+        busy.back()->send("GET", "/busy" + std::to_string(i));
+    }
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 2; }, 5s));
+
+    http_connection newcomer(sluice.port(), 5s);
+    newcomer.send("GET", "/refused");
+    error_code ec;
+    EXPECT_FALSE(newcomer.try_read_response(ec).has_value()) << "the new connection was served";
+    for (auto& b : busy) {
+        EXPECT_EQ(b->read_response().status, 200u);
+    }
+    EXPECT_EQ(metric_or_zero(scrape_metrics(admin), "sluice_connections_over_cap_total"), 1.0);
+    ASSERT_TRUE(upstream.wait_quiet(3s));
+    EXPECT_EQ(upstream.requests().size(), 2u);
+}
+
+// A new connection that sends nothing is closed after server.header-timeout, not after the
+// idle-timeout of a kept-alive one: a client that connects and says nothing holds a descriptor
+// no longer than a slow header would. (Timers never fire early: not before 1 s.)
+TEST(HostileInput, ASilentNewConnectionIsClosedAfterTheHeaderTimeout) {
+    recording_upstream upstream;
+    sluice_process sluice(yaml_for(upstream, "  header-timeout: 1s\n  idle-timeout: 60s\n"));
+    const auto opened = std::chrono::steady_clock::now();
+    http_connection silent(sluice.port(), 10s);
+    ASSERT_TRUE(silent.wait_closed(10s));
+    const auto closed_after = std::chrono::steady_clock::now() - opened;
+    EXPECT_GE(closed_after, 1s);
+    EXPECT_LT(closed_after, 5s);
+    // A kept-alive connection waits its idle-timeout, as before.
+    http_connection kept(sluice.port(), 10s);
+    kept.send("GET", "/kept");
+    EXPECT_EQ(kept.read_response().status, 200u);
+    EXPECT_FALSE(kept.wait_closed(1500ms)) << "a kept-alive connection waited header-timeout";
 }
 
 // --- 8: credentials for a proxy ------------------------------------------------------------

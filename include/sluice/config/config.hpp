@@ -237,6 +237,9 @@ struct server_settings {
     std::vector<key::cidr> trusted_proxies;
     /// I/O worker threads; 0 means one per core.
     unsigned workers = 0;
+    /// Client connections open at once, process-wide; 0: derived from the descriptor limit at
+    /// start (what it leaves after the upstream's, Redis's and the admin listener's).
+    std::uint64_t max_connections = 0;
     std::uint64_t max_header_bytes = 16 * 1024;
     std::uint64_t max_uri_bytes = 8 * 1024;
     underscore_headers headers_with_underscores = underscore_headers::drop;

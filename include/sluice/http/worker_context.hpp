@@ -49,6 +49,10 @@ struct session_entry
     timed_stream* stream;
     /// Waiting for (the header of) the next request: nothing would be lost by closing it.
     bool idle = true;
+    /// A request of it has been answered: its wait for the next is `server.idle-timeout`; a new
+    /// connection's for its first, `server.header-timeout` (a client that connects and says
+    /// nothing holds a descriptor no longer than a slow header would).
+    bool served = false;
     /// While the connection's request waits in sluice: the end of its shaping hold, or
     /// `time_point::max()` while it waits for a CONCURRENCY slot (its end is unknown); otherwise
     /// the epoch. A drain wakes the waits that would outlast it (`worker_context::begin_drain`).
@@ -159,6 +163,10 @@ struct worker_context {
     connection_balancer* balancer = nullptr;
     /// Every worker by index, this one included; set with `balancer`.
     std::span<const worker_ref> workers;
+    /// Client connections open at once, process-wide (`server.max-connections`, or what the
+    /// descriptor limit leaves): a connection that comes at it closes this worker's oldest idle
+    /// one, or is closed itself when none is idle.
+    std::uint64_t max_connections = UINT64_MAX;
     /// Set by `begin_drain`: finish the request at hand, then close.
     bool draining = false;
     /// When the drain's time is up and the worker is stopped (`server.drain-timeout` after it

@@ -127,6 +127,7 @@ public:
     // Connections and requests.
     gauge connections_open{0};
     counter connections_total{0};
+    counter connections_over_cap_total{0}; // came at server.max-connections
     gauge connections_parked{0};        // idle keep-alive connections parked without their buffers
     gauge request_body_buffer_bytes{0}; // allocated by request bodies read ahead, held in memory
     counter bad_requests_total{0};    // 400/413/414/431 answered by sluice itself (header or body)

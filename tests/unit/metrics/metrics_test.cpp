@@ -115,6 +115,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
         {&r.held_overflow_total, "sluice_held_overflow_total"},
         {&r.held_abandoned_total, "sluice_held_abandoned_total"},
         {&r.held_drained_total, "sluice_held_drained_total"},
+        {&r.connections_over_cap_total, "sluice_connections_over_cap_total"},
         {&r.upstream_connect_errors_total, "sluice_upstream_connect_errors_total"},
         {&r.upstream_timeouts_total, "sluice_upstream_timeouts_total"},
         {&r.upstream_busy_total, "sluice_upstream_busy_total"},

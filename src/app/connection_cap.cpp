@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "app/connection_cap.hpp"
+
+#include <algorithm>
+#include <sys/resource.h>
+
+namespace sluice::app {
+
+std::uint64_t connection_cap(const config::config& cfg,
+                             std::size_t workers,
+                             std::uint64_t& descriptor_limit,
+                             std::uint64_t& raised_from) {
+    raised_from = 0;
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+        if (limit.rlim_cur < limit.rlim_max && limit.rlim_max != RLIM_INFINITY) {
+            const auto before = limit.rlim_cur;
+            limit.rlim_cur = limit.rlim_max;
+            if (::setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+                raised_from = before;
+            } else {
+                limit.rlim_cur = before;
+            }
+        }
+        descriptor_limit = limit.rlim_cur;
+    } else {
+        descriptor_limit = 1024;
+    }
+    if (cfg.server.max_connections > 0) {
+        return cfg.server.max_connections;
+    }
+    const auto reserve =
+        static_cast<std::uint64_t>(workers) * cfg.upstream.max_connections + reserved_descriptors;
+    return descriptor_limit > reserve + min_connection_cap ? descriptor_limit - reserve
+                                                           : min_connection_cap;
+}
+
+} // namespace sluice::app
