@@ -10,8 +10,8 @@
 // its handshake, nor show what arrived with the 101.
 
 #include "integration_util.hpp"
-#include "support/limit_probe.hpp"
 #include "sluice/io/net.hpp"
+#include "support/limit_probe.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

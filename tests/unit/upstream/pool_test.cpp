@@ -113,12 +113,14 @@ protected:
 
     using connect_result = std::optional<std::tuple<error_code, connection_ptr>>;
 
-    /// Starts `pool_.connect(settings_)` as a coroutine of its own: `out` holds its result once
-    /// it has one (a caller that waits for a place has none yet).
-    void start_connect(connect_result& out) {
+    /// Starts `pool_.connect(settings)` (`settings_` by default; it must outlive the call) as a
+    /// coroutine of its own: `out` holds its result once it has one (a caller that waits for a
+    /// place has none yet).
+    void start_connect(connect_result& out, const config::upstream_settings* settings = nullptr) {
+        const auto* chosen = settings != nullptr ? settings : &settings_;
         net::co_spawn(
             ioc_,
-            [this, &out]() -> awaitable<void> { out = co_await pool_.connect(settings_); },
+            [this, &out, chosen]() -> awaitable<void> { out = co_await pool_.connect(*chosen); },
             net::detached);
     }
 
@@ -342,12 +344,7 @@ TEST_F(PoolTest, AWaiterForAnotherUpstreamGetsThePlaceNotTheConnection) {
     moved_settings.port = moved.port();
 
     connect_result second;
-    net::co_spawn(
-        ioc_,
-        [this, &second, &moved_settings]() -> awaitable<void> {
-            second = co_await pool_.connect(moved_settings);
-        },
-        net::detached);
+    start_connect(second, &moved_settings);
     EXPECT_FALSE(test::run_until(
         ioc_, [&] { return second.has_value(); }, milliseconds(100)));
 
