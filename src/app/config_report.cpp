@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "app/config_report.hpp"
 
+#include "sluice/config/loader.hpp"
+
 #include <fmt/format.h>
 
 namespace sluice::app {
@@ -106,11 +108,10 @@ std::string redis_restart_keys(const config::config& running, const config::conf
     const auto& a = running.rate_limit.redis;
     const auto& b = next.rate_limit.redis;
     std::string keys;
-    const auto check = [&keys](bool differs, const char* key) {
+    const auto check = [&keys, &next](bool differs, const char* key) {
         if (differs) {
             keys += keys.empty() ? "" : ", ";
-            keys += "rate-limit.redis.";
-            keys += key;
+            keys += config::located_key(next, std::string("rate-limit.redis.") + key);
         }
     };
     check(a.host != b.host, "host");
@@ -127,7 +128,7 @@ std::string redis_restart_keys(const config::config& running, const config::conf
     // A file that leaves Redis (store: memory, its redis section gone or edited) changed the
     // store, not these: name what the operator changed.
     if (!keys.empty() && next.rate_limit.store != config::store_kind::redis) {
-        return "rate-limit.store";
+        return config::located_key(next, "rate-limit.store");
     }
     return keys;
 }
@@ -135,11 +136,11 @@ std::string redis_restart_keys(const config::config& running, const config::conf
 std::string keep_restart_only_keys(const config::config& running, config::config& next) {
     std::string keys;
     // Puts the running value back in `next` and names the key when the file changed it.
-    const auto keep = [&keys](auto& value, const auto& running_value, const char* key) {
+    const auto keep = [&keys, &next](auto& value, const auto& running_value, const char* key) {
         if (!(value == running_value)) {
             value = running_value;
             keys += keys.empty() ? "" : ", ";
-            keys += key;
+            keys += config::located_key(next, key);
         }
     };
     keep(next.server.listen, running.server.listen, "server.listen");

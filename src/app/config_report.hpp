@@ -33,7 +33,8 @@ summary_lines(const config::config& cfg, std::string_view bound, std::size_t wor
  * need a restart: the running store's connections were made with them. Empty when none does, or
  * when the running store is not Redis. (`ttl` and `failure-mode` apply on reload.) When `next`
  * differs in them and is not on Redis (`store: memory`, its redis section dropped), the store is
- * what the operator changed: "rate-limit.store" alone.
+ * what the operator changed: "rate-limit.store" alone. Each key is named where `next`'s file
+ * sets it (`config::located_key`: "rate-limit.redis.port (sluice.yaml:9)").
  */
 std::string redis_restart_keys(const config::config& running, const config::config& next);
 
@@ -41,7 +42,8 @@ std::string redis_restart_keys(const config::config& running, const config::conf
  * Puts back in `next` the running values of the keys a reload leaves as they run (what was
  * built with them at start-up: the listener, the workers, the store and the admin listener),
  * so that nothing reads the file's values while the running ones are in use; returns the keys
- * whose value the file changed ("server.listen, rate-limit.store"), empty when none.
+ * whose value the file changed ("server.listen (sluice.yaml:2), rate-limit.store
+ * (sluice.yaml:7)", each where `next`'s file sets it), empty when none.
  */
 std::string keep_restart_only_keys(const config::config& running, config::config& next);
 

@@ -556,8 +556,20 @@ config load_string(std::string_view yaml, const std::string& source, const envir
     if (!report.empty()) {
         throw config_error(report.joined());
     }
+    cfg.key_lines = report.take_key_lines();
     detail::add_warnings(cfg);
     return cfg;
+}
+
+std::string located_key(const config& cfg, std::string_view key) {
+    if (cfg.key_lines.empty()) {
+        return std::string(key);
+    }
+    const auto it = cfg.key_lines.find(key);
+    if (it == cfg.key_lines.end()) {
+        return std::string(key) + " (not in " + cfg.source + ")";
+    }
+    return std::string(key) + " (" + cfg.source + ":" + std::to_string(it->second) + ")";
 }
 
 config load_file(const std::string& path, const environment& env) {

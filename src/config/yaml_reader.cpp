@@ -125,6 +125,11 @@ mapping::mapping(problems& report, const YAML::Node& node, const YAML::Mark& at,
             continue;
         }
         entries_.push_back({name, item.first, item.second});
+        // Keys inside lists (rules, limits) are left out: their paths hold indexes that a later
+        // message could not match across two files, and there may be thousands.
+        if (path_.find('[') == std::string::npos) {
+            report_.locate(path_of(name), line_of(item.first.Mark()));
+        }
     }
 }
 

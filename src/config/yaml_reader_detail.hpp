@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,6 +46,12 @@ public:
 
     const std::string& source() const noexcept { return source_; }
 
+    /// Records that the file set `path` (a key outside lists) at 1-based `line`.
+    void locate(std::string path, int line) { key_lines_.emplace(std::move(path), line); }
+
+    /// The keys `locate` recorded, moved out.
+    std::map<std::string, int, std::less<>> take_key_lines() { return std::move(key_lines_); }
+
 private:
     struct entry {
         int line;
@@ -54,6 +61,7 @@ private:
     std::string source_;
     std::vector<entry> entries_;
     std::vector<std::string> silenced_;
+    std::map<std::string, int, std::less<>> key_lines_;
 };
 
 /**

@@ -8,6 +8,8 @@
 #include "support/recording_upstream.hpp"
 #include "support/sluice_process.hpp"
 
+#include <algorithm>
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -18,6 +20,17 @@ namespace sluice::test {
 /// The page's key for a client on 127.0.0.1 and a path: rate-limit:<ip>:<endpoint>.
 inline std::string page_key(const std::string& path) {
     return "rate-limit:127.0.0.1:" + path;
+}
+
+/// "PATH:LINE" of the first line of `yaml` (a config written to PATH) that holds `text`: where a
+/// message about the key on that line points.
+inline std::string where_in(const std::string& path, std::string_view yaml, std::string_view text) {
+    const auto at = yaml.find(text);
+    const auto line =
+        1 + std::count(yaml.begin(),
+                       yaml.begin() + static_cast<std::ptrdiff_t>(std::min(at, yaml.size())),
+                       '\n');
+    return path + ":" + std::to_string(line);
 }
 
 /// A config that forwards to `upstream` and, with the defaults, never limits.

@@ -424,10 +424,14 @@ TEST(OperationsReload, AChangedStoreStaysAsItRunsUntilRestart) {
     const auto admin = admin_port(sluice);
     EXPECT_EQ(get(admin, "/readyz").status, 200u);
 
-    replace_file(sluice.config_path(), make_yaml(upstream, redis_section("redis")));
+    const auto on_redis = make_yaml(upstream, redis_section("redis"));
+    replace_file(sluice.config_path(), on_redis);
     sluice.send_signal(SIGHUP);
     ASSERT_TRUE(sluice.wait_for_log("configuration reloaded", 10s)) << sluice.log_text();
-    EXPECT_NE(sluice.log_text().find("rate-limit.store change only on restart"), std::string::npos)
+    EXPECT_NE(sluice.log_text().find("rate-limit.store (" +
+                                     where_in(sluice.config_path(), on_redis, "store: redis") +
+                                     ") change only on restart"),
+              std::string::npos)
         << sluice.log_text();
     EXPECT_EQ(get(admin, "/readyz").status, 200u) << "still the memory store";
     EXPECT_EQ(get(sluice.port(), "/r").status, 200u);

@@ -100,7 +100,10 @@ TEST(SecretsSummary, ReloadWithAChangedPasswordFileIsRefused) {
     sluice.send_signal(SIGHUP);
     ASSERT_TRUE(sluice.wait_for_log("reload refused", 10s)) << sluice.log_text();
     const auto log = sluice.log_text();
-    EXPECT_NE(log.find("changing rate-limit.redis.password-file needs a restart"),
+    const auto running_yaml = redis_yaml(upstream.url(), redis.port(), "password-file: " + file);
+    EXPECT_NE(log.find("changing rate-limit.redis.password-file (" +
+                       where_in(sluice.config_path(), running_yaml, "password-file:") +
+                       ") needs a restart"),
               std::string::npos)
         << log;
     EXPECT_EQ(log.find("never-print-me"), std::string::npos) << log;

@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -309,6 +311,10 @@ struct config {
     admin_settings admin;
     /// Problems that do not stop sluice (e.g. a TTL shorter than a full drain), one per line.
     std::vector<std::string> warnings;
+    /// The 1-based line of each key the file set outside lists, by its dotted path
+    /// ("rate-limit.redis.host"): what a message written after the load (a reload's
+    /// restart-only keys) points at. Empty when built in code.
+    std::map<std::string, int, std::less<>> key_lines;
 };
 
 } // namespace sluice::config

@@ -39,4 +39,8 @@ config load_string(std::string_view yaml,
                    const std::string& source = "<string>",
                    const environment& env = process_environment);
 
+/// "KEY (FILE:LINE)" where `cfg`'s file set KEY, "KEY (not in FILE)" where it did not, or KEY
+/// alone for a configuration built in code: for messages about a key after its load.
+std::string located_key(const config& cfg, std::string_view key);
+
 } // namespace sluice::config

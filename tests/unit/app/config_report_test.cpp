@@ -2,7 +2,9 @@
 // What sluice says of a configuration (src/app/config_report.cpp): the start-up summary names
 // where things are and never a credential; a reload is refused or warned about by key.
 #include "app/config_report.hpp"
+#include "sluice/config/loader.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -138,6 +140,36 @@ TEST(ConfigReport, AReloadKeepsTheRunningListenWorkersStoreAndAdmin) {
     EXPECT_EQ(next.admin.listen, running.admin.listen);
     EXPECT_EQ(next.rate_limit.max_held, running.rate_limit.max_held + 1) << "the rest stays";
     EXPECT_EQ(keep_restart_only_keys(running, next), "") << "nothing left to put back";
+}
+
+// A reload that changes a restart-only key names where the new file sets it, as every problem
+// of a load names its line; a key the file stopped setting is said to be missing from it.
+TEST(ConfigReport, AReloadNamesTheLineOfEachKeyItRefusesOrKeeps) {
+    const auto on_redis = [](int port, const char* listen) {
+        return fmt::format("server:\n"
+                           "  listen: \"{}\"\n"
+                           "upstream: {{ url: http://127.0.0.1:9000 }}\n"
+                           "rate-limit:\n"
+                           "  store: redis\n"
+                           "  redis:\n"
+                           "    host: 127.0.0.1\n"
+                           "    port: {}\n",
+                           listen,
+                           port);
+    };
+    const auto running = config::load_string(on_redis(6379, "0.0.0.0:8080"), "s.yaml");
+    auto next = config::load_string(on_redis(6380, "0.0.0.0:8081"), "s.yaml");
+    EXPECT_EQ(redis_restart_keys(running, next), "rate-limit.redis.port (s.yaml:8)");
+    EXPECT_EQ(keep_restart_only_keys(running, next), "server.listen (s.yaml:2)");
+
+    // The file no longer names a store (memory, by default) nor its redis section.
+    const auto on_memory =
+        config::load_string("upstream: { url: http://127.0.0.1:9000 }\n", "s.yaml");
+    EXPECT_EQ(redis_restart_keys(next, on_memory), "rate-limit.store (not in s.yaml)");
+    EXPECT_EQ(config::located_key(running, "rate-limit.redis.host"),
+              "rate-limit.redis.host (s.yaml:7)");
+    EXPECT_EQ(config::located_key(config::config{}, "server.listen"), "server.listen")
+        << "built in code: no file to point at";
 }
 
 } // namespace
