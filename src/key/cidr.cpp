@@ -4,6 +4,7 @@
 #include "cidr_detail.hpp"
 #include "sluice/core/text.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 
@@ -140,6 +141,11 @@ bool is_v4_mapped(const std::array<std::uint8_t, 16>& b) noexcept {
         }
     }
     return b[10] == 0xff && b[11] == 0xff;
+}
+
+bool is_nat64_well_known(const std::array<std::uint8_t, 16>& b) noexcept {
+    static constexpr std::array<std::uint8_t, 12> prefix{0x00, 0x64, 0xff, 0x9b};
+    return std::equal(prefix.begin(), prefix.end(), b.begin());
 }
 
 ip_address from_v6_bytes(const std::array<std::uint8_t, 16>& b) noexcept {

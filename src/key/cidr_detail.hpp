@@ -19,6 +19,10 @@ bool parse_v6(std::string_view text, std::array<std::uint8_t, 16>& out) noexcept
 
 bool is_v4_mapped(const std::array<std::uint8_t, 16>& bytes) noexcept;
 
+/// Whether the bytes are in NAT64's well-known prefix 64:ff9b::/96 (RFC 6052), which carries an
+/// IPv4 address in its last 4 bytes.
+bool is_nat64_well_known(const std::array<std::uint8_t, 16>& bytes) noexcept;
+
 /// The address for 16 IPv6 bytes, turning IPv4-mapped ones into IPv4.
 ip_address from_v6_bytes(const std::array<std::uint8_t, 16>& bytes) noexcept;
 

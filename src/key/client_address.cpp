@@ -3,6 +3,7 @@
 
 #include "cidr_detail.hpp"
 
+#include <algorithm>
 #include <cstddef>
 
 namespace sluice::key {
@@ -108,7 +109,20 @@ ip_address client_address(const ip_address& peer,
 }
 
 std::string client_key_part(const ip_address& address, int ipv6_prefix, std::string_view text) {
-    if (address.v4 || ipv6_prefix >= 128) {
+    if (address.v4) {
+        return text.empty() ? address.to_string() : std::string(text);
+    }
+    // Behind a NAT64 that translates IPv4 clients into 64:ff9b::/96 (SIIT-DC, RFC 7755), every
+    // IPv4 client of the internet would share that /64's one bucket: one could spend the limit
+    // of all. Each is keyed by the IPv4 address it carries, as it would be reaching sluice
+    // directly.
+    if (detail::is_nat64_well_known(address.bytes)) {
+        ip_address v4;
+        v4.v4 = true;
+        std::copy(address.bytes.begin() + 12, address.bytes.end(), v4.bytes.begin());
+        return v4.to_string();
+    }
+    if (ipv6_prefix >= 128) {
         return text.empty() ? address.to_string() : std::string(text);
     }
     const int prefix = ipv6_prefix < 0 ? 0 : ipv6_prefix;

@@ -115,6 +115,12 @@ constexpr key_part_case key_part_cases[] = {
     {"2001:db8::1", 0, "::/0"},
     {"2001:db8::1", -5, "::/0"},
     {"::1", 64, "::/64"},
+    // NAT64's well-known prefix carries an IPv4 client: keyed by it, whatever the prefix.
+    {"64:ff9b::203.0.113.7", 64, "203.0.113.7"},
+    {"64:ff9b::cb00:7107", 128, "203.0.113.7"},
+    {"64:ff9b::cb00:7107", 0, "203.0.113.7"},
+    {"64:ff9b:1::cb00:7107", 64, "64:ff9b:1::/64"},
+    {"64:ff9b::1:0:cb00:7107", 64, "64:ff9b::/64"},
 };
 
 TEST(ClientKeyPart, GroupsIpv6ByPrefix) {
@@ -132,6 +138,16 @@ TEST(ClientKeyPart, TheAddressTextMadeAlreadyGivesTheSamePart) {
         const auto address = ip(c.address);
         EXPECT_EQ(client_key_part(address, c.prefix, address.to_string()), c.part);
     }
+}
+
+// Behind a NAT64 gateway (SIIT-DC) every IPv4 client arrives in 64:ff9b::/96: keyed by its /64,
+// one client could spend the limit of all of them.
+TEST(ClientKeyPart, Nat64ClientsAreKeyedByTheirIpv4Address) {
+    EXPECT_NE(client_key_part(ip("64:ff9b::198.51.100.1"), 64),
+              client_key_part(ip("64:ff9b::198.51.100.2"), 64));
+    EXPECT_EQ(client_key_part(ip("64:ff9b::198.51.100.1"), 64),
+              client_key_part(ip("198.51.100.1"), 64))
+        << "the same IPv4 host, translated or not";
 }
 
 TEST(ClientKeyPart, OneSlash64SharesABucket) {
