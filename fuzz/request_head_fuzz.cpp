@@ -5,7 +5,9 @@
 // deliver them. Properties, beyond "no crash, no sanitizer report": nothing throws (libFuzzer
 // reports an escaping exception), the bytes held unparsed never exceed the header limit, or in a
 // body the chunk limits, by more than one piece (what sluice buffers is bounded whatever the
-// peer sends), and no field whose name has an underscore survives the default policy.
+// peer sends), the header's check in pieces agrees with its check whole at every piece, and no
+// field whose name has an underscore survives the default policy.
+#include "http/header_block_detail.hpp"
 #include "http/message_reader.hpp"
 #include "http/request_checks.hpp"
 #include "request_input.hpp"
@@ -49,9 +51,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     make_request_parser(parser, arena);
     beast::flat_buffer buffer;
 
-    // The header, as handle_request reads it.
+    // The header, as handle_request reads it. Beside it, read_header's check that looks at each
+    // piece's bytes alone must say what a check of the whole from its start says, up to its
+    // first answer (read_header checks no further: Beast reads on from there).
+    header_progress progress;
+    bool in_pieces = true;
     std::optional<error_code> header_ec;
-    while (!(header_ec = take_header(buffer, *parser, header_limit))) {
+    while (true) {
+        if (in_pieces) {
+            header_progress fresh;
+            const auto answer = check_header_block(buffer, header_limit, progress);
+            if (answer != check_header_block(buffer, header_limit, fresh)) {
+                fail("the header checked in pieces and whole disagree", buffer.size());
+            }
+            in_pieces = !answer;
+        }
+        if ((header_ec = take_header(buffer, *parser, header_limit))) {
+            break;
+        }
         if (buffer.size() > header_limit + step) {
             fail("header bytes held beyond the limit", buffer.size());
         }

@@ -15,15 +15,28 @@
 
 namespace sluice::http::detail {
 
+/// How far check_header_block has looked at a header that comes in pieces, so that each read's
+/// check looks at that read's bytes only: a long request line or header trickled a byte per
+/// read would otherwise be scanned again from its start every time.
+struct header_progress {
+    /// Bytes searched for the header's end, none found; once the header is complete, its
+    /// length, blank line included.
+    std::size_t scanned = 0;
+    /// Where the method's space is, once seen (each byte before it was checked once).
+    std::optional<std::size_t> method_end;
+    /// Whether the request line came whole and passed.
+    bool line_judged = false;
+};
+
 /**
- * What the buffer says about the request header, scanning on from `scanned` (updated; once the
- * header is complete, its length, blank line included): complete (and free of obsolete line
- * folding: else bad_value), over `limit` bytes with its blank line, however it came
- * (header_limit), not a request at all (bad_method,
- * bad_version: see request_checks.cpp), or nullopt, not all there yet.
+ * What the buffer says about the request header, looking on from `progress` (updated):
+ * complete (and free of obsolete line folding: else bad_value), over `limit` bytes with its
+ * blank line, however it came (header_limit), not a request at all (bad_method, bad_version:
+ * see request_checks.cpp), or nullopt, not all there yet.
  */
-std::optional<error_code>
-check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::size_t& scanned);
+std::optional<error_code> check_header_block(const beast::flat_buffer& buffer,
+                                             std::uint64_t limit,
+                                             header_progress& progress);
 
 /// Parses a complete header of `size` bytes (check_header_block's) from the buffer, consuming
 /// it, and copies those bytes into `copy` unless null (cleared unless Beast parsed exactly

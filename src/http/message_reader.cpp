@@ -54,9 +54,9 @@ awaitable<error_code> read_header(timed_stream& stream,
                                   request_parser& parser,
                                   std::uint64_t limit,
                                   std::string* copy) {
-    std::size_t scanned = 0;
+    header_progress progress;
     std::optional<error_code> ec;
-    while (!(ec = check_header_block(buffer, limit, scanned))) {
+    while (!(ec = check_header_block(buffer, limit, progress))) {
         const auto room = std::clamp<std::uint64_t>(limit + 4 - buffer.size(), 512, 16 * 1024);
         auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(room));
         buffer.commit(n);
@@ -70,7 +70,7 @@ awaitable<error_code> read_header(timed_stream& stream,
     if (*ec) {
         co_return *ec;
     }
-    auto parse_ec = parse_header(buffer, parser, scanned, copy);
+    auto parse_ec = parse_header(buffer, parser, progress.scanned, copy);
     if (parse_ec == bhttp::error::need_more) {
         // Only if our blank-line scan and Beast disagree; let Beast read and decide.
         parse_ec = co_await read_message(stream, buffer, parser, true, chunk_limits{});

@@ -87,37 +87,50 @@ constexpr bool is_method_char(char c) noexcept {
     return (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
 }
 
+// Where the method at the start of `data` ends (its space, or data.size() while it has not
+// come), looking from `from` (the bytes before it passed); nullopt at a byte no method has.
+std::optional<std::size_t> method_end_from(std::string_view data, std::size_t from) noexcept {
+    auto i = from;
+    for (; i < data.size() && data[i] != ' '; ++i) {
+        if (!is_method_char(data[i])) {
+            return std::nullopt;
+        }
+    }
+    return i;
+}
+
 // Whether the request line at the start of `data` (whole up to its first space) starts with a
 // method of `is_method_char`s.
 bool method_in_capitals(std::string_view data) noexcept {
-    std::size_t i = 0;
-    while (i < data.size() && data[i] != ' ') {
-        if (!is_method_char(data[i])) {
-            return false;
-        }
-        ++i;
-    }
-    return i > 0;
+    const auto end = method_end_from(data, 0);
+    return end && *end > 0;
 }
 
 // What the start of a header in `data` already tells, before its blank line: bytes that cannot
 // begin a request line (a TLS ClientHello starts with 0x16; a method not all capitals) are
-// bad_method, and a complete first
-// line without an HTTP version (HTTP/0.9's "GET /") is bad_version. Either waits for no blank
-// line, which such a peer never sends: without this it would hold the connection until the
-// header timeout.
-std::optional<error_code> check_request_line(std::string_view data) {
-    std::size_t method_end = 0;
-    while (method_end < data.size() && data[method_end] != ' ') {
-        if (!is_method_char(data[method_end])) {
+// bad_method, and a complete first line without an HTTP version (HTTP/0.9's "GET /") is
+// bad_version. Either waits for no blank line, which such a peer never sends: without this it
+// would hold the connection until the header timeout. Looks only at the bytes after
+// `progress.scanned` (those before held no line end, and their method bytes passed).
+std::optional<error_code> check_request_line(std::string_view data, header_progress& progress) {
+    if (progress.line_judged) {
+        return std::nullopt;
+    }
+    if (!progress.method_end) {
+        const auto end = method_end_from(data, progress.scanned);
+        if (!end) {
             return bhttp::error::bad_method;
         }
-        ++method_end;
+        if (*end == data.size()) {
+            return std::nullopt; // nothing yet, or a method still coming
+        }
+        if (*end == 0) {
+            return bhttp::error::bad_method; // a space first
+        }
+        progress.method_end = end;
     }
-    if (method_end == 0 && !data.empty()) {
-        return bhttp::error::bad_method;
-    }
-    const auto line_end = data.find('\n', method_end);
+    const auto method_end = *progress.method_end;
+    const auto line_end = data.find('\n', std::max(method_end, progress.scanned));
     if (line_end == std::string_view::npos) {
         return std::nullopt;
     }
@@ -131,6 +144,7 @@ std::optional<error_code> check_request_line(std::string_view data) {
         line.substr(version_start + 1).rfind("HTTP/", 0) != 0) {
         return bhttp::error::bad_version;
     }
+    progress.line_judged = true;
     return std::nullopt;
 }
 
@@ -182,9 +196,11 @@ bool is_host_and_port(std::string_view authority) {
 
 } // namespace
 
-std::optional<error_code>
-check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::size_t& scanned) {
+std::optional<error_code> check_header_block(const beast::flat_buffer& buffer,
+                                             std::uint64_t limit,
+                                             header_progress& progress) {
     const std::string_view data(static_cast<const char*>(buffer.data().data()), buffer.size());
+    auto& scanned = progress.scanned;
     const auto end = find_header_end(data, scanned);
     if (end != std::string_view::npos) {
         // Over the limit whether it came whole or in pieces (a header that came in pieces is
@@ -204,7 +220,7 @@ check_header_block(const beast::flat_buffer& buffer, std::uint64_t limit, std::s
     if (data.size() > limit) {
         return bhttp::error::header_limit;
     }
-    if (auto bad = check_request_line(data)) {
+    if (auto bad = check_request_line(data, progress)) {
         return bad;
     }
     scanned = data.size();
@@ -367,10 +383,10 @@ std::optional<error_code> take_header(beast::flat_buffer& buffer,
                                       request_parser& parser,
                                       std::uint64_t limit,
                                       std::string* copy) {
-    std::size_t scanned = 0;
-    auto ec = check_header_block(buffer, limit, scanned);
+    header_progress progress;
+    auto ec = check_header_block(buffer, limit, progress);
     if (ec && !*ec) {
-        ec = parse_header(buffer, parser, scanned, copy);
+        ec = parse_header(buffer, parser, progress.scanned, copy);
     }
     if (ec && *ec == bhttp::error::need_more) {
         return std::nullopt;

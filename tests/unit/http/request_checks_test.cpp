@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The request header's early checks, absolute-form targets, and the bounded, throw-free parse
 // of message bytes (put_buffered).
+#include "http/header_block_detail.hpp"
 #include "http/message_reader.hpp"
 #include "http/request_checks.hpp"
 #include "support/body_pattern.hpp"
@@ -17,6 +18,7 @@
 #include <memory_resource>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sluice::http::detail {
 namespace {
@@ -62,6 +64,43 @@ TEST(TakeHeader, WaitsForMoreOfAPlausibleRequest) {
     EXPECT_FALSE(take("GET /index.html"));
     EXPECT_FALSE(take("GET / HTTP/1.1\r\nHost: a"));
     EXPECT_EQ(take("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), error_code{});
+}
+
+// A header that comes a byte per read is judged looking at each read's bytes alone (a long
+// request line trickled would otherwise be scanned again from its start every time), and gets
+// the same answer, as soon, as when each prefix is judged from its start.
+TEST(CheckHeaderBlock, AHeaderInPiecesIsJudgedAsEachPrefixWouldBe) {
+    const std::string long_target = "/" + std::string(3000, 'a');
+    for (const std::string& bytes : std::vector<std::string>{
+             std::string("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+             "GET " + long_target + " HTTP/1.1\r\nHost: a\r\nX-A: b\r\n\r\n",
+             "GET " + long_target + "\r\nHost: a\r\n\r\n",
+             "GET / FTP/1.0\r\n",
+             std::string("POSTX") + std::string(500, 'Z') + "(T / HTTP/1.1\r\n",
+             std::string(" GET / HTTP/1.1\r\n"),
+             std::string("\x16\x03\x01\x00", 4),
+             "GET / HTTP/1.1\r\nHost: a\r\nGET /x\r\n\r\n",
+         }) {
+        SCOPED_TRACE(bytes.substr(0, 40));
+        beast::flat_buffer trickled;
+        header_progress progress;
+        std::optional<error_code> ec = check_header_block(trickled, 16 * 1024, progress);
+        ASSERT_FALSE(ec) << "nothing read yet";
+        for (std::size_t at = 0; at < bytes.size(); ++at) {
+            std::memcpy(trickled.prepare(1).data(), &bytes[at], 1);
+            trickled.commit(1);
+            ec = check_header_block(trickled, 16 * 1024, progress);
+            header_progress fresh;
+            const auto whole_prefix =
+                check_header_block(buffer_of(bytes.substr(0, at + 1)), 16 * 1024, fresh);
+            ASSERT_EQ(ec.has_value(), whole_prefix.has_value()) << "after byte " << at;
+            if (ec) {
+                EXPECT_EQ(*ec, *whole_prefix) << "after byte " << at;
+                break;
+            }
+        }
+        EXPECT_TRUE(ec) << "every case ends complete or refused";
+    }
 }
 
 TEST(TakeHeader, AFieldValueOver64KiBIsAHeaderLimitNotAnException) {
