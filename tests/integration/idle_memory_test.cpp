@@ -168,7 +168,7 @@ TEST(IdleMemory, AHeldRequestsBodySentDuringTheHoldArrivesIntact) {
     EXPECT_EQ(head.read_response().status, 200u);
 
     constexpr std::uint64_t seed = 17;
-    constexpr std::uint64_t size = 200'000; // more than a held request reads ahead (64 KiB)
+    constexpr std::uint64_t size = 200'000; // more than a held request reads ahead (16 KiB)
     http_connection held(sluice.port());
     held.send_raw(format_request("POST", "/held-body", {{"Content-Length", std::to_string(size)}}));
     ASSERT_TRUE(series_reaches(admin, "sluice_held_requests", 1));
