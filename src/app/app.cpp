@@ -454,6 +454,7 @@ void application::start_workers() {
         w->context.pool = w->pool.get();
         w->context.held = &metrics_.held_now;
         w->context.metrics = &metrics_;
+        w->context.tunnels.gauge = &metrics_.tunnels_open;
         w->context.access_log = access_log_;
         w->context.max_connections = max_connections;
         workers_.push_back(std::move(w));

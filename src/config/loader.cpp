@@ -110,6 +110,7 @@ void read_upstream(mapping& root, upstream_settings& out) {
     m.read_duration("timeout", out.timeout, false);
     m.read_int("max-idle-connections", out.max_idle, 0, 1'000'000);
     m.read_int("max-connections", out.max_connections, 1, 1'000'000);
+    m.read_int("max-tunnels", out.max_tunnels, 0, 1'000'000);
     m.read_duration("idle-timeout", out.idle_timeout, false);
     m.read_duration("resolve-interval", out.resolve_interval, false);
     m.read_size("max-header-size", out.max_header_bytes, 1, one_gib);

@@ -161,12 +161,27 @@ void cost_warnings(config& cfg) {
     }
 }
 
+// A tunnel cap at or above the upstream connections keeps nothing for other requests.
+void tunnel_warning(config& cfg) {
+    const auto& up = cfg.upstream;
+    if (up.max_tunnels == 0 || up.max_tunnels < up.max_connections) {
+        return;
+    }
+    const auto at = cfg.key_lines.find("upstream.max-tunnels");
+    cfg.warnings.push_back(where(cfg, at == cfg.key_lines.end() ? 0 : at->second) +
+                           ": upstream.max-tunnels " + std::to_string(up.max_tunnels) +
+                           " is not below upstream.max-connections (" +
+                           std::to_string(up.max_connections) +
+                           "): WebSocket tunnels can still take every upstream connection");
+}
+
 } // namespace
 
 void add_warnings(config& cfg) {
     if (cfg.rate_limit.store == store_kind::redis) {
         ttl_warnings(cfg);
     }
+    tunnel_warning(cfg);
     shadow_warnings(cfg);
     cost_warnings(cfg);
 }

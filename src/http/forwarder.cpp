@@ -273,6 +273,11 @@ awaitable<void> answer_failure(forward_args& a, failure f, forward_result& resul
         reply.retry_after = 1;
         result.upstream = upstream_outcome::busy;
         break;
+    case failure::tunnels_full:
+        reply.status = bhttp::status::service_unavailable;
+        reply.retry_after = 1;
+        result.upstream = upstream_outcome::tunnels_full;
+        break;
     case failure::client_timeout:
         reply.status = bhttp::status::request_timeout;
         result.upstream = upstream_outcome::client_failed;
@@ -295,6 +300,44 @@ awaitable<void> answer_failure(forward_args& a, failure f, forward_result& resul
     result.status = static_cast<unsigned>(reply.status);
     result.keep_alive = keep_alive && !ec;
 }
+
+// Whether a WebSocket upgrade may go on: its worker has fewer than upstream.max-tunnels upgrades
+// being forwarded and tunnels open (0: no cap of their own).
+bool admit_tunnel(const forward_args& a) {
+    const auto cap = a.config.upstream.max_tunnels;
+    return cap == 0 || a.tunnels == nullptr || a.tunnels->open < cap;
+}
+
+// An upgrade counted in its worker's tunnels, and in the process's gauge, for as long as it
+// lives: from before it is forwarded to the end of its tunnel, or of the response that refused
+// it.
+class tunnel_ticket {
+public:
+    explicit tunnel_ticket(tunnel_count* count) noexcept
+        : count_(count) {
+        if (count_ != nullptr) {
+            ++count_->open;
+            if (count_->gauge != nullptr) {
+                count_->gauge->fetch_add(1, std::memory_order_relaxed);
+            }
+        }
+    }
+
+    ~tunnel_ticket() {
+        if (count_ != nullptr) {
+            --count_->open;
+            if (count_->gauge != nullptr) {
+                count_->gauge->fetch_sub(1, std::memory_order_relaxed);
+            }
+        }
+    }
+
+    tunnel_ticket(const tunnel_ticket&) = delete;
+    tunnel_ticket& operator=(const tunnel_ticket&) = delete;
+
+private:
+    tunnel_count* count_;
+};
 
 // The word for the access log's `end` of a tunnel that did not end by both sides closing.
 std::string_view end_word(tunnel_end end) {
@@ -479,6 +522,11 @@ awaitable<void> forward(forward_args& a, forward_result& result) {
     // An upgrade with a body is none: the body's end could not be told from the new protocol's
     // first bytes.
     const bool upgrade = bodyless && is_websocket_upgrade(req);
+    if (upgrade && !admit_tunnel(a)) {
+        f = failure::tunnels_full;
+    }
+    // Counts the admitted upgrade from here to the end of its tunnel, or of its response.
+    const tunnel_ticket ticket(upgrade && f == failure::none ? a.tunnels : nullptr);
     prepare_upstream_head(a, upgrade);
 
     const auto lease = a.relay_buffers.take();

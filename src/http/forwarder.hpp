@@ -29,6 +29,7 @@ enum class upstream_outcome {
     failed,         // the connection broke, or the answer was not HTTP: 502
     timed_out,      // no response header within upstream.timeout: 504
     busy,           // upstream.max-connections in use for upstream.timeout: 503, nothing sent
+    tunnels_full,   // a WebSocket upgrade at upstream.max-tunnels: 503, nothing sent
     client_failed,  // the client failed first (a broken or too large body: 400/413, or it left):
                     // nothing to say about the upstream
 };
@@ -93,6 +94,8 @@ struct forward_args {
     /// Where a drain reaches a WebSocket tunnel (tunnel.hpp `tunnel_drain`); null: nowhere.
     session_entry* entry = nullptr;
     const std::chrono::steady_clock::time_point* drain_deadline = nullptr;
+    /// The worker's upgrades and tunnels (`upstream.max-tunnels`); null: not counted.
+    tunnel_count* tunnels = nullptr;
 };
 
 /**

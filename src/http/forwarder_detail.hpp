@@ -41,6 +41,7 @@ enum class failure {
                               // have come first (`exchange` reads it)
     upstream_timeout,         // no response header in time: 504
     upstream_busy,            // upstream.max-connections in use for upstream.timeout: 503
+    tunnels_full,             // a WebSocket upgrade at upstream.max-tunnels: 503
     client_gone,              // the client closed or stalled: close without a reply
     client_bad_body,          // the request body's framing is broken: 400, close
     client_too_large,         // the request body passed max_body_bytes: 413, close

@@ -76,7 +76,8 @@ forward_args forward_args_for(connection_state& c, request_state& r, header_scra
             r.body_read_ahead,
             false,
             &c.entry,
-            &c.w.drain_deadline};
+            &c.w.drain_deadline,
+            &c.w.tunnels};
 }
 
 // Records what forwarding came to; returns what the connection does next.
@@ -234,6 +235,9 @@ void count_request(connection_state& c, const request_state& r) {
         return;
     case upstream_outcome::busy:
         metrics::bump(m.upstream_busy_total);
+        return;
+    case upstream_outcome::tunnels_full:
+        metrics::bump(m.tunnels_refused_total);
         return;
     case upstream_outcome::client_failed:
         break;

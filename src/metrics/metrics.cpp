@@ -239,6 +239,15 @@ constexpr scalar_metric scalar_metrics[] = {
      "Requests answered 503 because upstream.max-connections connections were in use for "
      "upstream.timeout (nothing sent upstream).",
      &registry::upstream_busy_total},
+    {"sluice_tunnels_open",
+     "WebSocket upgrades being forwarded and tunnels open now (what upstream.max-tunnels caps, "
+     "per worker).",
+     nullptr,
+     &registry::tunnels_open},
+    {"sluice_tunnels_refused_total",
+     "WebSocket upgrades answered 503 because their worker had upstream.max-tunnels upgrades "
+     "and tunnels already (nothing sent upstream).",
+     &registry::tunnels_refused_total},
     {"sluice_upstream_lookup_failures_total",
      "DNS lookups of the upstream's host name that failed, summed over the workers (each looks "
      "it up every upstream.resolve-interval, every second after a failure). Connections go on "

@@ -33,22 +33,6 @@ std::string yaml_for(const recording_upstream& upstream,
     return compose_yaml(upstream.url(), rate_limit, server_extra);
 }
 
-/// Whether the series `series` (a gauge, or a counter) reaches `value` within 5 s, as /metrics
-/// says (the last scrape when not).
-::testing::AssertionResult
-series_reaches(std::uint16_t admin, std::string_view series, double value) {
-    bool met = false;
-    const auto text = wait_for_metrics(
-        admin,
-        [series, value](const std::string& t) { return metric_or_zero(t, series) == value; },
-        5s,
-        met);
-    if (met) {
-        return ::testing::AssertionSuccess();
-    }
-    return ::testing::AssertionFailure() << "expected " << series << " " << value << ":\n" << text;
-}
-
 /// Waits until `count` connections are parked: a connection is parked once it has idled past
 /// its grace.
 void wait_parked(const sluice_process& sluice, int count) {

@@ -583,6 +583,42 @@ TEST(WebSocket, OtherUpgradesGoOnAsPlainHttp) {
     }
 }
 
+// Tunnels hold their upstream connections for as long as they last: upstream.max-tunnels keeps
+// the rest for other requests. An upgrade beyond it gets 503 with Retry-After and never reaches
+// the upstream; the place frees when a tunnel ends.
+TEST(WebSocket, AnUpgradeBeyondMaxTunnelsGets503UntilATunnelEnds) {
+    websocket_echo_upstream upstream;
+    auto yaml = compose_yaml(upstream.url(), roomy_fallback_yaml(), "  workers: 1\n");
+    yaml.insert(yaml.find("rate-limit:\n"), "  max-tunnels: 1\n");
+    sluice_process sluice(yaml);
+    const auto admin = admin_port(sluice);
+
+    ws_client first(sluice.port());
+    first.send_raw(upgrade_request("/first"));
+    ASSERT_EQ(first.read_response_header().status, 101u);
+    EXPECT_EQ(first.read_message().payload, greeting);
+    EXPECT_TRUE(series_reaches(admin, "sluice_tunnels_open", 1));
+
+    ws_client second(sluice.port());
+    second.send_raw(upgrade_request("/second"));
+    const auto refused = second.read_response_header();
+    EXPECT_EQ(refused.status, 503u);
+    EXPECT_EQ(refused.header("Retry-After"), "1");
+    EXPECT_TRUE(series_reaches(admin, "sluice_tunnels_refused_total", 1));
+    EXPECT_EQ(upstream.handshakes().size(), 1u) << "the refused upgrade reached the upstream";
+
+    // The first tunnel ends: its place is free again.
+    first.send(8, std::string("\x03\xe8", 2));
+    EXPECT_EQ(first.read_message().opcode, 8u);
+    first.close();
+    ASSERT_TRUE(series_reaches(admin, "sluice_tunnels_open", 0));
+    ws_client third(sluice.port());
+    third.send_raw(upgrade_request("/third"));
+    EXPECT_EQ(third.read_response_header().status, 101u);
+    EXPECT_EQ(third.read_message().payload, greeting);
+    EXPECT_EQ(upstream.handshakes().size(), 2u);
+}
+
 // An upstream that switches protocols unasked would leave the client with bytes it cannot read.
 TEST(WebSocket, A101NobodyAskedForIsABadGateway) {
     recording_upstream upstream([](const recorded_request&) {

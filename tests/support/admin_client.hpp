@@ -8,6 +8,8 @@
 #include "support/http_client.hpp"
 #include "support/sluice_process.hpp"
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -104,6 +106,22 @@ inline std::string wait_for_metrics(std::uint16_t admin,
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+}
+
+/// Whether the series `series` (a gauge, or a counter) reaches `value` within 5 s, as /metrics
+/// says (the last scrape when not).
+inline ::testing::AssertionResult
+series_reaches(std::uint16_t admin, std::string_view series, double value) {
+    bool met = false;
+    const auto text = wait_for_metrics(
+        admin,
+        [series, value](const std::string& t) { return metric_or_zero(t, series) == value; },
+        std::chrono::seconds(5),
+        met);
+    if (met) {
+        return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "expected " << series << " " << value << ":\n" << text;
 }
 
 /**

@@ -277,6 +277,10 @@ struct upstream_settings {
     /// Connections open to the upstream per worker, in use or idle; beyond it requests wait up
     /// to `timeout` for one, then get 503.
     std::size_t max_connections = 256;
+    /// WebSocket upgrades being forwarded and tunnels open per worker: one more gets 503, so
+    /// that tunnels, which hold their upstream connections for as long as they last, leave
+    /// `max_connections - max_tunnels` to other requests. 0: no cap of their own.
+    std::size_t max_tunnels = 0;
     milliseconds idle_timeout{60'000};
     /// How long the addresses a DNS name of `host` resolved to are used before they are looked
     /// up again (in the background: connects go on with the old ones meanwhile); nginx's

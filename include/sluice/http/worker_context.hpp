@@ -133,6 +133,14 @@ private:
  * worker's io_context, so nothing here is locked; the only cross-thread state is `held` (an
  * atomic) and the store, whose implementations are thread-safe or per worker.
  */
+/// A worker's WebSocket upgrades being forwarded and tunnels open, against
+/// `upstream.max-tunnels`, and the process-wide gauge that sums every worker's (null: none, as
+/// in a unit test).
+struct tunnel_count {
+    std::size_t open = 0;
+    metrics::gauge* gauge = nullptr;
+};
+
 struct worker_context {
     std::size_t index = 0;
     /// The configuration for new requests. The app replaces it (by posting to this worker) on a
@@ -167,6 +175,9 @@ struct worker_context {
     /// descriptor limit leaves): a connection that comes at it closes this worker's oldest idle
     /// one, or is closed itself when none is idle.
     std::uint64_t max_connections = UINT64_MAX;
+    /// WebSocket upgrades being forwarded and tunnels open on this worker
+    /// (`upstream.max-tunnels`), summed over the workers in the gauge `tunnels.gauge`.
+    tunnel_count tunnels;
     /// Set by `begin_drain`: finish the request at hand, then close.
     bool draining = false;
     /// When the drain's time is up and the worker is stopped (`server.drain-timeout` after it

@@ -148,7 +148,9 @@ public:
     std::array<counter, 6> upstream_status{}; // index 1..5 = 1xx..5xx, 0 = no response
     counter upstream_connect_errors_total{0};
     counter upstream_timeouts_total{0};
-    counter upstream_busy_total{0}; // 503: upstream.max-connections in use for upstream.timeout
+    counter upstream_busy_total{0};   // 503: upstream.max-connections in use for upstream.timeout
+    gauge tunnels_open{0};            // WebSocket upgrades being forwarded and tunnels open
+    counter tunnels_refused_total{0}; // 503: upstream.max-tunnels reached
     counter upstream_lookup_failures_total{0}; // the upstream's host name: DNS lookups failed
 
     // Store.

@@ -47,6 +47,17 @@ TEST(ConfigWarnings, TtlCoversTokenBucketsButNotWindows) {
                           "refillRate 2 = 15s)"));
 }
 
+// A tunnel cap that leaves no upstream connection to other requests keeps nothing for them.
+TEST(ConfigWarnings, MaxTunnelsNotBelowMaxConnectionsIsWarned) {
+    EXPECT_THAT(load(base + "  max-connections: 8\n  max-tunnels: 8\n").warnings,
+                ElementsAre("t.yaml:4: upstream.max-tunnels 8 is not below "
+                            "upstream.max-connections (8): WebSocket tunnels can still take "
+                            "every upstream connection"));
+    EXPECT_THAT(load(base + "  max-connections: 8\n  max-tunnels: 7\n").warnings, IsEmpty());
+    EXPECT_THAT(load(base + "  max-tunnels: 0\n").warnings, IsEmpty()) << "0: no cap";
+    EXPECT_EQ(load(base + "  max-tunnels: 7\n").upstream.max_tunnels, 7u);
+}
+
 TEST(ConfigWarnings, DefaultFallbackFitsTheDefaultTtl) {
     // capacity 50 / flowRate 5 = 10s, well inside the 60s default.
     EXPECT_THAT(load(base + "rate-limit:\n  store: redis\n").warnings, IsEmpty());

@@ -119,6 +119,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
         {&r.upstream_connect_errors_total, "sluice_upstream_connect_errors_total"},
         {&r.upstream_timeouts_total, "sluice_upstream_timeouts_total"},
         {&r.upstream_busy_total, "sluice_upstream_busy_total"},
+        {&r.tunnels_refused_total, "sluice_tunnels_refused_total"},
         {&r.upstream_lookup_failures_total, "sluice_upstream_lookup_failures_total"},
         {&r.redis_lookup_failures_total, "sluice_redis_lookup_failures_total"},
         {&r.redis_errors_total, "sluice_redis_errors_total"},
@@ -144,6 +145,7 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     r.held_now = 42;
     r.connections_parked = 7;
     r.request_body_buffer_bytes = 16384;
+    r.tunnels_open = 3;
     r.count_workers(2);
     r.worker_connections()[1].value = 5;
     const auto text = r.render();
@@ -160,6 +162,8 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     EXPECT_THAT(text, HasSubstr("\nsluice_held_requests 42\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_connections_parked 7\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_request_body_buffer_bytes 16384\n"));
+    EXPECT_THAT(text, HasSubstr("\nsluice_tunnels_open 3\n"));
+    EXPECT_THAT(text, HasSubstr("# TYPE sluice_tunnels_open gauge\n"));
     EXPECT_THAT(text, HasSubstr("# TYPE sluice_request_body_buffer_bytes gauge\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_worker_connections_open{worker=\"0\"} 0\n"));
     EXPECT_THAT(text, HasSubstr("\nsluice_worker_connections_open{worker=\"1\"} 5\n"));
@@ -172,13 +176,13 @@ TEST(Metrics, EveryFieldIsRenderedOnceWithItsValue) {
     // One TYPE line per family: the requests, the concurrency in flight (per rule), the
     // upstream responses, the 3 cost counters and the cost histogram (per rule), the 3 Redis
     // Cluster families with labels (redirections, map refreshes, calls per node), the counters
-    // without labels, 4 gauges, the connections per worker and 3 histograms.
+    // without labels, 5 gauges, the connections per worker and 3 histograms.
     std::size_t families = 0;
     for (auto at = text.find("# TYPE "); at != std::string::npos;
          at = text.find("# TYPE ", at + 1)) {
         ++families;
     }
-    EXPECT_EQ(families, 3u + 4u + 3u + (std::size(counters) - 6u) + 4u + 1u + 3u);
+    EXPECT_EQ(families, 3u + 4u + 3u + (std::size(counters) - 6u) + 5u + 1u + 3u);
 }
 
 // The settle error's buckets are cumulative upper bounds, negative ones included: a refund of
