@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Key derivation: rule matching and limit keys over arbitrary methods, targets, patterns and
-// header values. The input is lines: a method, a request-target, a header value, then rule path
-// patterns. Properties: the rule matched obeys its pattern (exact: equal; prefix: a prefix), the
-// first matching rule wins, a key always has the page's prefix and one part per key entry, and
-// it is written in the JSON access log as valid UTF-8 with no raw control byte.
+// header values (as sent, as a Host and as credentials, each in its one spelling). The input is
+// lines: a method, a request-target, a header value, then rule path patterns. Properties: the rule
+// matched obeys its pattern (exact: equal; prefix: a prefix), the first matching rule wins, a key
+// always has the page's prefix and one part per key entry, and it is written in the JSON access log
+// as valid UTF-8 with no raw control byte.
 #include "sluice/core/text.hpp"
 #include "sluice/key/path.hpp"
 #include "sluice/key/rate_limit_key.hpp"
@@ -91,6 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     limit.key = {{config::key_part::kind::ip, {}, {}},
                  {config::key_part::kind::endpoint, {}, {}},
                  {config::key_part::kind::header, "x-tenant", {}},
+                 {config::key_part::kind::header, "Host", {}},
+                 {config::key_part::kind::header, "authorization", {}},
                  {config::key_part::kind::global, {}, {}}};
     auto headers = [&](std::string_view) -> std::optional<std::string_view> {
         return header_value;

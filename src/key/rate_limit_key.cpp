@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/key/rate_limit_key.hpp"
 
+#include "sluice/core/text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -168,13 +170,81 @@ std::string escaped_part(std::string_view text) {
     return out;
 }
 
-// A tagged piece's text escaped into `storage` when it needs it (`escaped_part`).
+// A tagged piece's text escaped into `storage` when it needs it (`escaped_part`). The text may
+// be in `storage` already (`canonical`): it is read before `storage` changes.
 piece escape(piece p, std::string& storage) {
     if (!p.tag.empty()) {
-        storage = escaped_part(p.text);
-        if (!storage.empty()) {
+        auto escaped = escaped_part(p.text);
+        if (!escaped.empty()) {
+            storage = std::move(escaped);
             p.text = storage;
         }
+    }
+    return p;
+}
+
+constexpr bool is_upper(char c) noexcept {
+    return c >= 'A' && c <= 'Z';
+}
+
+constexpr char to_lower(char c) noexcept {
+    return is_upper(c) ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+// The one spelling of a Host value: HTTP and DNS compare host names case-insensitively (RFC
+// 9110 4.2.3), and a fully qualified name's trailing dot names the same host, so "Api.Example.",
+// "api.example" and "API.EXAMPLE" would be three keys for one host behind an upstream that
+// reads them alike. Into `storage` only when the value is not in that spelling already.
+std::string_view canonical_host(std::string_view value, std::string& storage) {
+    auto host_end = value.size();
+    if (value.front() != '[') { // an IPv6 literal has colons of its own, and no name
+        host_end = std::min(value.find(':'), value.size());
+    }
+    const bool trailing_dot = host_end > 1 && value[host_end - 1] == '.';
+    if (!trailing_dot && std::none_of(value.begin(), value.end(), is_upper)) {
+        return value;
+    }
+    storage.assign(value.substr(0, trailing_dot ? host_end - 1 : host_end));
+    storage.append(value.substr(host_end));
+    std::transform(storage.begin(), storage.end(), storage.begin(), to_lower);
+    return storage;
+}
+
+// The one spelling of credentials: their scheme is case-insensitive and one or more spaces
+// part it from what follows (RFC 9110 11.4), so "Bearer t", "bearer t" and "BEARER  t" would be
+// keys for one token that an upstream accepts alike: a client could spend one token's limit
+// many times over. The scheme is lower-cased and one space kept; the credentials themselves
+// are case-sensitive, and stay as sent. Into `storage` only when the value needs it.
+std::string_view canonical_credentials(std::string_view value, std::string& storage) {
+    const auto scheme_end = std::min(value.find(' '), value.size());
+    const auto rest_start = std::min(value.find_first_not_of(' ', scheme_end), value.size());
+    const auto scheme = value.substr(0, scheme_end);
+    const bool one_space = rest_start == scheme_end + 1 || rest_start == value.size();
+    const bool trailing = rest_start == value.size() && scheme_end != value.size();
+    if (one_space && !trailing && std::none_of(scheme.begin(), scheme.end(), is_upper)) {
+        return value;
+    }
+    storage.assign(scheme);
+    std::transform(storage.begin(), storage.end(), storage.begin(), to_lower);
+    if (rest_start != value.size()) {
+        storage.push_back(' ');
+        storage.append(value.substr(rest_start));
+    }
+    return storage;
+}
+
+// A header's value in the one spelling of what HTTP says is the same value, for the headers
+// whose spelling a client may vary without changing what the upstream reads: `Host`,
+// `Authorization` and `Proxy-Authorization`. Others go as sent.
+piece canonical(const config::key_part& part, piece p, std::string& storage) {
+    if (part.what != config::key_part::kind::header || p.tag.empty()) {
+        return p;
+    }
+    if (iequals(part.header, "host")) {
+        p.text = canonical_host(p.text, storage);
+    } else if (iequals(part.header, "authorization") ||
+               iequals(part.header, "proxy-authorization")) {
+        p.text = canonical_credentials(p.text, storage);
     }
     return p;
 }
@@ -289,8 +359,11 @@ std::string limit_key(const config::limit& limit,
     std::size_t size = key_prefix.size() + n - 1;
     std::string scratch;
     for (std::size_t i = 0; i < n; ++i) {
-        const piece p = escape(resolve(limit.key[i], client_part, endpoint, headers, json_fields),
-                               cached ? escaped[i] : scratch);
+        auto& storage = cached ? escaped[i] : scratch;
+        const auto& part = limit.key[i];
+        const piece p = escape(
+            canonical(part, resolve(part, client_part, endpoint, headers, json_fields), storage),
+            storage);
         if (cached) {
             cache[i] = p;
         }
@@ -300,9 +373,12 @@ std::string limit_key(const config::limit& limit,
     out.reserve(size);
     out.append(key_prefix);
     for (std::size_t i = 0; i < n; ++i) {
+        const auto& part = limit.key[i];
         const piece p =
             cached ? cache[i]
-                   : escape(resolve(limit.key[i], client_part, endpoint, headers, json_fields),
+                   : escape(canonical(part,
+                                      resolve(part, client_part, endpoint, headers, json_fields),
+                                      scratch),
                             scratch);
         if (i > 0) {
             out.push_back(':');

@@ -216,6 +216,32 @@ TEST(LimitKey, HeaderAndJsonValuesEscapeSeparatorsAndHashTags) {
               "rate-limit:j=t%7B1%7D");
 }
 
+// The values a client may spell many ways while the upstream reads them as one are keyed in one
+// spelling: a Host's case and trailing dot, and the scheme of credentials (its case, the spaces
+// after it). Credentials themselves are case-sensitive; other headers go as sent.
+TEST(LimitKey, HostAndCredentialsAreKeyedInOneSpelling) {
+    const auto key = [](std::string_view header, std::string value) {
+        const fake_headers headers{{{std::string(header), std::move(value)}}};
+        return limit_key(
+            limit_with({{part::kind::header, std::string(header), {}}}), "ip", "/", headers);
+    };
+    EXPECT_EQ(key("Host", "Api.Example.COM"), "rate-limit:h=api.example.com");
+    EXPECT_EQ(key("host", "api.example.com."), "rate-limit:h=api.example.com");
+    EXPECT_EQ(key("Host", "API.example.com.:8443"), "rate-limit:h=api.example.com%3A8443");
+    EXPECT_EQ(key("Host", "[FE80::1]:80"), "rate-limit:h=[fe80%3A%3A1]%3A80");
+    EXPECT_EQ(key("Host", "."), "rate-limit:h=.");
+
+    EXPECT_EQ(key("Authorization", "Bearer Tok-En"), "rate-limit:h=bearer Tok-En");
+    EXPECT_EQ(key("authorization", "BEARER   Tok-En"), "rate-limit:h=bearer Tok-En");
+    EXPECT_EQ(key("Authorization", "bearer Tok-En"), "rate-limit:h=bearer Tok-En");
+    EXPECT_NE(key("Authorization", "Bearer tok-en"), key("Authorization", "Bearer Tok-En"));
+    EXPECT_EQ(key("Proxy-Authorization", "Basic QWxh:ZGlu"), "rate-limit:h=basic QWxh%3AZGlu");
+    EXPECT_EQ(key("Authorization", "Negotiate"), "rate-limit:h=negotiate");
+    EXPECT_EQ(key("Authorization", "Negotiate "), "rate-limit:h=negotiate");
+
+    EXPECT_EQ(key("X-Api-Key", "Key-ABC"), "rate-limit:h=Key-ABC");
+}
+
 // A `json:` part takes the body field's text as the JSON finder gave it (shortened when long),
 // unless it is missing, empty or holds a control character: then the client's part.
 TEST(LimitKey, JsonPartsTakePrintableValuesOnly) {
