@@ -344,6 +344,15 @@ void mapping::finish() {
             continue;
         }
         std::string what = "unknown key";
+        if (e.name == "<<") {
+            // yaml-cpp 0.7 reads a merge key as a key like any other; "did you mean" would
+            // suggest a key by the spelling of "<<".
+            report_.add(e.key.Mark(),
+                        path_of(e.name),
+                        "a YAML merge key, which sluice does not apply: write the keys out here "
+                        "(an alias as a whole value, such as 'fallback: *defaults', works)");
+            continue;
+        }
         if (const auto near = closest(e.name, known_); !near.empty()) {
             what += "; did you mean " + quoted(near) + "?";
         } else {

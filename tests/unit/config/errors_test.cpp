@@ -326,6 +326,23 @@ TEST(ConfigErrors, AYamlTagIsRefused) {
         p, 8, "rate-limit.redis.password", "a YAML tag is not read: write the value plainly"));
 }
 
+// YAML's merge key (`<<: *defaults`) is not applied by the YAML library: it is named as what it
+// is, not answered with a known key of a similar spelling; an alias as a whole value works.
+TEST(ConfigErrors, AMergeKeyIsNamedAsOne) {
+    const auto p = problems_of(base + "rate-limit:\n  fallback: &d { capacity: 10, flowRate: 5 }\n"
+                                      "  rules:\n    - name: a\n      match: { path: /a }\n"
+                                      "      limits:\n        - <<: *d\n          mode: shape\n");
+    EXPECT_TRUE(has_problem(p,
+                            9,
+                            "rate-limit.rules[0].limits[0].<<",
+                            "a YAML merge key, which sluice does not apply: write the keys out"));
+    const auto cfg = load(base + "rate-limit:\n  fallback: &d { capacity: 10, flowRate: 5 }\n"
+                                 "  rules:\n    - name: a\n      match: { path: /a }\n"
+                                 "      limits: [ *d ]\n");
+    ASSERT_EQ(cfg.rate_limit.rules.size(), 1u);
+    EXPECT_EQ(cfg.rate_limit.rules[0].limits.at(0).capacity, 10);
+}
+
 // A document whose aliases expand past the values a configuration can hold is refused before
 // it is read: each alias the readers followed would be expanded again (here 1,000 rules of 100
 // limits each, from 5 KB of text: one problem each, and a limit built for each, on the control
