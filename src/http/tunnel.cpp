@@ -39,6 +39,9 @@ struct tunnel_state {
     /// When each direction's pending write began (to the upstream, to the client); max: none.
     clock_type::time_point writing_since[2] = {clock_type::time_point::max(),
                                                clock_type::time_point::max()};
+    /// Whether each direction's source closed its sending side (end of stream read), by
+    /// `direction::index`.
+    bool source_closed[2] = {false, false};
     /// Why the tunnel stops; set once, by the first reason. The pumps check it after every
     /// operation, because a cancel misses an operation whose completion is already queued.
     std::optional<tunnel_end> end;
@@ -81,7 +84,10 @@ awaitable<bool> pass_on(tunnel_state& t, const direction& d, net::const_buffer b
         co_return false;
     }
     if (ec) {
-        t.stop(d.to_failed);
+        // A peer that closed its sending side first and then the whole connection (a
+        // WebSocket endpoint after its close frame) did not fail: the other side wrote after
+        // the close, and what it wrote had nowhere to go.
+        t.stop(t.source_closed[1 - d.index] ? tunnel_end::closed : d.to_failed);
         co_return false;
     }
     co_return true;
@@ -106,6 +112,7 @@ awaitable<void> pump(tunnel_state& t, direction d) {
         }
         if (ec == net::error::eof) {
             // Half-close: the other side learns that no more comes, and may still answer.
+            t.source_closed[d.index] = true;
             error_code ignored;
             d.to.shutdown(net::socket_base::shutdown_send, ignored);
             co_return;

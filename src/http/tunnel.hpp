@@ -19,10 +19,11 @@ namespace sluice::http::detail {
 
 /// How a tunnel ended.
 enum class tunnel_end {
-    closed,          // each side closed its sending side, and each close was passed on
+    closed,          // each side closed its sending side, and each close was passed on; or
+                     // one closed, then a write to it failed (it closed the whole connection)
     idle,            // no byte moved for the idle timeout, or a write waited that long
-    client_failed,   // the client's connection failed (reset, say)
-    upstream_failed, // the upstream's connection failed
+    client_failed,   // the client's connection failed (reset, say) while it was open
+    upstream_failed, // the upstream's connection failed while it was open
     drained,         // a drain ends it before its deadline stops the worker
 };
 

@@ -144,6 +144,11 @@ private:
                 ec = message_ec;
                 if (!ec && beast::buffers_to_string(message.data()) == "flood") {
                     ec = co_await flood(ws);
+                } else if (!ec && beast::buffers_to_string(message.data()) == "hang up") {
+                    // Closes the whole connection, no closing handshake: its FIN first, then a
+                    // reset for whatever comes after.
+                    beast::get_lowest_layer(ws).close();
+                    break;
                 } else if (!ec) {
                     ws.text(ws.got_text());
                     auto [echo_ec, e] = co_await ws.async_write(message.data());
@@ -581,6 +586,44 @@ TEST(WebSocket, OtherUpgradesGoOnAsPlainHttp) {
             EXPECT_EQ(r.body_size, 5u);
         }
     }
+}
+
+// An upstream that closes its whole connection did not fail: the client's frames that come after
+// its close (each taken by sluice, then refused by the upstream's reset) end the tunnel as
+// closed, not as an upstream that broke.
+TEST(WebSocket, AClientWritingAfterTheUpstreamClosedEndsItAsClosed) {
+    websocket_echo_upstream upstream;
+    sluice_config config;
+    config.upstream_url = upstream.url();
+    sluice_process sluice(config);
+
+    ws_client client(sluice.port());
+    client.send_raw(upgrade_request("/hangup"));
+    ASSERT_EQ(client.read_response_header().status, 101u);
+    EXPECT_EQ(client.read_message().payload, greeting);
+    client.send(1, "hang up");
+    ASSERT_TRUE(upstream.wait_ended(1, 5s));
+    EXPECT_TRUE(client.wait_closed(5s)) << "the upstream's close passed on";
+    // The client may still write (a half-close). Its frames go on until sluice closes its
+    // connection: the first reaches the upstream's closed socket, which answers with a reset,
+    // and a write after that fails, ending the tunnel.
+    bool refused = false;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!refused && std::chrono::steady_clock::now() < deadline) {
+        try {
+            client.send(1, "after the close");
+        } catch (const std::exception&) {
+            refused = true;
+        }
+        std::this_thread::sleep_for(10ms); // a frame at a time, as a client would write them
+    }
+    ASSERT_TRUE(refused) << "sluice kept the tunnel open";
+    ASSERT_TRUE(sluice.wait_for_log("path=/hangup", 5s)) << sluice.log_text();
+    const auto text = sluice.log_text();
+    const auto line = text.substr(text.find("path=/hangup"));
+    EXPECT_EQ(line.substr(0, line.find('\n')).find("end=upstream_broke"), std::string::npos)
+        << line;
+    EXPECT_NE(line.find("status=101"), std::string::npos) << line;
 }
 
 // Tunnels hold their upstream connections for as long as they last: upstream.max-tunnels keeps
