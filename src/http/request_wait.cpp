@@ -19,10 +19,11 @@ namespace {
 
 using std::chrono::steady_clock;
 
-/// A held request reads ahead at most this much (body or pipelined requests) while it waits:
-/// enough to notice its client leaving while it sends a small body, and at `max-held`'s 10,000
-/// no more than 160 MiB in all (64 KiB made that 640 MiB). The default request-buffer-size.
-constexpr std::size_t hold_read_ahead = 16 * 1024;
+/// A held request reads ahead at most this much (body or pipelined requests) while it waits: a
+/// body of up to 16 KiB (the default request-buffer-size) and one byte more, so that the close
+/// of a client that sent such a body whole is still read (behind unread bytes it would not be),
+/// and at `max-held`'s 10,000 no more than 160 MiB in all (64 KiB made that 640 MiB).
+constexpr std::size_t hold_read_ahead = 16 * 1024 + 1;
 
 awaitable<void> wait_timer(steady_timer& timer) {
     auto [ec] = co_await timer.async_wait();

@@ -2,6 +2,7 @@
 #include "sluice/key/rate_limit_key.hpp"
 
 #include "sluice/core/text.hpp"
+#include "sluice/key/cidr.hpp"
 
 #include <fmt/format.h>
 
@@ -192,21 +193,51 @@ constexpr char to_lower(char c) noexcept {
 }
 
 // The one spelling of a Host value: HTTP and DNS compare host names case-insensitively (RFC
-// 9110 4.2.3), and a fully qualified name's trailing dot names the same host, so "Api.Example.",
-// "api.example" and "API.EXAMPLE" would be three keys for one host behind an upstream that
-// reads them alike. Into `storage` only when the value is not in that spelling already.
+// 9110 4.2.3), a fully qualified name's trailing dot names the same host, an IPv6 literal has
+// many spellings ("[::1]", "[0::1]"), and a port may be empty or carry leading zeros ("a:",
+// "a:0080"). Each of these would be another key for one host behind an upstream that reads
+// them alike: written as its name lower-cased without the dot (the literal as its canonical
+// text), then the port's digits without leading zeros, if any. Into `storage` only when the
+// value is not in that spelling already.
 std::string_view canonical_host(std::string_view value, std::string& storage) {
-    auto host_end = value.size();
-    if (value.front() != '[') { // an IPv6 literal has colons of its own, and no name
-        host_end = std::min(value.find(':'), value.size());
+    std::string_view host = value;
+    std::string_view port;
+    if (value.front() == '[') {
+        const auto close = value.find(']');
+        host = value.substr(0, close == std::string_view::npos ? value.size() : close + 1);
+    } else {
+        host = value.substr(0, std::min(value.find(':'), value.size()));
     }
-    const bool trailing_dot = host_end > 1 && value[host_end - 1] == '.';
-    if (!trailing_dot && std::none_of(value.begin(), value.end(), is_upper)) {
+    if (host.size() < value.size()) {
+        if (value[host.size()] != ':') {
+            return value; // no Host sluice lets through (is_host_and_port): left as it is
+        }
+        port = value.substr(host.size() + 1);
+    }
+    std::string literal; // an IPv6 literal's canonical text, when it parses
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+        // IPv6 only: an IPv4-mapped literal would parse as the IPv4 address it carries.
+        if (const auto address = ip_address::parse(host.substr(1, host.size() - 2));
+            address && !address->v4) {
+            literal = "[" + address->to_string() + "]";
+        }
+    }
+    const bool trailing_dot = literal.empty() && host.size() > 1 && host.back() == '.';
+    const auto digits = port.substr(std::min(port.find_first_not_of('0'), port.size()));
+    const auto port_text = !port.empty() && digits.empty() ? std::string_view("0") : digits;
+    const bool same = (literal.empty() || literal == host) && !trailing_dot &&
+                      std::none_of(host.begin(), host.end(), is_upper) &&
+                      (port.empty() ? host.size() == value.size() : port_text == port);
+    if (same) {
         return value;
     }
-    storage.assign(value.substr(0, trailing_dot ? host_end - 1 : host_end));
-    storage.append(value.substr(host_end));
+    storage = literal.empty() ? std::string(host.substr(0, host.size() - (trailing_dot ? 1 : 0)))
+                              : literal;
     std::transform(storage.begin(), storage.end(), storage.begin(), to_lower);
+    if (!port_text.empty()) {
+        storage.push_back(':');
+        storage.append(port_text);
+    }
     return storage;
 }
 
@@ -214,14 +245,17 @@ std::string_view canonical_host(std::string_view value, std::string& storage) {
 // part it from what follows (RFC 9110 11.4), so "Bearer t", "bearer t" and "BEARER  t" would be
 // keys for one token that an upstream accepts alike: a client could spend one token's limit
 // many times over. The scheme is lower-cased and one space kept; the credentials themselves
-// are case-sensitive, and stay as sent. Into `storage` only when the value needs it.
+// are case-sensitive, and stay as sent, and so does a value without a space (no scheme to
+// tell: a bare API key, whose case matters). Into `storage` only when the value needs it.
 std::string_view canonical_credentials(std::string_view value, std::string& storage) {
-    const auto scheme_end = std::min(value.find(' '), value.size());
+    const auto scheme_end = value.find(' ');
+    if (scheme_end == std::string_view::npos) {
+        return value;
+    }
     const auto rest_start = std::min(value.find_first_not_of(' ', scheme_end), value.size());
     const auto scheme = value.substr(0, scheme_end);
-    const bool one_space = rest_start == scheme_end + 1 || rest_start == value.size();
-    const bool trailing = rest_start == value.size() && scheme_end != value.size();
-    if (one_space && !trailing && std::none_of(scheme.begin(), scheme.end(), is_upper)) {
+    if (rest_start == scheme_end + 1 && rest_start != value.size() &&
+        std::none_of(scheme.begin(), scheme.end(), is_upper)) {
         return value;
     }
     storage.assign(scheme);

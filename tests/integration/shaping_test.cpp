@@ -161,7 +161,10 @@ protected:
 
     /// A held request whose client leaves (`leave` ends its connection) is counted abandoned and
     /// never forwarded; a later request goes after the slot it had.
-    void expect_abandoned_hold_never_forwarded(const std::function<void(http_connection&)>& leave) {
+    /// With `body`, the leaver's request is a POST with a body of that many bytes, sent whole
+    /// with its header.
+    void expect_abandoned_hold_never_forwarded(const std::function<void(http_connection&)>& leave,
+                                               std::size_t body = 0) {
         // One slot per second: the abandoned request's slot opens 1 s after the head's.
         const auto sluice = start(config(5, 1));
 
@@ -170,7 +173,14 @@ protected:
         EXPECT_EQ(head.read_response().status, 200u);
 
         http_connection leaver(sluice->port());
-        leaver.send("GET", "/abandon?who=leaver");
+        if (body == 0) {
+            leaver.send("GET", "/abandon?who=leaver");
+        } else {
+            leaver.send_raw(format_request("POST",
+                                           "/abandon?who=leaver",
+                                           {{"Content-Length", std::to_string(body)}}) +
+                            std::string(body, 'b'));
+        }
         ASSERT_TRUE(eventually([&] { return metric(admin_, "sluice_held_requests") == 1; }, 5s))
             << "the second request was not held";
         leave(leaver); // the client goes away while held
@@ -333,6 +343,13 @@ TEST_P(ShapingTest, SustainedOverloadDrainsAtFlowRate) {
 // A client that leaves while held is never forwarded; the metrics say so.
 TEST_P(ShapingTest, AbandonedHeldRequestIsNeverForwarded) {
     expect_abandoned_hold_never_forwarded([](http_connection& c) { c.stream().close(); });
+}
+
+// A held request reads ahead a body of up to 16 KiB whole, and then its client's close: one that
+// stopped reading at 16 KiB left that close unread, and forwarded the request of a client gone.
+TEST_P(ShapingTest, AHeldRequestsClientThatSent16KiBAndLeftIsNeverForwarded) {
+    expect_abandoned_hold_never_forwarded([](http_connection& c) { c.stream().close(); },
+                                          16 * 1024);
 }
 
 // A reset (a client killed, or closing with SO_LINGER 0) rather than a FIN: the reset is an

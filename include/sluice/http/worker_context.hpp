@@ -128,11 +128,6 @@ private:
     std::vector<std::unique_ptr<char[]>> free_;
 };
 
-/**
- * Everything a session needs from its worker. One per worker thread and touched only on that
- * worker's io_context, so nothing here is locked; the only cross-thread state is `held` (an
- * atomic) and the store, whose implementations are thread-safe or per worker.
- */
 /// A worker's WebSocket upgrades being forwarded and tunnels open, against
 /// `upstream.max-tunnels`, and the process-wide gauge that sums every worker's (null: none, as
 /// in a unit test).
@@ -141,6 +136,12 @@ struct tunnel_count {
     metrics::gauge* gauge = nullptr;
 };
 
+/**
+ * Everything a session needs from its worker. One per worker thread and touched only on that
+ * worker's io_context, so nothing here is locked; the only cross-thread state is `held`, the
+ * metrics (atomics, `tunnels.gauge` among them) and the store, whose implementations are
+ * thread-safe or per worker.
+ */
 struct worker_context {
     std::size_t index = 0;
     /// The configuration for new requests. The app replaces it (by posting to this worker) on a

@@ -228,15 +228,24 @@ TEST(LimitKey, HostAndCredentialsAreKeyedInOneSpelling) {
     EXPECT_EQ(key("Host", "Api.Example.COM"), "rate-limit:h=api.example.com");
     EXPECT_EQ(key("host", "api.example.com."), "rate-limit:h=api.example.com");
     EXPECT_EQ(key("Host", "API.example.com.:8443"), "rate-limit:h=api.example.com%3A8443");
-    EXPECT_EQ(key("Host", "[FE80::1]:80"), "rate-limit:h=[fe80%3A%3A1]%3A80");
+    EXPECT_EQ(key("Host", "api.example.com:"), "rate-limit:h=api.example.com");
+    EXPECT_EQ(key("Host", "api.example.com:00080"), "rate-limit:h=api.example.com%3A80");
+    EXPECT_EQ(key("Host", "a:000"), "rate-limit:h=a%3A0");
+    EXPECT_EQ(key("Host", "[FE80:0::1]:80"), "rate-limit:h=[fe80%3A%3A1]%3A80");
+    EXPECT_EQ(key("Host", "[fe80::1]"), "rate-limit:h=[fe80%3A%3A1]");
+    EXPECT_EQ(key("Host", "[::FFFF:1.2.3.4]"), "rate-limit:h=[%3A%3Affff%3A1.2.3.4]");
     EXPECT_EQ(key("Host", "."), "rate-limit:h=.");
+    EXPECT_EQ(key("Host", "127.0.0.1:8080"), "rate-limit:h=127.0.0.1%3A8080");
 
     EXPECT_EQ(key("Authorization", "Bearer Tok-En"), "rate-limit:h=bearer Tok-En");
     EXPECT_EQ(key("authorization", "BEARER   Tok-En"), "rate-limit:h=bearer Tok-En");
     EXPECT_EQ(key("Authorization", "bearer Tok-En"), "rate-limit:h=bearer Tok-En");
     EXPECT_NE(key("Authorization", "Bearer tok-en"), key("Authorization", "Bearer Tok-En"));
     EXPECT_EQ(key("Proxy-Authorization", "Basic QWxh:ZGlu"), "rate-limit:h=basic QWxh%3AZGlu");
-    EXPECT_EQ(key("Authorization", "Negotiate"), "rate-limit:h=negotiate");
+    // No space, no scheme to tell: a bare key, whose case matters (and a tab is no separator).
+    EXPECT_EQ(key("Authorization", "sk-AbC"), "rate-limit:h=sk-AbC");
+    EXPECT_NE(key("Authorization", "sk-AbC"), key("Authorization", "sk-abc"));
+    EXPECT_EQ(key("Authorization", "Bearer\tAbC"), "rate-limit:h=Bearer\tAbC");
     EXPECT_EQ(key("Authorization", "Negotiate "), "rate-limit:h=negotiate");
 
     EXPECT_EQ(key("X-Api-Key", "Key-ABC"), "rate-limit:h=Key-ABC");
