@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <list>
+#include <optional>
+#include <string>
 
 namespace sluice::metrics {
 namespace http = beast::http;
@@ -58,11 +60,41 @@ constexpr std::chrono::seconds head_timeout{2};
 constexpr std::chrono::seconds write_timeout{10};
 /// A request's header: no endpoint takes a body (one is refused) or a long header.
 constexpr std::uint32_t max_request_header = 8 * 1024;
+/// After its answer, how long a connection is read and what it sent dropped before it closes,
+/// and how much: closing with bytes unread (a body, a second request) sends a reset, which may
+/// take the answer away from the client before it has read it.
+constexpr std::chrono::seconds linger_timeout{1};
+constexpr std::size_t max_linger_bytes = 64 * 1024;
+
+/// The answer to a request that could not be read: 431 for a header over the limit, 400 for
+/// one that is no HTTP/1 request; nullopt to close without one (the client left, or took too
+/// long: no answer would reach it in time).
+std::optional<http::status> read_error_status(const error_code& ec) {
+    if (ec == http::error::header_limit) {
+        return http::status::request_header_fields_too_large;
+    }
+    if (ec == beast::error::timeout || ec == net::error::eof || ec == http::error::end_of_stream ||
+        ec == http::error::partial_message || ec == net::error::operation_aborted ||
+        ec == net::error::connection_reset) {
+        return std::nullopt;
+    }
+    return http::status::bad_request;
+}
+
+http::response<http::string_body> refusal(http::status status, std::string body) {
+    http::response<http::string_body> res{status, 11};
+    res.set(http::field::server, "sluice");
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.keep_alive(false);
+    res.body() = std::move(body);
+    res.prepare_payload();
+    return res;
+}
 
 http::response<http::string_body> answer(const http::request_header<>& req,
                                          const registry& metrics,
                                          const admin_server::readiness& ready) {
-    http::response<http::string_body> res{http::status::ok, req.version()};
+    http::response<http::string_body> res{http::status::ok, 11};
     res.set(http::field::server, "sluice");
     res.set(http::field::content_type, "text/plain; charset=utf-8");
     res.keep_alive(false);
@@ -108,16 +140,48 @@ awaitable<void> serve(connection_list::iterator at, std::shared_ptr<admin_server
     http::request_parser<http::empty_body> parser;
     parser.header_limit(max_request_header);
     stream.expires_after(head_timeout);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser);
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser);
+    http::response<http::string_body> res;
     if (ec) {
-        co_return;
+        const auto status = read_error_status(ec);
+        if (!status) {
+            co_return;
+        }
+        res = refusal(*status,
+                      *status == http::status::bad_request ? "bad request\n"
+                                                           : "request header too large\n");
+    } else if (parser.get().version() / 10 != 1) {
+        res = refusal(http::status::http_version_not_supported, "HTTP/1.x only\n");
+    } else if (!parser.is_done()) {
+        // A body: no endpoint takes one.
+        res = refusal(parser.get().method() == http::verb::get ||
+                              parser.get().method() == http::verb::head
+                          ? http::status::bad_request
+                          : http::status::method_not_allowed,
+                      "no endpoint here takes a request body\n");
+        if (res.result() == http::status::method_not_allowed) {
+            res.set(http::field::allow, "GET, HEAD");
+        }
+    } else {
+        res = answer(parser.get(), self->metrics, self->ready);
     }
     at->head_read = true;
-    auto res = answer(parser.get(), self->metrics, self->ready);
     stream.expires_after(write_timeout);
     auto [wec, wn] = co_await http::async_write(stream, res);
-    if (!wec) {
-        stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (wec) {
+        co_return;
+    }
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    // Reads what the client sent beyond its header until it closes (or a second, or 64 KiB), so
+    // that the close that follows sends no reset in place of the answer.
+    stream.expires_after(linger_timeout);
+    for (std::size_t drained = 0; drained < max_linger_bytes;) {
+        char sink[4096];
+        auto [rec, rn] = co_await stream.async_read_some(net::buffer(sink));
+        if (rec) {
+            break;
+        }
+        drained += rn;
     }
 }
 
@@ -142,15 +206,17 @@ bool make_room(connection_list& serving) {
     if (open < max_serving) {
         return true;
     }
-    static log_throttle full;
+    // One throttle each: one kind of warning must not hide the other for the second.
+    static log_throttle all_answering;
+    static log_throttle closing_oldest;
     if (longest_waiting == nullptr) {
-        log_throttled(full,
+        log_throttled(all_answering,
                       spdlog::level::warn,
                       "admin: {} connections served at once, all answering; closing a new one",
                       max_serving);
         return false;
     }
-    log_throttled(full,
+    log_throttled(closing_oldest,
                   spdlog::level::warn,
                   "admin: {} connections served at once; closing the one that waited longest "
                   "for its request",
@@ -198,11 +264,21 @@ admin_server::~admin_server() {
 
 error_code admin_server::listen(const config::endpoint_address& address) {
     error_code ec;
-    const auto ip = net::ip::make_address(address.host, ec);
-    if (ec) {
-        return ec;
+    tcp::endpoint endpoint;
+    if (const auto ip = net::ip::make_address(address.host, ec); !ec) {
+        endpoint = {ip, address.port};
+    } else {
+        // A host name (`localhost:9901`), as server.listen takes one: looked up once, at start.
+        tcp::resolver resolver(impl_->acceptor.get_executor());
+        const auto found = resolver.resolve(address.host, std::to_string(address.port), ec);
+        if (ec) {
+            return ec;
+        }
+        if (found.empty()) {
+            return net::error::host_not_found;
+        }
+        endpoint = found.begin()->endpoint();
     }
-    const tcp::endpoint endpoint{ip, address.port};
     auto& a = impl_->acceptor;
     a.open(endpoint.protocol(), ec);
     if (!ec) {

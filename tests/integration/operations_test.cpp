@@ -177,6 +177,45 @@ TEST(OperationsAdmin, HealthzReadyzAndUnknownPaths) {
     EXPECT_EQ(upstream.stats().headers_received, 0u);
 }
 
+// The admin listener answers what it cannot serve with a 4xx, as the proxy does, rather than
+// closing unanswered: a request that is no HTTP, a header over 8 KiB, a body (no endpoint takes
+// one; a POST's 405 names the methods). Each answer reaches the client whole, though it sent
+// bytes the listener did not read.
+TEST(OperationsAdmin, WhatItCannotServeGetsA4xx) {
+    recording_upstream upstream;
+    sluice_process sluice(make_yaml(upstream, two_per_key));
+    const auto admin = admin_port(sluice);
+    const auto answer_to = [admin](const std::string& bytes) {
+        http_connection connection(admin, 5s);
+        connection.send_raw(bytes);
+        return connection.read_response();
+    };
+    EXPECT_EQ(answer_to("GET /healthz HTTP/1.1\r\nHost: a\r\nBad Field: x\r\n\r\n").status, 400u);
+    EXPECT_EQ(answer_to("GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(9000, 'b') +
+                        "\r\n\r\n")
+                  .status,
+              431u);
+    const auto post =
+        answer_to("POST /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello");
+    EXPECT_EQ(post.status, 405u);
+    EXPECT_EQ(post.header("Allow"), "GET, HEAD");
+    EXPECT_EQ(answer_to("GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc").status,
+              400u);
+    EXPECT_EQ(answer_to("GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n").status, 200u);
+}
+
+// admin.listen takes a host name, as server.listen does (the configuration check let it through,
+// and the start failed with "Invalid argument").
+TEST(OperationsAdmin, ListensOnAHostName) {
+    recording_upstream upstream;
+    auto yaml = make_yaml(upstream, two_per_key);
+    const auto at = yaml.find("127.0.0.1:0\"", yaml.find("admin:"));
+    ASSERT_NE(at, std::string::npos) << yaml;
+    yaml.replace(at, std::string("127.0.0.1:0").size(), "localhost:0");
+    sluice_process sluice(yaml);
+    EXPECT_TRUE(sluice.wait_for_log("admin listening on localhost:", 5s)) << sluice.log_text();
+}
+
 // A client holding as many idle connections as the admin listener serves at once (64) does not
 // keep the kubelet's liveness probe out: the probe takes the place of the connection that has
 // waited longest for its request (it was refused at once, and three refused probes restart the
