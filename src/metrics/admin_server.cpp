@@ -33,8 +33,11 @@ struct admin_server::impl : std::enable_shared_from_this<impl> {
             : stream(std::move(socket)) {}
 
         tcp_stream stream;
-        /// Its request head came: it ends within its answer's write deadline.
+        /// Its request head came: it ends within its answer's write deadline (and the linger
+        /// after it).
         bool head_read = false;
+        /// When it began to answer (its head read); for `make_room`.
+        std::chrono::steady_clock::time_point answering_since{};
         /// Closed to make room for a newer one; its coroutine has yet to end.
         bool evicted = false;
     };
@@ -51,7 +54,7 @@ namespace {
 constexpr std::chrono::milliseconds accept_pause{100};
 /// Admin connections served at once. A scraper and a few probes need a handful; each holds a
 /// descriptor, which the proxy's listener shares. One more takes the place of the one that has
-/// waited longest for its request head (see `make_room`).
+/// `make_room` chooses.
 constexpr std::size_t max_serving = 64;
 /// How long a connection may take to send its request head: a probe or a scraper sends it at
 /// once, in milliseconds.
@@ -166,6 +169,7 @@ awaitable<void> serve(connection_list::iterator at, std::shared_ptr<admin_server
         res = answer(parser.get(), self->metrics, self->ready);
     }
     at->head_read = true;
+    at->answering_since = std::chrono::steady_clock::now();
     stream.expires_after(write_timeout);
     auto [wec, wn] = co_await http::async_write(stream, res);
     if (wec) {
@@ -186,14 +190,16 @@ awaitable<void> serve(connection_list::iterator at, std::shared_ptr<admin_server
 }
 
 /**
- * Makes room for one more connection when `max_serving` are served: closes the one that has
- * waited longest for its request head, so that a client holding idle connections cannot keep
- * a probe or a scrape out (theirs come in milliseconds). False when every one has its request
- * head: each then ends within its write's deadline, and the newcomer is refused.
+ * Makes room for one more connection when `max_serving` are served, so that no client can keep
+ * a probe or a scrape out (theirs come and are answered in milliseconds): closes the one that
+ * has waited longest for its request head (a client holding idle connections), or, when every
+ * one has its head, the one that has been answering longest (a client that asks and does not
+ * read its answers, or lingers after them). Always makes room.
  */
-bool make_room(connection_list& serving) {
+void make_room(connection_list& serving) {
     std::size_t open = 0;
     admin_server::impl::connection* longest_waiting = nullptr;
+    admin_server::impl::connection* longest_answering = nullptr;
     for (auto& c : serving) {
         if (c.evicted) {
             continue; // closed already, its coroutine not yet ended
@@ -201,29 +207,34 @@ bool make_room(connection_list& serving) {
         ++open;
         if (!c.head_read) {
             longest_waiting = &c; // the list is newest first: the last one found is the oldest
+        } else if (longest_answering == nullptr ||
+                   c.answering_since <= longest_answering->answering_since) {
+            longest_answering = &c;
         }
     }
     if (open < max_serving) {
-        return true;
+        return;
     }
     // One throttle each: one kind of warning must not hide the other for the second.
-    static log_throttle all_answering;
-    static log_throttle closing_oldest;
-    if (longest_waiting == nullptr) {
-        log_throttled(all_answering,
+    static log_throttle closing_answering;
+    static log_throttle closing_waiting;
+    auto* victim = longest_waiting;
+    if (victim == nullptr) {
+        victim = longest_answering;
+        log_throttled(closing_answering,
                       spdlog::level::warn,
-                      "admin: {} connections served at once, all answering; closing a new one",
+                      "admin: {} connections served at once, all answering; closing the one "
+                      "whose answer has taken longest",
                       max_serving);
-        return false;
+    } else {
+        log_throttled(closing_waiting,
+                      spdlog::level::warn,
+                      "admin: {} connections served at once; closing the one that waited "
+                      "longest for its request",
+                      max_serving);
     }
-    log_throttled(closing_oldest,
-                  spdlog::level::warn,
-                  "admin: {} connections served at once; closing the one that waited longest "
-                  "for its request",
-                  max_serving);
-    longest_waiting->evicted = true;
-    longest_waiting->stream.close(); // its read ends with operation_aborted, its coroutine too
-    return true;
+    victim->evicted = true;
+    victim->stream.close(); // its read or write ends with operation_aborted, its coroutine too
 }
 
 awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
@@ -244,9 +255,7 @@ awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
             }
             continue;
         }
-        if (!make_room(self->serving)) {
-            continue; // the socket closes as it goes
-        }
+        make_room(self->serving);
         self->serving.emplace_front(std::move(socket));
         net::co_spawn(
             self->acceptor.get_executor(), serve(self->serving.begin(), self), net::detached);

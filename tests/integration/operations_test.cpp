@@ -241,6 +241,28 @@ TEST(OperationsAdmin, HealthzIsAnsweredWhileIdleConnectionsFillTheCap) {
     }
 }
 
+// Nor does a client whose 64 connections have all asked and do not close after their answers
+// (each lingers up to 1 s while the listener waits for its close, as one that does not read a
+// large /metrics waits out its write): the probe takes the place of the one that has been
+// answering longest (it was closed at once).
+TEST(OperationsAdmin, HealthzIsAnsweredWhileAnsweredConnectionsFillTheCap) {
+    recording_upstream upstream;
+    sluice_process sluice(make_yaml(upstream, two_per_key));
+    const auto admin = admin_port(sluice);
+    std::vector<std::unique_ptr<http_connection>> asked;
+    for (int i = 0; i < 64; ++i) {
+        asked.push_back(std::make_unique<http_connection>(admin, 5s));
+        asked.back()->send("GET", "/healthz");
+        EXPECT_EQ(asked.back()->read_response().status, 200u); // and the connection stays open
+    }
+    http_connection health(admin, 5s);
+    health.send("GET", "/healthz");
+    error_code ec;
+    const auto response = health.try_read_response(ec);
+    ASSERT_TRUE(response.has_value()) << ec.message() << "\n" << sluice.log_text();
+    EXPECT_EQ(response->status, 200u);
+}
+
 // HEAD gets the fields GET would (Content-Length included) and no body (one was sent after the
 // header, which a client reads as the start of its next response).
 TEST(OperationsAdmin, HeadSendsTheHeaderWithoutTheBody) {
