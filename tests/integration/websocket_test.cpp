@@ -239,6 +239,21 @@ public:
 
     void send_raw(std::string_view bytes) { stream_.write_all(bytes); }
 
+    /// Sends the upgrade request for `target`, then reads the 101 and the echo upstream's
+    /// greeting behind it: the tunnel is open.
+    ::testing::AssertionResult open_tunnel(std::string_view target) {
+        send_raw(upgrade_request(target));
+        const auto status = read_response_header().status;
+        if (status != 101) {
+            return ::testing::AssertionFailure() << target << ": status " << status;
+        }
+        const auto first = read_message().payload;
+        if (first != greeting) {
+            return ::testing::AssertionFailure() << target << ": first message " << first;
+        }
+        return ::testing::AssertionSuccess();
+    }
+
     void send(unsigned opcode, std::string_view payload) {
         stream_.write_all(client_frame(opcode, payload));
     }
@@ -408,9 +423,7 @@ TEST(WebSocket, AnIdleTunnelIsClosedOnBothSidesAfterTheIdleTimeout) {
     sluice_process sluice(config);
 
     ws_client client(sluice.port());
-    client.send_raw(upgrade_request("/idle"));
-    ASSERT_EQ(client.read_response_header().status, 101u);
-    EXPECT_EQ(client.read_message().payload, greeting);
+    ASSERT_TRUE(client.open_tunnel("/idle"));
     // Traffic every 300 ms for 1.5 s keeps it open.
     auto last_sent = clock_type::now();
     for (int i = 0; i < 5; ++i) {
@@ -450,9 +463,7 @@ TEST(WebSocket, ADrainEndsAnOpenTunnelBeforeItsDeadlineAndLogsIt) {
                                        "  drain-timeout: 2s\n  idle-timeout: 60s\n",
                                        "  level: info\n  access-log: true\n"));
     ws_client client(sluice.port());
-    client.send_raw(upgrade_request("/drained"));
-    ASSERT_EQ(client.read_response_header().status, 101u);
-    EXPECT_EQ(client.read_message().payload, greeting);
+    ASSERT_TRUE(client.open_tunnel("/drained"));
 
     const auto stopping = clock_type::now();
     sluice.send_signal(SIGTERM);
@@ -483,9 +494,7 @@ TEST(WebSocket, AClientThatStopsReadingStallsTheTunnelUntilTheIdleTimeout) {
     sluice_process sluice(config);
 
     ws_client client(sluice.port());
-    client.send_raw(upgrade_request("/flood"));
-    ASSERT_EQ(client.read_response_header().status, 101u);
-    EXPECT_EQ(client.read_message().payload, greeting);
+    ASSERT_TRUE(client.open_tunnel("/flood"));
     const auto asked = clock_type::now();
     client.send(1, "flood");
     const auto ended = upstream.wait_ended(1, 10s);
@@ -598,9 +607,7 @@ TEST(WebSocket, AClientWritingAfterTheUpstreamClosedEndsItAsClosed) {
     sluice_process sluice(config);
 
     ws_client client(sluice.port());
-    client.send_raw(upgrade_request("/hangup"));
-    ASSERT_EQ(client.read_response_header().status, 101u);
-    EXPECT_EQ(client.read_message().payload, greeting);
+    ASSERT_TRUE(client.open_tunnel("/hangup"));
     client.send(1, "hang up");
     ASSERT_TRUE(upstream.wait_ended(1, 5s));
     EXPECT_TRUE(client.wait_closed(5s)) << "the upstream's close passed on";
@@ -637,9 +644,7 @@ TEST(WebSocket, AnUpgradeBeyondMaxTunnelsGets503UntilATunnelEnds) {
     const auto admin = admin_port(sluice);
 
     ws_client first(sluice.port());
-    first.send_raw(upgrade_request("/first"));
-    ASSERT_EQ(first.read_response_header().status, 101u);
-    EXPECT_EQ(first.read_message().payload, greeting);
+    ASSERT_TRUE(first.open_tunnel("/first"));
     EXPECT_TRUE(series_reaches(admin, "sluice_tunnels_open", 1));
 
     ws_client second(sluice.port());
@@ -656,9 +661,7 @@ TEST(WebSocket, AnUpgradeBeyondMaxTunnelsGets503UntilATunnelEnds) {
     first.close();
     ASSERT_TRUE(series_reaches(admin, "sluice_tunnels_open", 0));
     ws_client third(sluice.port());
-    third.send_raw(upgrade_request("/third"));
-    EXPECT_EQ(third.read_response_header().status, 101u);
-    EXPECT_EQ(third.read_message().payload, greeting);
+    ASSERT_TRUE(third.open_tunnel("/third"));
     EXPECT_EQ(upstream.handshakes().size(), 2u);
 }
 
