@@ -13,6 +13,7 @@
 #include "sluice/app/logging.hpp"
 #include "sluice/config/loader.hpp"
 #include "sluice/core/clock.hpp"
+#include "sluice/core/escaped_exception.hpp"
 #include "sluice/http/connection_balancer.hpp"
 #include "sluice/http/listener.hpp"
 #include "sluice/metrics/admin_server.hpp"
@@ -23,7 +24,6 @@
 #include "sluice/store/slot_waiters.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -472,7 +472,8 @@ void application::start_workers() {
     log_summary(workers_.front()->acceptor->local_endpoint());
 
     for (auto& w : workers_) {
-        net::co_spawn(w->ioc, http::accept_loop(*w->acceptor, w->context), net::detached);
+        net::co_spawn(
+            w->ioc, http::accept_loop(*w->acceptor, w->context), log_escaped{"accept loop"});
     }
     running_ = workers_.size();
     // The workers start with the stop and reload signals blocked (a thread inherits its
@@ -579,7 +580,7 @@ void application::begin_drain() {
         });
     }
     drain_timer_.expires_at(deadline);
-    net::co_spawn(control_, enforce_drain_deadline(), net::detached);
+    net::co_spawn(control_, enforce_drain_deadline(), log_escaped{"drain deadline"});
 }
 
 void application::worker_finished() {
@@ -666,8 +667,8 @@ int application::run() {
         sentinel_->start();
     }
 
-    net::co_spawn(control_, handle_signals(), net::detached);
-    net::co_spawn(control_, sweep_memory_store(), net::detached);
+    net::co_spawn(control_, handle_signals(), log_escaped{"signal handler"});
+    net::co_spawn(control_, sweep_memory_store(), log_escaped{"memory store sweep"});
     control_.run();
     for (auto& w : workers_) {
         w->thread.join();

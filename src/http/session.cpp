@@ -6,6 +6,7 @@
 #include "http/local_reply.hpp"
 #include "http/request_handler.hpp"
 #include "http/session_state_detail.hpp"
+#include "sluice/core/escaped_exception.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/http/connection_balancer.hpp"
 #include "sluice/io/coarse_clock.hpp"
@@ -130,20 +131,10 @@ struct connection {
 
 awaitable<void> serve(std::unique_ptr<connection> conn);
 
-// The completion of a spawned session: logs an exception that escaped it.
-void log_session_exception(std::exception_ptr e) {
-    if (!e) {
-        return;
-    }
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-        // An exception escaping a session is a bug, not control flow: say so loudly, but a
-        // peer that triggers it again and again must not flood the log.
-        static log_throttle throttle;
-        log_throttled(throttle, spdlog::level::err, "session ended by an exception: {}", ex.what());
-    }
-}
+// An exception escaping a session is a bug, not control flow: logged loudly, but a peer that
+// triggers it again and again must not flood the log.
+log_throttle session_exception_throttle;
+const log_escaped log_session_exception{"session", &session_exception_throttle};
 
 // A connection counted by `accept_loop` on `worker` is gone.
 void count_closed(worker_context& worker) noexcept {

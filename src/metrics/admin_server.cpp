@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/metrics/admin_server.hpp"
 
+#include "sluice/core/escaped_exception.hpp"
 #include "sluice/core/log_throttle.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
@@ -20,10 +20,14 @@ namespace http = beast::http;
 struct admin_server::impl : std::enable_shared_from_this<impl> {
     impl(executor ex, const registry& m, readiness r)
         : acceptor(ex)
+        , accept_pause_timer(ex)
         , metrics(m)
         , ready(std::move(r)) {}
 
     tcp_acceptor acceptor;
+    /// The accept loop's wait after a failed accept; `stop` cancels it, or the process's exit
+    /// would wait it out.
+    steady_timer accept_pause_timer;
     const registry& metrics;
     readiness ready;
 
@@ -237,6 +241,9 @@ void make_room(connection_list& serving) {
     victim->stream.close(); // its read or write ends with operation_aborted, its coroutine too
 }
 
+/// An exception escaping an admin connection is a bug; a client may trigger it again and again.
+log_throttle connection_exception_throttle;
+
 awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
     static log_throttle throttle;
     for (;;) {
@@ -248,17 +255,18 @@ awaitable<void> accept_loop(std::shared_ptr<admin_server::impl> self) {
             log_throttled(throttle, spdlog::level::warn, "admin: accept failed: {}", ec.message());
             // Out of descriptors, say: accepting again at once would spin (and the failed accept
             // leaves the connection queued, so the next one fails at once too).
-            steady_timer pause(self->acceptor.get_executor(), accept_pause);
-            auto [wait_ec] = co_await pause.async_wait();
-            if (wait_ec) {
+            self->accept_pause_timer.expires_after(accept_pause);
+            auto [wait_ec] = co_await self->accept_pause_timer.async_wait();
+            if (wait_ec || !self->acceptor.is_open()) {
                 co_return;
             }
             continue;
         }
         make_room(self->serving);
         self->serving.emplace_front(std::move(socket));
-        net::co_spawn(
-            self->acceptor.get_executor(), serve(self->serving.begin(), self), net::detached);
+        net::co_spawn(self->acceptor.get_executor(),
+                      serve(self->serving.begin(), self),
+                      log_escaped{"admin connection", &connection_exception_throttle});
     }
 }
 
@@ -308,7 +316,8 @@ std::uint16_t admin_server::port() const {
 }
 
 void admin_server::start() {
-    net::co_spawn(impl_->acceptor.get_executor(), accept_loop(impl_), net::detached);
+    net::co_spawn(
+        impl_->acceptor.get_executor(), accept_loop(impl_), log_escaped{"admin accept loop"});
 }
 
 void admin_server::stop() {
@@ -319,6 +328,7 @@ void admin_server::stop() {
         error_code ec;
         impl_->acceptor.close(ec);
     }
+    impl_->accept_pause_timer.cancel();
     // Their reads and writes end with operation_aborted, and each coroutine with them.
     for (auto& c : impl_->serving) {
         c.stream.close();

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/redis/sentinel.hpp"
 
+#include "sluice/core/escaped_exception.hpp"
 #include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/redis/backoff.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
@@ -170,7 +170,7 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
                                  }
                              });
         listener_->start();
-        net::co_spawn(ex_, run(shared_from_this()), net::detached);
+        net::co_spawn(ex_, run(shared_from_this()), log_escaped{"sentinel watch"});
     }
 
     void stop() {
