@@ -490,13 +490,21 @@ void request_limiter::settle() {
         in_flight_->fetch_add(static_cast<std::int64_t>(slots_.size()), std::memory_order_relaxed);
     }
     v_ = decide(limits_, outcome_, cfg.rate_limit.redis.on_failure);
+    if (held_cap_reached_ && v_.what == verdict::kind::queued) {
+        // At the cap no request waits, for a slot no more than in a shaped bucket: it would wait
+        // without a place among the held. Refused for the cap (503) below, uncharged (the store
+        // charges nothing when a limit refuses); a slot frees with no estimate of when.
+        v_.what = verdict::kind::rejected;
+        v_.wait_for = -1;
+        v_.retry_after = 1;
+    }
     count_reservations();
     if (v_.what != verdict::kind::delayed && v_.what != verdict::kind::queued) {
         held_.reset();
     }
     waited_ = waited_ || v_.what == verdict::kind::queued;
     overloaded_ = held_cap_reached_ && v_.what == verdict::kind::rejected &&
-                  refused_only_for_waiting(limits_, outcome_);
+                  refused_only_for_waiting(limits_, outcome_, costs_);
     // A request admitted after waiting for a slot was delayed, like a shaped one.
     const auto shown =
         waited_ && v_.what == verdict::kind::allowed ? verdict::kind::delayed : v_.what;

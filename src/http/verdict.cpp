@@ -2,6 +2,7 @@
 #include "sluice/http/verdict.hpp"
 
 #include "sluice/http/rate_limit_headers.hpp"
+#include "sluice/limiter/cost.hpp"
 
 #include <algorithm>
 
@@ -107,7 +108,8 @@ verdict decide(std::span<const config::limit> limits,
 }
 
 bool refused_only_for_waiting(std::span<const config::limit> limits,
-                              const store::outcome& outcome) noexcept {
+                              const store::outcome& outcome,
+                              std::span<const std::int64_t> costs) noexcept {
     if (outcome.ec || outcome.decisions.size() != limits.size()) {
         return false;
     }
@@ -127,7 +129,9 @@ bool refused_only_for_waiting(std::span<const config::limit> limits,
         // Without max-delay, a refusal with room can only be the forbidden wait. With it, the
         // wait is ceil(wait - epsilon) ms, so it fits exactly when the configured check would
         // have let it (see leak_and_admit).
-        if (!shapes || d.remaining < 1 || (limit.max_delay && d.retry_after > *limit.max_delay)) {
+        const std::int64_t cost = i < costs.size() ? limiter::clamp_cost(costs[i]) : 1;
+        if (!shapes || d.remaining < cost ||
+            (limit.max_delay && d.retry_after > *limit.max_delay)) {
             return false;
         }
     }

@@ -66,13 +66,15 @@ verdict decide(std::span<const config::limit> limits,
  * For an outcome the store decided with waiting forbidden (every enforced shaping limit given
  * `max-delay: 0`, because `rate-limit.max-held` was reached): whether each enforced limit that
  * refused would have admitted the request with a wait, i.e. is a shaping LEAKY_BUCKET that had
- * room (remaining >= 1) and whose wait (the refusal's `retry_after`) fits the `max-delay` of
- * `limits`, the limits as configured, or a CONCURRENCY limit in mode shape whose configured
- * `max-delay` is not 0 (it would have queued). Such a request is refused for the cap (503), not for
- * its limits (429). False when there is no such refusal.
+ * room (remaining >= the request's cost for it, `costs[i]`; 1 where `costs` has none) and whose
+ * wait (the refusal's `retry_after`) fits the `max-delay` of `limits`, the limits as configured, or
+ * a CONCURRENCY limit in mode shape whose configured `max-delay` is not 0 (it would have queued).
+ * Such a request is refused for the cap (503), not for its limits (429). False when there is no
+ * such refusal.
  */
 bool refused_only_for_waiting(std::span<const config::limit> limits,
-                              const store::outcome& outcome) noexcept;
+                              const store::outcome& outcome,
+                              std::span<const std::int64_t> costs = {}) noexcept;
 
 /// The access-log word for a verdict: allowed, delayed, queued, rejected, failed_open,
 /// failed_closed (as the metric's decision label spells them; queued is never logged: a queued

@@ -310,6 +310,37 @@ TEST_F(RequestLimiter, AtTheHeldCapARequestThatWouldWaitIsOverloadedAndUncharged
     EXPECT_EQ(next->result().delay, 200ms);
 }
 
+// At the cap, a request that would wait for a CONCURRENCY slot (mode shape) is refused for the
+// cap as well: it would otherwise wait with no place among the held, uncounted.
+TEST_F(RequestLimiter, AtTheHeldCapARequestThatWouldWaitForASlotIsOverloaded) {
+    metrics::registry registry;
+    worker_.metrics = &registry;
+    config::config cfg;
+    config::rule rule;
+    rule.name = "slots";
+    rule.path = "/s";
+    config::limit one;
+    one.algo = config::algorithm::concurrency;
+    one.limit_count = 1;
+    one.mode = config::shaping_mode::shape;
+    rule.limits = {one};
+    cfg.rate_limit.rules = {rule};
+    cfg.rate_limit.max_held = 1;
+    const auto running = request(cfg, "/s"); // takes the slot
+    ASSERT_EQ(running->result().what, verdict::kind::allowed);
+    const auto waiting = request(cfg, "/s"); // waits for it, in the one place
+    ASSERT_EQ(waiting->result().what, verdict::kind::queued);
+    const auto over = request(cfg, "/s");
+    EXPECT_EQ(over->result().what, verdict::kind::rejected);
+    EXPECT_TRUE(over->overloaded());
+    EXPECT_EQ(over->decision_word(), "overloaded");
+    const auto reply = over->refusal();
+    EXPECT_EQ(reply.status, bhttp::status::service_unavailable);
+    EXPECT_EQ(reply.retry_after, 1);
+    EXPECT_EQ(held_.load(), 1) << "only the waiting request has a place";
+    worker_.metrics = nullptr;
+}
+
 TEST_F(RequestLimiter, ADryRunRefusalCountsOnceAsDryRunRejected) {
     config::config cfg;
     config::rule rule;

@@ -222,6 +222,17 @@ TEST(RefusedOnlyForWaiting, AWaitBeyondMaxDelayIsRefusedAnyway) {
     EXPECT_FALSE(refused_only_for_waiting(std::vector{limit}, outcome_of({waited})));
 }
 
+// A request of cost 5 (issue 15) had room only when 5 remained: with 2 left its bucket refused it
+// for want of room, which the cap did not cause (429, not 503).
+TEST(RefusedOnlyForWaiting, RoomIsRoomForTheRequestsCost) {
+    auto refused = refuse(milliseconds(400));
+    refused.remaining = 2;
+    const std::vector<std::int64_t> five{5};
+    EXPECT_FALSE(refused_only_for_waiting(std::vector{enforced()}, outcome_of({refused}), five));
+    refused.remaining = 5;
+    EXPECT_TRUE(refused_only_for_waiting(std::vector{enforced()}, outcome_of({refused}), five));
+}
+
 TEST(RefusedOnlyForWaiting, IgnoresDryRunLimitsAndStoreErrors) {
     auto waited = refuse(milliseconds(400));
     waited.remaining = 3;
