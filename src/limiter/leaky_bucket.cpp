@@ -95,9 +95,13 @@ decision leak_and_admit(leaky_bucket_state& state,
     } else {
         d.allowed = false;
         // Full: c fits once q + c - capacity more slots have leaked, the first at last + T. Too
-        // long a wait: it shrinks one ms per ms.
-        const double until = has_room ? wait_ms - static_cast<double>(max_delay->count())
-                                      : head + static_cast<double>(q - (capacity - c)) * slot_ms;
+        // long a wait: it shrinks one ms per ms (its slot's time stays as leaks free the ones
+        // before it), so with max-delay a full bucket's retry waits for the later of the two.
+        double until = has_room ? wait_ms - static_cast<double>(max_delay->count())
+                                : head + static_cast<double>(q - (capacity - c)) * slot_ms;
+        if (!has_room && shaping && max_delay) {
+            until = std::max(until, wait_ms - static_cast<double>(max_delay->count()));
+        }
         d.retry_after = std::max(ceil_ms(until), milliseconds{1});
     }
     d.remaining = std::max<std::int64_t>(capacity - q, 0);

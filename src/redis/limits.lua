@@ -344,12 +344,16 @@ local function leak_and_admit(q, whole, fraction, capacity, flow_rate, shaping, 
     end
   else
     -- Full: the cost fits once q + cost - capacity more slots have leaked. Too long a wait: it
-    -- shrinks one ms per ms.
+    -- shrinks one ms per ms, so with max_delay a full bucket's retry waits for the later of the
+    -- two.
     local until_ms
     if has_room then
       until_ms = wait - max_delay
     else
       until_ms = head + (q - (capacity - cost)) * slot
+      if shaping and max_delay >= 0 then
+        until_ms = max(until_ms, wait - max_delay)
+      end
     end
     retry_after = max(ceil_bucket_ms(until_ms), 1)
   end

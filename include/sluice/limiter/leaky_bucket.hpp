@@ -54,6 +54,9 @@ struct leaky_bucket_state {
  *   delay_ms       = max(0, L + (q + c - 1) x T - now)     (shape; c = 1: the page's formula)
  *   retry_after_ms = L + (q + c - capacity) x T - now       (full: until q + c - capacity slots
  *                                                            leaked, rounded up, at least 1)
+ *   retry_after_ms = delay_ms - max_delay                   (a wait beyond max_delay: it
+ *                                                            shrinks one ms per ms; full with
+ *                                                            max_delay, the later of the two)
  *   remaining      = max(0, capacity - q),  reset_after = L + q x T - now  (q after the request)
  *
  * and the backend sees cost at flowRate on average. A cost above `capacity` never fits: refused
