@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/key_table.hpp"
 
+#include "sluice/core/keyed_hash.hpp"
+
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <new>
 #include <stdexcept>
 
@@ -12,7 +13,7 @@ namespace sluice::store {
 static_assert(sizeof(std::size_t) == 8, "bucket_of assumes a 64-bit hash");
 
 std::size_t key_table::hash(std::string_view key) noexcept {
-    return std::hash<std::string_view>{}(key);
+    return keyed_hash(key); // a client chooses keys: see keyed_hash.hpp
 }
 
 key_table::~key_table() {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sluice/config/config.hpp"
+#include "sluice/core/keyed_hash.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/metrics/metrics.hpp"
@@ -407,8 +408,8 @@ private:
     std::string lease_prefix_;
     std::uint64_t batches_ = 0;
     /// The slots running requests hold, by `live_name`: renewed together every third of the
-    /// shortest lease among them.
-    std::unordered_map<std::string, slot> live_slots_;
+    /// shortest lease among them. Keyed by text a client chooses: a keyed hash.
+    std::unordered_map<std::string, slot, keyed_string_hash, std::equal_to<>> live_slots_;
     /// Slots given back this turn, sent by `flush_releases`.
     std::vector<slot_release> releasing_;
     /// Give-backs whose call could not reach Redis (its connection lost: a failover, a restart,

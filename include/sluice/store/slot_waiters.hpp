@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include "sluice/core/keyed_hash.hpp"
 #include "sluice/io/net.hpp"
 
 #include <functional>
@@ -82,17 +83,10 @@ public:
     std::size_t size() const;
 
 private:
-    // Transparent, so that a lookup by string_view builds no string.
-    struct key_hash {
-        using is_transparent = void;
-
-        std::size_t operator()(std::string_view key) const noexcept {
-            return std::hash<std::string_view>{}(key);
-        }
-    };
-
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, std::unique_ptr<line>, key_hash, std::equal_to<>> lines_;
+    // Keyed by text a client chooses: a keyed hash (keyed_hash.hpp).
+    std::unordered_map<std::string, std::unique_ptr<line>, keyed_string_hash, std::equal_to<>>
+        lines_;
     std::size_t size_ = 0;
 };
 
