@@ -437,7 +437,8 @@ public:
                 }
                 // With a handler rather than a token, only an explicit condition picks the
                 // right overload: the handler would pass for a condition too.
-                net::async_connect(state_->socket, e, any_endpoint{}, wrap(std::move(handler)));
+                net::async_connect(
+                    state_->socket, e, before_deadline{state_.get()}, wrap(std::move(handler)));
             },
             token,
             endpoints);
@@ -477,9 +478,15 @@ private:
             token);
     }
 
-    /// net::async_connect's condition: try every endpoint.
-    struct any_endpoint {
-        bool operator()(const error_code&, const tcp::endpoint&) const noexcept { return true; }
+    /// net::async_connect's condition: try each endpoint until the deadline has passed. The
+    /// watchdog's cancel only ends the attempt under way: Asio's range connect, finding the
+    /// socket still open, would go on to the next address, with no deadline left to end it.
+    struct before_deadline {
+        const detail::stream_state* state;
+
+        bool operator()(const error_code&, const tcp::endpoint&) const noexcept {
+            return !state->timed_out;
+        }
     };
 
     /// An operation being started after the watchdog fired, with no deadline set since (see the

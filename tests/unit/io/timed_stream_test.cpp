@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -625,6 +626,38 @@ TEST_F(TimedStreamTest, WriteNowWritesWithoutRunningTheIoContext) {
     std::array<char, 4> got{};
     net::read(peer_, net::buffer(got));
     EXPECT_EQ(std::string_view(got.data(), got.size()), "ping");
+}
+
+// A connect to several addresses ends at its deadline: Asio's range connect, finding the socket
+// still open after the watchdog's cancel, went on to the next address with no deadline left (an
+// upstream named by a DNS name: a second address that drops SYNs held the request for the
+// kernel's two minutes of retries; a live one connected after the timeout).
+TEST(TimedStreamConnect, ATimedOutConnectTriesNoFurtherAddress) {
+    net::io_context ioc;
+    const tcp::endpoint loopback(net::ip::address_v4::loopback(), 0);
+    // The first address drops SYNs: its accept queue (backlog 0: one connection) is full.
+    tcp::acceptor full(ioc);
+    full.open(tcp::v4());
+    full.bind(loopback);
+    full.listen(0);
+    tcp::socket filler(ioc);
+    filler.connect(full.local_endpoint());
+    tcp::acceptor live(ioc, loopback);
+    const std::vector<tcp::endpoint> endpoints{full.local_endpoint(), live.local_endpoint()};
+
+    timed_stream stream(ioc.get_executor());
+    stream.expires_after(200ms);
+    std::optional<error_code> result;
+    stream.async_connect(endpoints, [&](error_code ec, const tcp::endpoint&) { result = ec; });
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return result.has_value(); }, 10s));
+    EXPECT_EQ(*result, beast::error::timeout) << result->message();
+
+    live.non_blocking(true);
+    tcp::socket accepted(ioc);
+    error_code ec;
+    live.accept(accepted, ec);
+    EXPECT_EQ(ec, net::error::would_block) << "the second address was connected to";
 }
 
 } // namespace
