@@ -345,12 +345,14 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // connection stalled, whichever comes first. An armed wake that is later than that is moved
     // earlier: while every command has timed out the timer waits for the stall check, up to
     // `stall_timeout` away, and a command sent meanwhile must still time out at its own deadline.
+    // The stall wake counts only when `expire()` would act on it: a wake it could not act on
+    // would be re-armed at the same past instant, and fire at once, forever.
     void arm_deadline() {
         auto wake = steady::time_point::max();
         if (expired_ < pending_.size()) {
             wake = pending_[expired_].deadline;
         }
-        if (expired_ > 0) {
+        if (expired_ > 0 && can_drop_stalled()) {
             wake = std::min(wake, pending_.front().deadline + opts_.stall_timeout);
         }
         if (wake == steady::time_point::max() || (deadline_armed_ && armed_wake_ <= wake)) {
@@ -381,12 +383,36 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 complete(std::move(h), errc::redis_timeout);
             }
         }
-        if (expired_ > 0 && ac_ != nullptr && phase_ == phase::connected &&
+        if (expired_ > 0 && can_drop_stalled() &&
             now >= pending_.front().deadline + opts_.stall_timeout) {
-            drop_stalled();
+            if (phase_ == phase::stopped) {
+                drop_stopped();
+            } else {
+                drop_stalled();
+            }
             return;
         }
         arm_deadline();
+    }
+
+    // A connection whose sent commands the stall check watches: one in use, or one that stop()
+    // is draining (hiredis waits for every reply in flight, with no bound of its own).
+    bool can_drop_stalled() const {
+        return ac_ != nullptr && (phase_ == phase::connected || phase_ == phase::stopped);
+    }
+
+    // A stopped client's drain that a hung server never ends would keep the io_context, and so
+    // the exit, waiting forever: drop it (its commands complete with NULL replies, timed out
+    // already) once the oldest is as late as a stalled connection's.
+    void drop_stopped() {
+        static log_throttle throttle;
+        log_throttled(throttle,
+                      spdlog::level::warn,
+                      "redis: {} left commands unanswered at stop; closing the connection",
+                      where());
+        redisAsyncContext* c = ac_;
+        ac_ = nullptr;
+        redisAsyncFree(c); // its disconnect callback, which runs inside, sees `stopped`
     }
 
     // TCP alone may take many minutes to give up on a hung peer; meanwhile every command would

@@ -154,7 +154,10 @@ public:
 
     /**
      * Stops reconnecting and disconnects gracefully: replies already in flight still complete,
-     * new commands fail with `errc::redis_unavailable`.
+     * new commands fail with `errc::redis_unavailable`. A server that leaves a command
+     * unanswered `stall_timeout` past its deadline (hung) has the connection dropped then, as
+     * a connected client's would be: the rest complete with `errc::redis_unavailable`, and
+     * nothing of the client keeps its executor busy after that.
      */
     void stop();
 

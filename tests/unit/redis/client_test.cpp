@@ -614,6 +614,36 @@ TEST_F(RedisClient, StopDrainsRepliesInFlightAndRefusesNewCommands) {
     EXPECT_EQ(std::get<1>(*in_flight).str, "last");
 }
 
+// A stop() that drains a connection to a hung server (SIGSTOPped) with a command outstanding:
+// the drain ends once that command is as late as a stalled connection's, and then nothing of the
+// client is left on the io_context, so that run() returns (the process exits). It waited for
+// the reply forever, its deadline timer firing in a loop.
+TEST_F(RedisClient, StopOnAHungServerEndsOnceItsCommandsAreStalled) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 100ms;
+    o.stall_timeout = 200ms;
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+
+    server_->pause();
+    std::optional<error_code> outcome;
+    c->async_command({"PING"}, [&](error_code ec, reply) { outcome = ec; });
+    c->stop();
+    // The command's deadline plus the stall allowance, and room for a loaded machine.
+    const auto bound = o.command_timeout + o.stall_timeout + 2s;
+    const auto start = steady::now();
+    ioc_.restart();
+    const auto handlers = ioc_.run_for(bound);
+    const auto elapsed = steady::now() - start;
+    server_->resume();
+    EXPECT_TRUE(ioc_.stopped()) << "the io_context still had work after " << handlers
+                                << " handlers";
+    EXPECT_LT(elapsed, bound);
+    ASSERT_TRUE(outcome.has_value());
+    EXPECT_EQ(*outcome, errc::redis_timeout);
+}
+
 TEST_F(RedisClient, RefusesCommandsBeyondMaxPending) {
     start_server();
     auto o = options();
