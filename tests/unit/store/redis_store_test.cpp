@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace sluice::store {
@@ -505,6 +506,44 @@ TEST_F(RedisStore, ARequestHeldBehindACallThatTimesOutFailsWithIt) {
     // Together; sent when the first failed, it would fail a whole timeout later.
     EXPECT_LT(held_failed - first_failed, fast.timeout / 2)
         << std::chrono::duration_cast<milliseconds>(held_failed - first_failed).count() << " ms";
+}
+
+// A batch failed with the call it was held behind was never sent: the script took no slot for it,
+// and nothing is given back. It named its leases "1", "2", ... (it had no lease prefix), and gave
+// those back: here a member "1" planted in its key's set stands in for a lease so named.
+TEST_F(RedisStore, ABatchFailedUnsentGivesNoSlotsBack) {
+    auto fast = settings_;
+    fast.timeout = 300ms;
+    redis::client c(executor{ioc_.get_executor()}, redis::client_options::from_settings(fast));
+    c.start();
+    redis_store s(c, fast);
+    s.set_time_override_for_test(t0);
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 5;
+    l.lease = 30s;
+    ASSERT_FALSE(test::run_coro(ioc_, s.acquire(one("warm", leaky(10, 1)))).ec); // connected
+    command({"ZADD", "held", "1e15", "1"});
+
+    server_->pause();
+    std::optional<outcome> first;
+    std::optional<outcome> held;
+    start_acquire(ioc_, s, one("sent", l), first);
+    ioc_.poll(); // its call is sent
+    start_acquire(ioc_, s, one("held", l), held);
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return first.has_value() && held.has_value(); }));
+    server_->resume();
+    EXPECT_EQ(first->ec, errc::redis_timeout);
+    EXPECT_EQ(held->ec, errc::redis_timeout);
+
+    // The give-backs go on the store's connection, before this PING (or, if they timed out,
+    // again with the next decision's reply, before the second).
+    const std::vector<std::string> ping{"PING"};
+    ASSERT_FALSE(std::get<0>(test::run_coro(ioc_, c.async_command(ping))));
+    ASSERT_FALSE(test::run_coro(ioc_, s.acquire(one("warm", leaky(10, 1)))).ec);
+    ASSERT_FALSE(std::get<0>(test::run_coro(ioc_, c.async_command(ping))));
+    EXPECT_EQ(command({"ZCARD", "sent"}).integer, 0) << "the sent call's slot was kept";
+    EXPECT_EQ(command({"ZCARD", "held"}).integer, 1) << "lease \"1\" was given back";
 }
 
 TEST_F(RedisStore, FactoryBuildsAStartedStore) {
