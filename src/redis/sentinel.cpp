@@ -5,6 +5,7 @@
 #include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/redis/backoff.hpp"
+#include "sluice/redis/cluster_slots.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -52,10 +53,12 @@ keyed_log_throttle& sentinel_log() {
 
 } // namespace
 
+// The host is checked as a Cluster node's is: a Sentinel's text would otherwise be connected to
+// (a leading '/' as a unix socket path, sent AUTH), logged and kept, at any length.
 std::optional<config::endpoint_address> parse_master_address(const reply& r) {
     if (r.type != reply::kind::array || r.elements.size() != 2 ||
         r.elements[0].type != reply::kind::string || r.elements[1].type != reply::kind::string ||
-        r.elements[0].str.empty()) {
+        !is_node_host(r.elements[0].str)) {
         return std::nullopt;
     }
     const auto port = parse_port(r.elements[1].str);
@@ -80,7 +83,7 @@ std::optional<master_switch> parse_switch_master(std::string_view payload) {
     }
     const auto from_port = parse_port(words[2]);
     const auto to_port = parse_port(words[4]);
-    if (!from_port || !to_port) {
+    if (!from_port || !to_port || !is_node_host(words[1]) || !is_node_host(words[3])) {
         return std::nullopt;
     }
     return master_switch{std::string(words[0]),
@@ -310,7 +313,15 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
 
     void heard(const std::string& payload) {
         const auto message = parse_switch_master(payload);
-        if (!message || message->name != opts_.master) {
+        if (!message) {
+            log_throttled_by(sentinel_log(),
+                             "unreadable +switch-master",
+                             spdlog::level::warn,
+                             "sentinel: ignored a +switch-master it could not read: {}",
+                             log_excerpt(payload));
+            return;
+        }
+        if (message->name != opts_.master) {
             return;
         }
         ++epoch_;

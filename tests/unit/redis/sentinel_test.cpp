@@ -69,6 +69,31 @@ TEST(SentinelReplies, SwitchMasterNamesOldAndNew) {
     EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1 7202 extra"));
 }
 
+// A Sentinel's host is checked as a Cluster node's is: a unix socket path (which the client
+// would connect to and send AUTH), a control byte, a space or a huge text names no primary.
+TEST(SentinelReplies, AHostThatIsNoHostNameOrAddressNamesNoPrimary) {
+    const auto with_host = [](std::string host) {
+        return parse_master_address(
+            array_reply({string_reply(std::move(host)), string_reply("6379")}));
+    };
+    EXPECT_TRUE(with_host("redis-1.example_net"));
+    EXPECT_TRUE(with_host("::1"));
+    EXPECT_TRUE(with_host(std::string(253, 'a')));
+    EXPECT_FALSE(with_host("/tmp/redis.sock"));
+    EXPECT_FALSE(with_host("10.0.0.8\nforged log line"));
+    EXPECT_FALSE(with_host("10.0.0.8 6380"));
+    EXPECT_FALSE(with_host(std::string(254, 'a')));
+    EXPECT_FALSE(with_host(std::string(16u << 20, 'a')));
+
+    EXPECT_TRUE(parse_switch_master("sluice 10.0.0.7 6379 redis-2.example 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 /tmp/redis.sock 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice /tmp/redis.sock 6379 10.0.0.8 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 10.0.0.8\r\nx 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 " + std::string(254, 'a') + " 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 10.0.0.8 0"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 65536 10.0.0.8 6379"));
+}
+
 TEST(SentinelReplies, RoleCheckPassesOnlyAMaster) {
     const auto check = primary_role_check("sluice");
     ASSERT_EQ(check.command, std::vector<std::string>{"ROLE"});
