@@ -45,7 +45,8 @@ std::optional<std::uint16_t> parse_port(std::string_view text) {
     return static_cast<std::uint16_t>(value);
 }
 
-/// "No Sentinel answered" and the like: each distinct line at most once per 10 s.
+/// "No Sentinel answered" and the like: each kind of line at most once per 10 s (a line that
+/// quotes a Sentinel is keyed by kind, not by its text).
 keyed_log_throttle& sentinel_log() {
     static keyed_log_throttle throttle{std::chrono::seconds(10)};
     return throttle;
@@ -230,12 +231,14 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
             }
             const auto address = parse_master_address(r);
             if (!address) {
-                log_throttled(sentinel_log(),
-                              spdlog::level::warn,
-                              "sentinel: {} does not know the primary of '{}' (it answered {})",
-                              where,
-                              opts_.master,
-                              log_excerpt(r.describe(log_excerpt_bytes)));
+                // Keyed by the Sentinel, not by the line: its answer, quoted, could vary forever.
+                log_throttled_by(sentinel_log(),
+                                 "no primary from " + where,
+                                 spdlog::level::warn,
+                                 "sentinel: {} does not know the primary of '{}' (it answered {})",
+                                 where,
+                                 opts_.master,
+                                 log_excerpt(r.describe(log_excerpt_bytes)));
                 continue;
             }
             if (epoch == epoch_) {

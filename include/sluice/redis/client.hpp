@@ -113,8 +113,8 @@ struct connect_command {
  * set up: AUTH (when a password is set) and, once it succeeded, SELECT and the registered
  * connect commands. Commands sent while a connection is being made or set up are held, and sent
  * once it is set up (or fail with `errc::redis_unavailable` if it is not). A set-up step Redis
- * refuses is logged (`redis: authentication failed for user X ...`; each distinct error at most
- * once per 10 s) and counts as a failed connection, with its backoff.
+ * refuses is logged (`redis: authentication failed for user X ...`; each step's error at most
+ * once per 10 s per server and error kind) and counts as a failed connection, with its backoff.
  * Nothing here blocks: a host name is connected to at the addresses its last lookup found
  * (`address_cache`, one per client, refreshed in the background every `resolve_interval`);
  * before its first lookup has answered, a connect waits for it within `connect_timeout`, then

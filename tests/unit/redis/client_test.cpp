@@ -3,6 +3,7 @@
 #include "sluice/redis/backoff.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/command_writer.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
 #include "support/run_coro.hpp"
@@ -480,6 +481,35 @@ scripted_server refusing_server() {
         static constexpr char denied[] = "-DENIED Redis is running in protected mode\r\n";
         (void)::send(client, denied, sizeof denied - 1, MSG_NOSIGNAL);
     });
+}
+
+// A server whose refusals differ in their text every time gets one line per step and kind of
+// error per 10 s, not one per text: the throttle was keyed by the whole line, so each refusal
+// was written (and pushed other lines' counts out of the throttle).
+TEST_F(RedisClient, SetUpRefusalsAreLoggedByKindNotByText) {
+    std::atomic<int> refusals{0};
+    scripted_server refusing([&](int client) {
+        char command[256];
+        if (::recv(client, command, sizeof command, 0) <= 0) {
+            return;
+        }
+        const auto error = "-WRONGPASS invalid password, attempt " +
+                           std::to_string(refusals.fetch_add(1) + 1) + "\r\n";
+        (void)::send(client, error.data(), error.size(), MSG_NOSIGNAL);
+    });
+    test::captured_log log;
+    auto o = options_for(refusing.port());
+    o.password = "wrong";
+    o.reconnect_min = 10ms;
+    o.reconnect_max = 20ms;
+    auto c = make_client(o);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return refusals >= 4; }, 10s));
+    c->stop();
+    const auto lines = log.lines_with("authentication failed");
+    ASSERT_EQ(lines.size(), 1u) << log.text();
+    EXPECT_NE(lines[0].find("WRONGPASS invalid password, attempt 1"), std::string::npos)
+        << lines[0];
 }
 
 // A reply that never ends (a bulk string announced at a gigabyte, then bytes for as long as the

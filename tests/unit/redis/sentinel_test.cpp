@@ -4,6 +4,7 @@
 #include "reply_builders.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/sentinel.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_sentinel.hpp"
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
@@ -550,6 +551,39 @@ TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
     ASSERT_TRUE(eventually([&] { return h.seen().size() == 3; }, 5s));
     EXPECT_EQ(h.seen().back().first, c);
     EXPECT_EQ(h.watcher().switches(), 2u);
+}
+
+// A Sentinel naming no host (here a unix socket path, which the client would connect to and send
+// AUTH to) does not know the primary: nothing is followed. Its answers differ every time, yet
+// the warning comes once per 10 s: it was keyed by the whole line, quoting each answer.
+TEST(SentinelWatcherRules, AnAnswerThatNamesNoHostIsNotFollowedAndLoggedOnce) {
+    test::captured_log log; // declared first: it outlives the watcher's thread
+    fake_sentinel sentinel;
+    sentinel.name(config::endpoint_address{"/tmp/redis-0.sock", 6379});
+    sentinel_options o;
+    o.master = "sluice";
+    o.nodes = {{"127.0.0.1", sentinel.port()}};
+    o.sentinel.command_timeout = 500ms;
+    o.sentinel.connect_timeout = 500ms;
+    o.sentinel.reconnect_min = 10ms;
+    o.sentinel.reconnect_max = 20ms;
+    o.min_interval = 10ms;
+    watcher_harness h(o);
+    int named = 0;
+    ASSERT_TRUE(eventually(
+        [&] {
+            if (const int asked = sentinel.asked(); asked > named) {
+                named = asked;
+                sentinel.name(config::endpoint_address{
+                    "/tmp/redis-" + std::to_string(named) + ".sock", 6379});
+            }
+            return named >= 4;
+        },
+        10s));
+    EXPECT_TRUE(h.seen().empty());
+    EXPECT_FALSE(h.watcher().primary());
+    const auto lines = log.lines_with("does not know the primary");
+    EXPECT_EQ(lines.size(), 1u) << log.text();
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #include "sluice/limiter/token_bucket.hpp"
 #include "sluice/redis/scripts.hpp"
 #include "sluice/store/redis_store.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
 #include "unit/limiter/limiter_test_util.hpp"
@@ -10,9 +11,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
-#include <spdlog/logger.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,7 +23,6 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -707,39 +704,7 @@ TEST_F(RedisStore, AShorterLeaseDoesNotShortenTheSlotSetsExpiry) {
     EXPECT_GT(command({"PTTL", "leases"}).integer, 30'000) << "the 60 s lease's set expires early";
 }
 
-/// What the default logger writes while this lives, one message a line (no pattern).
-class captured_log {
-public:
-    captured_log()
-        : previous_(spdlog::default_logger()) {
-        auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
-        sink->set_pattern("%v");
-        spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-    }
-
-    captured_log(const captured_log&) = delete;
-    captured_log& operator=(const captured_log&) = delete;
-
-    ~captured_log() { spdlog::set_default_logger(previous_); }
-
-    std::string text() const { return text_.str(); }
-
-    /// The lines that contain `part`.
-    std::vector<std::string> lines_with(std::string_view part) const {
-        std::vector<std::string> lines;
-        std::istringstream in(text_.str());
-        for (std::string line; std::getline(in, line);) {
-            if (line.find(part) != std::string::npos) {
-                lines.push_back(line);
-            }
-        }
-        return lines;
-    }
-
-private:
-    std::ostringstream text_;
-    std::shared_ptr<spdlog::logger> previous_;
-};
+using test::captured_log;
 
 // Review (Redis store log lines): the limits script's error replies were throttled per text, so
 // each new text (a script error naming a number, a key, a line) got a line of its own; and a
