@@ -120,12 +120,13 @@ std::string format_command(std::string_view resp) {
     return std::string(resp);
 }
 
-/// Connection failures and set-up refusals: each distinct line at most once per 10 s, shared by
-/// the workers (they all fail alike).
 /// How long a subscriber whose SUBSCRIBE Redis refused (NOPERM) waits before trying again: an
 /// ACL changes rarely, and nothing is lost meanwhile but prompt wake-ups.
 constexpr std::chrono::seconds refused_subscription_retry{30};
 
+/// Connection failures and set-up refusals: each kind of line (a step and a server; a refusal's
+/// error kind too) at most once per 10 s, shared by the workers (they all fail alike). Lines
+/// that quote the server are keyed by kind, never by their text, which the server shapes.
 keyed_log_throttle& connection_log() {
     static keyed_log_throttle throttle{std::chrono::seconds(10)};
     return throttle;
@@ -345,12 +346,14 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // connection stalled, whichever comes first. An armed wake that is later than that is moved
     // earlier: while every command has timed out the timer waits for the stall check, up to
     // `stall_timeout` away, and a command sent meanwhile must still time out at its own deadline.
+    // The stall wake counts only when `expire()` would act on it: a wake it could not act on
+    // would be re-armed at the same past instant, and fire at once, forever.
     void arm_deadline() {
         auto wake = steady::time_point::max();
         if (expired_ < pending_.size()) {
             wake = pending_[expired_].deadline;
         }
-        if (expired_ > 0) {
+        if (expired_ > 0 && can_drop_stalled()) {
             wake = std::min(wake, pending_.front().deadline + opts_.stall_timeout);
         }
         if (wake == steady::time_point::max() || (deadline_armed_ && armed_wake_ <= wake)) {
@@ -381,12 +384,36 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 complete(std::move(h), errc::redis_timeout);
             }
         }
-        if (expired_ > 0 && ac_ != nullptr && phase_ == phase::connected &&
+        if (expired_ > 0 && can_drop_stalled() &&
             now >= pending_.front().deadline + opts_.stall_timeout) {
-            drop_stalled();
+            if (phase_ == phase::stopped) {
+                drop_stopped();
+            } else {
+                drop_stalled();
+            }
             return;
         }
         arm_deadline();
+    }
+
+    // A connection whose sent commands the stall check watches: one in use, or one that stop()
+    // is draining (hiredis waits for every reply in flight, with no bound of its own).
+    bool can_drop_stalled() const {
+        return ac_ != nullptr && (phase_ == phase::connected || phase_ == phase::stopped);
+    }
+
+    // A stopped client's drain that a hung server never ends would keep the io_context, and so
+    // the exit, waiting forever: drop it (its commands complete with NULL replies, timed out
+    // already) once the oldest is as late as a stalled connection's.
+    void drop_stopped() {
+        static log_throttle throttle;
+        log_throttled(throttle,
+                      spdlog::level::warn,
+                      "redis: {} left commands unanswered at stop; closing the connection",
+                      where());
+        redisAsyncContext* c = ac_;
+        ac_ = nullptr;
+        redisAsyncFree(c); // its disconnect callback, which runs inside, sees `stopped`
     }
 
     // TCP alone may take many minutes to give up on a hung peer; meanwhile every command would
@@ -498,7 +525,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
             return; // the connection is going: its disconnect callback says why
         }
         if (raw->type == REDIS_REPLY_ERROR && !step.may_be_refused) {
-            setup_refused(what, std::string(raw->str, raw->len));
+            setup_refused(what, detail::copy_reply(*raw));
             return;
         }
         if (step.check && opts_.check && opts_.check->verdict) {
@@ -517,8 +544,13 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     // Redis refused a step: say so once (the steps after it were not sent, or their errors
     // follow from this one), and give the connection up. Runs inside a hiredis reply callback,
-    // where hiredis defers the free until the callback returns.
-    void setup_refused(const std::string& what, std::string error) {
+    // where hiredis defers the free until the callback returns. The line is throttled by step,
+    // server and error kind, not by its text: a server whose error text varies would otherwise
+    // get every one through, and evict the other lines' counts.
+    void setup_refused(const std::string& what, const reply& refusal) {
+        std::string error = refusal.str;
+        const auto key =
+            "refused " + what + ' ' + where() + ' ' + std::string(refusal.error_kind());
         // Redis does not echo a password, but a proxy in front of it might. Masked in the whole
         // text, before log_excerpt bounds it (a password cut at the bound would show its start).
         if (!opts_.password.empty()) {
@@ -529,19 +561,21 @@ struct client::state : std::enable_shared_from_this<client::state> {
             }
         }
         if (what == "AUTH") {
-            log_throttled(connection_log(),
-                          spdlog::level::err,
-                          "redis: authentication failed for user {} on {}: {}",
-                          opts_.username.empty() ? "default" : opts_.username,
-                          where(),
-                          log_excerpt(error));
+            log_throttled_by(connection_log(),
+                             key,
+                             spdlog::level::err,
+                             "redis: authentication failed for user {} on {}: {}",
+                             opts_.username.empty() ? "default" : opts_.username,
+                             where(),
+                             log_excerpt(error));
         } else {
-            log_throttled(connection_log(),
-                          spdlog::level::err,
-                          "redis: {} failed on {}, dropping the connection: {}",
-                          what,
-                          where(),
-                          log_excerpt(error));
+            log_throttled_by(connection_log(),
+                             key,
+                             spdlog::level::err,
+                             "redis: {} failed on {}, dropping the connection: {}",
+                             what,
+                             where(),
+                             log_excerpt(error));
         }
         outage_logged_ = true;
         abandon("");
@@ -549,9 +583,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
     }
 
     // The connect check refused the server (behind Sentinel: not the primary). As a refused
-    // set-up: logged (throttled), dropped, retried after the backoff, and the owner told.
+    // set-up: logged (throttled by server: `why` holds the server's reply), dropped, retried
+    // after the backoff, and the owner told.
     void check_refused(const std::string& why) {
-        log_throttled(connection_log(), spdlog::level::warn, "{}", why);
+        log_throttled_by(connection_log(), "check " + where(), spdlog::level::warn, "{}", why);
         outage_logged_ = true;
         abandon("");
         trouble();
@@ -820,11 +855,13 @@ struct client::state : std::enable_shared_from_this<client::state> {
             // protocol error): a set-up failure, with its backoff.
             phase_ = phase::waiting;
             fail_held();
-            log_throttled(connection_log(),
-                          spdlog::level::warn,
-                          "redis: {} closed the connection during its set-up: {}",
-                          where(),
-                          clean ? "closed" : why);
+            // Keyed without `why`, hiredis's text, which may quote the server's bytes.
+            log_throttled_by(connection_log(),
+                             "closed in set-up " + where(),
+                             spdlog::level::warn,
+                             "redis: {} closed the connection during its set-up: {}",
+                             where(),
+                             clean ? "closed" : log_excerpt(why));
             outage_logged_ = true;
             schedule_reconnect();
             trouble();
@@ -838,21 +875,23 @@ struct client::state : std::enable_shared_from_this<client::state> {
             // Redis refused the SUBSCRIBE (an ACL without the channel: NOPERM), and hiredis
             // drops a subscribed connection on an error reply. Retrying at the usual pace would
             // open a connection every half second for nothing: retry rarely, and say why.
-            log_throttled(connection_log(),
-                          spdlog::level::err,
-                          "redis: cannot subscribe to {} on {}: {}",
-                          channel_,
-                          where(),
-                          clean ? "closed" : why);
+            log_throttled_by(connection_log(),
+                             "subscribe " + where(),
+                             spdlog::level::err,
+                             "redis: cannot subscribe to {} on {}: {}",
+                             channel_,
+                             where(),
+                             clean ? "closed" : log_excerpt(why));
             outage_logged_ = true;
             schedule_reconnect(refused_subscription_retry);
             return;
         }
-        log_throttled(connection_log(),
-                      spdlog::level::warn,
-                      "redis: connection to {} lost: {}",
-                      where(),
-                      clean ? "closed" : why);
+        log_throttled_by(connection_log(),
+                         "lost " + where(),
+                         spdlog::level::warn,
+                         "redis: connection to {} lost: {}",
+                         where(),
+                         clean ? "closed" : log_excerpt(why));
         outage_logged_ = true;
         forget_failures_if_lasted();
         schedule_reconnect();

@@ -5,6 +5,7 @@
 #include "sluice/core/log_excerpt.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/redis/backoff.hpp"
+#include "sluice/redis/cluster_slots.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -44,7 +45,8 @@ std::optional<std::uint16_t> parse_port(std::string_view text) {
     return static_cast<std::uint16_t>(value);
 }
 
-/// "No Sentinel answered" and the like: each distinct line at most once per 10 s.
+/// "No Sentinel answered" and the like: each kind of line at most once per 10 s (a line that
+/// quotes a Sentinel is keyed by kind, not by its text).
 keyed_log_throttle& sentinel_log() {
     static keyed_log_throttle throttle{std::chrono::seconds(10)};
     return throttle;
@@ -52,10 +54,12 @@ keyed_log_throttle& sentinel_log() {
 
 } // namespace
 
+// The host is checked as a Cluster node's is: a Sentinel's text would otherwise be connected to
+// (a leading '/' as a unix socket path, sent AUTH), logged and kept, at any length.
 std::optional<config::endpoint_address> parse_master_address(const reply& r) {
     if (r.type != reply::kind::array || r.elements.size() != 2 ||
         r.elements[0].type != reply::kind::string || r.elements[1].type != reply::kind::string ||
-        r.elements[0].str.empty()) {
+        !is_node_host(r.elements[0].str)) {
         return std::nullopt;
     }
     const auto port = parse_port(r.elements[1].str);
@@ -80,7 +84,7 @@ std::optional<master_switch> parse_switch_master(std::string_view payload) {
     }
     const auto from_port = parse_port(words[2]);
     const auto to_port = parse_port(words[4]);
-    if (!from_port || !to_port) {
+    if (!from_port || !to_port || !is_node_host(words[1]) || !is_node_host(words[3])) {
         return std::nullopt;
     }
     return master_switch{std::string(words[0]),
@@ -227,12 +231,14 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
             }
             const auto address = parse_master_address(r);
             if (!address) {
-                log_throttled(sentinel_log(),
-                              spdlog::level::warn,
-                              "sentinel: {} does not know the primary of '{}' (it answered {})",
-                              where,
-                              opts_.master,
-                              log_excerpt(r.describe(log_excerpt_bytes)));
+                // Keyed by the Sentinel, not by the line: its answer, quoted, could vary forever.
+                log_throttled_by(sentinel_log(),
+                                 "no primary from " + where,
+                                 spdlog::level::warn,
+                                 "sentinel: {} does not know the primary of '{}' (it answered {})",
+                                 where,
+                                 opts_.master,
+                                 log_excerpt(r.describe(log_excerpt_bytes)));
                 continue;
             }
             if (epoch == epoch_) {
@@ -310,7 +316,15 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
 
     void heard(const std::string& payload) {
         const auto message = parse_switch_master(payload);
-        if (!message || message->name != opts_.master) {
+        if (!message) {
+            log_throttled_by(sentinel_log(),
+                             "unreadable +switch-master",
+                             spdlog::level::warn,
+                             "sentinel: ignored a +switch-master it could not read: {}",
+                             log_excerpt(payload));
+            return;
+        }
+        if (message->name != opts_.master) {
             return;
         }
         ++epoch_;

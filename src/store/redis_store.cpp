@@ -600,6 +600,12 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
 }
 
 void redis_store::release_slots_of_failed(const batch& b) {
+    // A batch failed along with the call it was held behind (a timeout) was never sent, so the
+    // script took nothing for it; nor has it a lease prefix (flush_batch gives it one), and its
+    // releases would name leases "1", "2", ...: script calls for nothing.
+    if (b.lease_prefix.empty()) {
+        return;
+    }
     const auto now = std::chrono::steady_clock::now();
     std::size_t request_number = 0;
     for (const auto& w : b.waiters) {

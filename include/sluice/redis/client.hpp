@@ -113,8 +113,8 @@ struct connect_command {
  * set up: AUTH (when a password is set) and, once it succeeded, SELECT and the registered
  * connect commands. Commands sent while a connection is being made or set up are held, and sent
  * once it is set up (or fail with `errc::redis_unavailable` if it is not). A set-up step Redis
- * refuses is logged (`redis: authentication failed for user X ...`; each distinct error at most
- * once per 10 s) and counts as a failed connection, with its backoff.
+ * refuses is logged (`redis: authentication failed for user X ...`; each step's error at most
+ * once per 10 s per server and error kind) and counts as a failed connection, with its backoff.
  * Nothing here blocks: a host name is connected to at the addresses its last lookup found
  * (`address_cache`, one per client, refreshed in the background every `resolve_interval`);
  * before its first lookup has answered, a connect waits for it within `connect_timeout`, then
@@ -154,7 +154,10 @@ public:
 
     /**
      * Stops reconnecting and disconnects gracefully: replies already in flight still complete,
-     * new commands fail with `errc::redis_unavailable`.
+     * new commands fail with `errc::redis_unavailable`. A server that leaves a command
+     * unanswered `stall_timeout` past its deadline (hung) has the connection dropped then, as
+     * a connected client's would be: the rest complete with `errc::redis_unavailable`, and
+     * nothing of the client keeps its executor busy after that.
      */
     void stop();
 

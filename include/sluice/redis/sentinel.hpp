@@ -25,7 +25,8 @@
 namespace sluice::redis {
 
 /// The primary's address in a `SENTINEL get-master-addr-by-name` reply (`[host, port]`); nullopt
-/// for nil (that Sentinel does not monitor the name) or any other shape.
+/// for nil (that Sentinel does not monitor the name), any other shape, a host that is not
+/// `is_node_host` (cluster_slots.hpp) or a port outside 1..65535.
 std::optional<config::endpoint_address> parse_master_address(const reply& r);
 
 /// A `+switch-master` message: "<name> <old host> <old port> <new host> <new port>".
@@ -35,7 +36,8 @@ struct master_switch {
     config::endpoint_address to;
 };
 
-/// Parses a `+switch-master` payload; nullopt for anything else.
+/// Parses a `+switch-master` payload; nullopt for anything else, hosts and ports checked as
+/// `parse_master_address` checks them.
 std::optional<master_switch> parse_switch_master(std::string_view payload);
 
 /**

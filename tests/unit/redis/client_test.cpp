@@ -3,6 +3,7 @@
 #include "sluice/redis/backoff.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/command_writer.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
 #include "support/run_coro.hpp"
@@ -482,6 +483,35 @@ scripted_server refusing_server() {
     });
 }
 
+// A server whose refusals differ in their text every time gets one line per step and kind of
+// error per 10 s, not one per text: the throttle was keyed by the whole line, so each refusal
+// was written (and pushed other lines' counts out of the throttle).
+TEST_F(RedisClient, SetUpRefusalsAreLoggedByKindNotByText) {
+    std::atomic<int> refusals{0};
+    scripted_server refusing([&](int client) {
+        char command[256];
+        if (::recv(client, command, sizeof command, 0) <= 0) {
+            return;
+        }
+        const auto error = "-WRONGPASS invalid password, attempt " +
+                           std::to_string(refusals.fetch_add(1) + 1) + "\r\n";
+        (void)::send(client, error.data(), error.size(), MSG_NOSIGNAL);
+    });
+    test::captured_log log;
+    auto o = options_for(refusing.port());
+    o.password = "wrong";
+    o.reconnect_min = 10ms;
+    o.reconnect_max = 20ms;
+    auto c = make_client(o);
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return refusals >= 4; }, 10s));
+    c->stop();
+    const auto lines = log.lines_with("authentication failed");
+    ASSERT_EQ(lines.size(), 1u) << log.text();
+    EXPECT_NE(lines[0].find("WRONGPASS invalid password, attempt 1"), std::string::npos)
+        << lines[0];
+}
+
 // A reply that never ends (a bulk string announced at a gigabyte, then bytes for as long as the
 // client takes them) drops the connection once it passes max_reply_bytes, rather than growing
 // the reader until the process dies; the command fails as on any lost connection.
@@ -612,6 +642,36 @@ TEST_F(RedisClient, StopDrainsRepliesInFlightAndRefusesNewCommands) {
         ioc_, [&] { return in_flight.has_value(); }, 2s));
     EXPECT_FALSE(std::get<0>(*in_flight));
     EXPECT_EQ(std::get<1>(*in_flight).str, "last");
+}
+
+// A stop() that drains a connection to a hung server (SIGSTOPped) with a command outstanding:
+// the drain ends once that command is as late as a stalled connection's, and then nothing of the
+// client is left on the io_context, so that run() returns (the process exits). It waited for
+// the reply forever, its deadline timer firing in a loop.
+TEST_F(RedisClient, StopOnAHungServerEndsOnceItsCommandsAreStalled) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 100ms;
+    o.stall_timeout = 200ms;
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+
+    server_->pause();
+    std::optional<error_code> outcome;
+    c->async_command({"PING"}, [&](error_code ec, reply) { outcome = ec; });
+    c->stop();
+    // The command's deadline plus the stall allowance, and room for a loaded machine.
+    const auto bound = o.command_timeout + o.stall_timeout + 2s;
+    const auto start = steady::now();
+    ioc_.restart();
+    const auto handlers = ioc_.run_for(bound);
+    const auto elapsed = steady::now() - start;
+    server_->resume();
+    EXPECT_TRUE(ioc_.stopped()) << "the io_context still had work after " << handlers
+                                << " handlers";
+    EXPECT_LT(elapsed, bound);
+    ASSERT_TRUE(outcome.has_value());
+    EXPECT_EQ(*outcome, errc::redis_timeout);
 }
 
 TEST_F(RedisClient, RefusesCommandsBeyondMaxPending) {

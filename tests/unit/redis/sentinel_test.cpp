@@ -4,6 +4,7 @@
 #include "reply_builders.hpp"
 #include "sluice/redis/client.hpp"
 #include "sluice/redis/sentinel.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_sentinel.hpp"
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
@@ -67,6 +68,31 @@ TEST(SentinelReplies, SwitchMasterNamesOldAndNew) {
     EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1"));
     EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1 x"));
     EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1 7202 extra"));
+}
+
+// A Sentinel's host is checked as a Cluster node's is: a unix socket path (which the client
+// would connect to and send AUTH), a control byte, a space or a huge text names no primary.
+TEST(SentinelReplies, AHostThatIsNoHostNameOrAddressNamesNoPrimary) {
+    const auto with_host = [](std::string host) {
+        return parse_master_address(
+            array_reply({string_reply(std::move(host)), string_reply("6379")}));
+    };
+    EXPECT_TRUE(with_host("redis-1.example_net"));
+    EXPECT_TRUE(with_host("::1"));
+    EXPECT_TRUE(with_host(std::string(253, 'a')));
+    EXPECT_FALSE(with_host("/tmp/redis.sock"));
+    EXPECT_FALSE(with_host("10.0.0.8\nforged log line"));
+    EXPECT_FALSE(with_host("10.0.0.8 6380"));
+    EXPECT_FALSE(with_host(std::string(254, 'a')));
+    EXPECT_FALSE(with_host(std::string(16u << 20, 'a')));
+
+    EXPECT_TRUE(parse_switch_master("sluice 10.0.0.7 6379 redis-2.example 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 /tmp/redis.sock 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice /tmp/redis.sock 6379 10.0.0.8 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 10.0.0.8\r\nx 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 " + std::string(254, 'a') + " 6379"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 6379 10.0.0.8 0"));
+    EXPECT_FALSE(parse_switch_master("sluice 10.0.0.7 65536 10.0.0.8 6379"));
 }
 
 TEST(SentinelReplies, RoleCheckPassesOnlyAMaster) {
@@ -525,6 +551,39 @@ TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
     ASSERT_TRUE(eventually([&] { return h.seen().size() == 3; }, 5s));
     EXPECT_EQ(h.seen().back().first, c);
     EXPECT_EQ(h.watcher().switches(), 2u);
+}
+
+// A Sentinel naming no host (here a unix socket path, which the client would connect to and send
+// AUTH to) does not know the primary: nothing is followed. Its answers differ every time, yet
+// the warning comes once per 10 s: it was keyed by the whole line, quoting each answer.
+TEST(SentinelWatcherRules, AnAnswerThatNamesNoHostIsNotFollowedAndLoggedOnce) {
+    test::captured_log log; // declared first: it outlives the watcher's thread
+    fake_sentinel sentinel;
+    sentinel.name(config::endpoint_address{"/tmp/redis-0.sock", 6379});
+    sentinel_options o;
+    o.master = "sluice";
+    o.nodes = {{"127.0.0.1", sentinel.port()}};
+    o.sentinel.command_timeout = 500ms;
+    o.sentinel.connect_timeout = 500ms;
+    o.sentinel.reconnect_min = 10ms;
+    o.sentinel.reconnect_max = 20ms;
+    o.min_interval = 10ms;
+    watcher_harness h(o);
+    int named = 0;
+    ASSERT_TRUE(eventually(
+        [&] {
+            if (const int asked = sentinel.asked(); asked > named) {
+                named = asked;
+                sentinel.name(config::endpoint_address{
+                    "/tmp/redis-" + std::to_string(named) + ".sock", 6379});
+            }
+            return named >= 4;
+        },
+        10s));
+    EXPECT_TRUE(h.seen().empty());
+    EXPECT_FALSE(h.watcher().primary());
+    const auto lines = log.lines_with("does not know the primary");
+    EXPECT_EQ(lines.size(), 1u) << log.text();
 }
 
 } // namespace

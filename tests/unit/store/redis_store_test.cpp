@@ -3,6 +3,7 @@
 #include "sluice/limiter/token_bucket.hpp"
 #include "sluice/redis/scripts.hpp"
 #include "sluice/store/redis_store.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_server.hpp"
 #include "support/run_coro.hpp"
 #include "unit/limiter/limiter_test_util.hpp"
@@ -10,9 +11,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
-#include <spdlog/logger.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,10 +23,10 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace sluice::store {
@@ -507,6 +505,44 @@ TEST_F(RedisStore, ARequestHeldBehindACallThatTimesOutFailsWithIt) {
         << std::chrono::duration_cast<milliseconds>(held_failed - first_failed).count() << " ms";
 }
 
+// A batch failed with the call it was held behind was never sent: the script took no slot for it,
+// and nothing is given back. It named its leases "1", "2", ... (it had no lease prefix), and gave
+// those back: here a member "1" planted in its key's set stands in for a lease so named.
+TEST_F(RedisStore, ABatchFailedUnsentGivesNoSlotsBack) {
+    auto fast = settings_;
+    fast.timeout = 300ms;
+    redis::client c(executor{ioc_.get_executor()}, redis::client_options::from_settings(fast));
+    c.start();
+    redis_store s(c, fast);
+    s.set_time_override_for_test(t0);
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 5;
+    l.lease = 30s;
+    ASSERT_FALSE(test::run_coro(ioc_, s.acquire(one("warm", leaky(10, 1)))).ec); // connected
+    command({"ZADD", "held", "1e15", "1"});
+
+    server_->pause();
+    std::optional<outcome> first;
+    std::optional<outcome> held;
+    start_acquire(ioc_, s, one("sent", l), first);
+    ioc_.poll(); // its call is sent
+    start_acquire(ioc_, s, one("held", l), held);
+    ASSERT_TRUE(test::run_until(ioc_, [&] { return first.has_value() && held.has_value(); }));
+    server_->resume();
+    EXPECT_EQ(first->ec, errc::redis_timeout);
+    EXPECT_EQ(held->ec, errc::redis_timeout);
+
+    // The give-backs go on the store's connection, before this PING (or, if they timed out,
+    // again with the next decision's reply, before the second).
+    const std::vector<std::string> ping{"PING"};
+    ASSERT_FALSE(std::get<0>(test::run_coro(ioc_, c.async_command(ping))));
+    ASSERT_FALSE(test::run_coro(ioc_, s.acquire(one("warm", leaky(10, 1)))).ec);
+    ASSERT_FALSE(std::get<0>(test::run_coro(ioc_, c.async_command(ping))));
+    EXPECT_EQ(command({"ZCARD", "sent"}).integer, 0) << "the sent call's slot was kept";
+    EXPECT_EQ(command({"ZCARD", "held"}).integer, 1) << "lease \"1\" was given back";
+}
+
 TEST_F(RedisStore, FactoryBuildsAStartedStore) {
     auto owned = make_redis_store(executor{ioc_.get_executor()}, settings_, nullptr);
     auto out = test::run_coro(ioc_, owned->acquire(one("factory", leaky(2, 1))));
@@ -668,39 +704,7 @@ TEST_F(RedisStore, AShorterLeaseDoesNotShortenTheSlotSetsExpiry) {
     EXPECT_GT(command({"PTTL", "leases"}).integer, 30'000) << "the 60 s lease's set expires early";
 }
 
-/// What the default logger writes while this lives, one message a line (no pattern).
-class captured_log {
-public:
-    captured_log()
-        : previous_(spdlog::default_logger()) {
-        auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
-        sink->set_pattern("%v");
-        spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-    }
-
-    captured_log(const captured_log&) = delete;
-    captured_log& operator=(const captured_log&) = delete;
-
-    ~captured_log() { spdlog::set_default_logger(previous_); }
-
-    std::string text() const { return text_.str(); }
-
-    /// The lines that contain `part`.
-    std::vector<std::string> lines_with(std::string_view part) const {
-        std::vector<std::string> lines;
-        std::istringstream in(text_.str());
-        for (std::string line; std::getline(in, line);) {
-            if (line.find(part) != std::string::npos) {
-                lines.push_back(line);
-            }
-        }
-        return lines;
-    }
-
-private:
-    std::ostringstream text_;
-    std::shared_ptr<spdlog::logger> previous_;
-};
+using test::captured_log;
 
 // Review (Redis store log lines): the limits script's error replies were throttled per text, so
 // each new text (a script error naming a number, a key, a line) got a line of its own; and a
