@@ -136,8 +136,9 @@ public:
     /// Spares kept at most (the rest are freed as they come back): what a worker keeps for
     /// good when it once had this many requests in flight.
     static constexpr std::size_t max_kept = 128;
-    /// A read buffer that grew beyond this (a large header, a body read ahead), or a header
-    /// copy, is freed rather than kept.
+    /// A read buffer that grew beyond this (a large header, a body read ahead), a header copy
+    /// or a header scratch string (a 60 KiB Set-Cookie from the upstream) is freed rather than
+    /// kept: a spare holds what a usual request needs, not what the largest one once took.
     static constexpr std::size_t max_kept_buffer = 16 * 1024;
 
     std::unique_ptr<request_memory> take() {
@@ -157,8 +158,10 @@ public:
         if (memory->buffer.capacity() > max_kept_buffer) {
             memory->buffer.shrink_to_fit();
         }
-        if (memory->header.capacity() > max_kept_buffer) {
-            std::string().swap(memory->header);
+        for (auto* text : {&memory->header, &memory->scratch.header, &memory->scratch.lines}) {
+            if (text->capacity() > max_kept_buffer) {
+                std::string().swap(*text);
+            }
         }
         free_.push_back(std::move(memory));
     }

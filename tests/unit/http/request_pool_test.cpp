@@ -102,5 +102,21 @@ TEST(RequestPool, ALargeBufferIsNotKept) {
     EXPECT_EQ(pool.take()->buffer.capacity(), 0u);
 }
 
+// A large header (an upstream's 60 KiB of Set-Cookie, a client's 16 KiB X-Forwarded-For) leaves
+// no large string behind in a spare: up to 128 spares a worker would keep each one's capacity.
+TEST(RequestPool, LargeHeaderStringsAreNotKept) {
+    request_pool pool;
+    auto memory = pool.take();
+    const std::string large(request_pool::max_kept_buffer + 1, 'x');
+    memory->header = large;
+    memory->scratch.header = large;
+    memory->scratch.lines = large;
+    pool.give_back(std::move(memory));
+    const auto spare = pool.take();
+    EXPECT_LE(spare->header.capacity(), request_pool::max_kept_buffer);
+    EXPECT_LE(spare->scratch.header.capacity(), request_pool::max_kept_buffer);
+    EXPECT_LE(spare->scratch.lines.capacity(), request_pool::max_kept_buffer);
+}
+
 } // namespace
 } // namespace sluice::http::detail
