@@ -205,6 +205,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // more than its limit when the head, or its status line, comes in one put.
         return 0;
     }
+    if (mine.error == bhttp::error::header_limit && theirs.error != mine.error &&
+        ours.head().full()) {
+        // sluice's own cap on the fields (response_head::max_fields, trailers included), which
+        // Beast has not.
+        return 0;
+    }
     if (mine.error != theirs.error || mine.done != theirs.done) {
         std::fprintf(stderr,
                      "ours: %s, %s; Beast's: %s, %s\n",

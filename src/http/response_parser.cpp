@@ -224,8 +224,8 @@ std::size_t response_parser::scan_head(const char* const first, std::size_t size
         const char* const value_first = p;
         const auto value = trim_back(value_first, eol);
         const auto known = bhttp::string_to_field({name.data(), name.size()});
-        if (!take_field(known, value)) {
-            return 0;
+        if (!take_field(known, value) || head_.full()) {
+            return 0; // Beast's to say (a field beyond max_fields: header_limit)
         }
         head_.add_in_place(known, name, value);
         p = eol + 2;
@@ -455,6 +455,10 @@ void beast_response_parser::on_field_impl(bhttp::field name,
                                           error_code& ec) {
     ec = {};
     if (!priming_) {
+        if (head_.full()) {
+            ec = bhttp::error::header_limit;
+            return;
+        }
         head_.add(name, {name_string.data(), name_string.size()}, {value.data(), value.size()});
     }
 }

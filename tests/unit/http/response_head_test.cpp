@@ -350,6 +350,34 @@ TEST(ResponseParser, AFoldedValueIsJoinedWithin4KiBAndRefusedPastIt) {
     EXPECT_EQ(plain.size(), 50'002u);
 }
 
+// A head of more than max_fields fields is refused as a header too large (502), whether the
+// scan or Beast's parser reads it (trailers, Beast's to read, count with the head's fields): the
+// 16,000 fields of a 64 KiB head held 1.3 MB.
+TEST(ResponseParser, AHeadOfMoreThanMaxFieldsIsRefused) {
+    const auto parse = [](std::size_t fields, bool folded) {
+        std::string text = "HTTP/1.1 200 OK\r\n";
+        if (folded) {
+            text += "X-Fold: a\r\n b\r\n"; // Beast's parser reads this head
+            --fields;
+        }
+        for (std::size_t i = 0; i + 1 < fields; ++i) {
+            text += "a:\r\n";
+        }
+        text += "Content-Length: 0\r\n\r\n";
+        response_parser parser(std::pmr::new_delete_resource());
+        parser.header_limit(64 * 1024);
+        error_code ec;
+        parser.put(net::buffer(text), ec);
+        return ec;
+    };
+    const auto max = response_head::max_fields;
+    for (const bool folded : {false, true}) {
+        EXPECT_EQ(parse(max, folded), error_code{}) << folded;
+        EXPECT_EQ(parse(max + 1, folded), error_code(bhttp::error::header_limit)) << folded;
+        EXPECT_EQ(parse(16'000, folded), error_code(bhttp::error::header_limit)) << folded;
+    }
+}
+
 // set_chunked against Beast's message::chunked on the same fields: the same fields, in the same
 // order, come out.
 TEST(ResponseHead, SetChunkedEditsTransferEncodingAsBeastDoes) {
