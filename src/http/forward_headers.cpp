@@ -107,6 +107,19 @@ bool is_websocket_upgrade(const bhttp::header<true, bhttp::basic_fields<Allocato
            key->value().size() <= websocket::detail::sec_ws_key_type::static_capacity;
 }
 
+std::string upstream_host_field(std::string_view host, std::uint16_t port) {
+    std::string field;
+    if (host.find(':') != std::string_view::npos) {
+        field.append("[").append(host).append("]");
+    } else {
+        field.append(host);
+    }
+    if (port != 80) {
+        field.append(":").append(std::to_string(port));
+    }
+    return field;
+}
+
 bool accepts_websocket(const response_head& response, std::string_view key) {
     websocket::detail::sec_ws_accept_type expected;
     websocket::detail::make_sec_ws_accept(expected, key);

@@ -455,9 +455,8 @@ void prepare_upstream_head(forward_args& a, bool upgrade) {
     }
     if (!has_host) {
         // HTTP/1.0 allows a request without Host; the HTTP/1.1 request we send does not.
-        const auto& up = a.config.upstream;
         req.set(bhttp::field::host,
-                up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
+                upstream_host_field(a.config.upstream.host, a.config.upstream.port));
     }
     // HTTP/1.1 keeps the connection by default, and strip_hop_by_hop left no Connection field.
     req.version(11);

@@ -10,6 +10,7 @@
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/message.hpp>
 
+#include <cstdint>
 #include <memory_resource>
 #include <string>
 #include <string_view>
@@ -50,6 +51,14 @@ template <typename Allocator>
 void append_forwarding_lines(boost::beast::http::basic_fields<Allocator>& fields,
                              std::string_view peer,
                              std::string& lines);
+
+/**
+ * The Host field of a request sent upstream that came without one (HTTP/1.0 allows that; the
+ * HTTP/1.1 request sluice sends does not): the upstream's host as configured (`host`, an IPv6
+ * literal without brackets), in brackets when it is an IPv6 literal (RFC 9110 7.2: `::1:9000`
+ * would read as another address, or no port), and its port unless 80.
+ */
+std::string upstream_host_field(std::string_view host, std::uint16_t port);
 
 /**
  * Whether `request` asks to switch its connection to WebSocket (RFC 6455 4.1): a GET of HTTP/1.1

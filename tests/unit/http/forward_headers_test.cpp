@@ -193,6 +193,15 @@ TEST(IsWebSocketUpgrade, NeedsConnectionUpgradeAndUpgradeWebSocketInAnyCase) {
         is_websocket_upgrade(request_with({{"Connection", "upgraded"}, {"Upgrade", "websocket"}})));
 }
 
+// An IPv6 upstream's Host in brackets: "::1:9000" is no host and port (RFC 9110 7.2).
+TEST(UpstreamHostField, IsTheHostInBracketsWhenIpv6AndItsPortUnless80) {
+    EXPECT_EQ(upstream_host_field("backend", 80), "backend");
+    EXPECT_EQ(upstream_host_field("backend", 8080), "backend:8080");
+    EXPECT_EQ(upstream_host_field("10.0.0.5", 9000), "10.0.0.5:9000");
+    EXPECT_EQ(upstream_host_field("::1", 9000), "[::1]:9000");
+    EXPECT_EQ(upstream_host_field("2001:db8::7", 80), "[2001:db8::7]");
+}
+
 TEST(IsWebSocketUpgrade, OnlyAGetOfHttp11) {
     const std::vector<std::pair<std::string, std::string>> upgrade = {{"Connection", "Upgrade"},
                                                                       {"Upgrade", "websocket"}};
