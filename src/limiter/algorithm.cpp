@@ -59,8 +59,11 @@ std::optional<milliseconds> settle(state& current,
                                  std::holds_alternative<fixed_window_state>(current)) ||
                                 (limit.algo == config::algorithm::sliding_window &&
                                  std::holds_alternative<sliding_window_state>(current)));
-    // A refund on a fresh state gives back nothing: storing it would only hold a key.
-    if (delta == 0 || (delta < 0 && (!own || !takes_refunds(limit)))) {
+    // A refund on a fresh state gives back nothing: storing it would only hold a key. A key
+    // holding another algorithm's state (a reload changed the limit while the request ran)
+    // belongs to the new limit: settling the old one's charge there would replace it, a
+    // CONCURRENCY count of slots in use among them, which would then let in more than its limit.
+    if (delta == 0 || (exists && !own) || (delta < 0 && (!own || !takes_refunds(limit)))) {
         return std::nullopt;
     }
     switch (limit.algo) {

@@ -48,8 +48,9 @@
 -- LEAKY_BUCKET queue_size += delta after the refill/leak, FIXED_WINDOW count += delta in the window
 -- current now, SLIDING_WINDOW the weight of the log's window (a charge logged at now, a refund
 -- taken from the oldest entries); never below empty, a debt at most 2^53. A key without this
--- algorithm's state settles a fresh one (a refund then writes nothing); CONCURRENCY ignores
--- settlements. A bucket's settled state expires no sooner than its queue drains (the ttl or
+-- algorithm's state settles a fresh one (a refund then writes nothing), and one holding another
+-- algorithm's state (a reload changed the limit while the request ran) is the new limit's and is
+-- left as it is; CONCURRENCY ignores settlements. A bucket's settled state expires no sooner than its queue drains (the ttl or
 -- longer), so that a debt is never forgotten before it is paid. Settlements reply nothing.
 --
 -- GIVE-BACKS (issue 16: all-or-none across Redis Cluster slots, docs/redis-cluster.md). A
@@ -219,6 +220,12 @@ local function read_hash(key, field1, field2)
     return nil
   end
   return a, b, b_fraction
+end
+
+-- Whether `key`, which holds no state of the algorithm reading it, holds another algorithm's: a
+-- settlement then leaves it alone (see SETTLEMENTS), as src/limiter/algorithm.cpp's settle.
+local function another_state(key)
+  return redis.call('EXISTS', key) == 1
 end
 
 -- The hash states (buckets, fixed windows) this call reads and writes, kept here and written to
@@ -415,7 +422,7 @@ end
 
 function leaky_bucket.settle(key, p, ttl, now, delta)
   local c = hash_state(key, LEAKY_BUCKET, 'queue_size', 'last_leak_time')
-  if c.a == nil and delta < 0 then
+  if c.a == nil and (delta < 0 or another_state(key)) then
     return -- a refund on an empty queue gives back nothing
   end
   local q, whole, fraction, drained = leak_and_settle(c.a, c.b, c.b_fraction, p.p2, now, delta)
@@ -461,7 +468,7 @@ end
 
 function token_bucket.settle(key, p, ttl, now, delta)
   local c = hash_state(key, TOKEN_BUCKET, 'tokens', 'last_refill_time')
-  if c.a == nil and delta < 0 then
+  if c.a == nil and (delta < 0 or another_state(key)) then
     return -- a refund on a full bucket gives back nothing
   end
   local q = nil
@@ -516,7 +523,7 @@ end
 
 function fixed_window.settle(key, p, _, now, delta)
   local c = hash_state(key, FIXED_WINDOW, 'count', 'window_start')
-  if c.a == nil and delta < 0 then
+  if c.a == nil and (delta < 0 or another_state(key)) then
     return -- a refund on an empty window gives back nothing
   end
   -- A settlement after its request's window ended adjusts the current window.
@@ -741,7 +748,7 @@ function sliding_window.settle(key, p, _, now, delta)
   release(key)
   local window = p.p2
   local s = sliding_read(key, window, now)
-  if s.fresh and delta < 0 then
+  if s.fresh and (delta < 0 or another_state(key)) then
     return -- a refund on an empty log gives back nothing
   end
   local weight = s.top - s.base

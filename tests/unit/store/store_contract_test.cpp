@@ -409,6 +409,45 @@ TYPED_TEST(StoreContract, AnotherAlgorithmsStateCountsAsNone) {
     }
 }
 
+// A settlement of a key that holds another algorithm's state (a reload turned a cost-weighted
+// bucket into CONCURRENCY with the same key while a request ran) leaves that state alone: it
+// replaced the slot count with a bucket, after which the slots' releases did nothing and the next
+// requests counted from 0, more than the limit at once.
+TYPED_TEST(StoreContract, ASettlementLeavesAnotherAlgorithmsStateAlone) {
+    config::limit slots;
+    slots.algo = config::algorithm::concurrency;
+    slots.limit_count = 1;
+    const std::string key = "rate-limit:contract:switched-to-slots";
+    const checks one{check{key, &slots}};
+    auto running = this->backend_->decide(one, 1000);
+    ASSERT_EQ(running.slots.size(), 1u);
+
+    config::limit leaky;
+    leaky.capacity = 10;
+    leaky.flow_rate = 1;
+    config::limit token;
+    token.algo = config::algorithm::token_bucket;
+    token.capacity = 10;
+    token.refill_rate = 1;
+    config::limit fixed;
+    fixed.algo = config::algorithm::fixed_window;
+    fixed.limit_count = 10;
+    fixed.window = 1000ms;
+    auto sliding = fixed;
+    sliding.algo = config::algorithm::sliding_window;
+    for (const config::limit* old : {&leaky, &token, &fixed, &sliding}) {
+        SCOPED_TRACE(static_cast<int>(old->algo));
+        const settlement charge{key, old, 5};
+        this->backend_->settle(std::span(&charge, 1), 1100);
+        EXPECT_FALSE(this->backend_->decide(one, 1100).decisions[0].allowed)
+            << "the slot is still taken";
+    }
+    this->backend_->release(running.slots, 1200);
+    auto next = this->backend_->decide(one, 1200);
+    EXPECT_TRUE(next.decisions[0].allowed) << "and its release gave it back";
+    this->backend_->release(next.slots, 1200);
+}
+
 // CONCURRENCY: `limit` slots; a refusal takes none; a slot given back is free at once and is
 // never given back twice; the decision reports free slots, the quota, no window, no reset and
 // no retry estimate.
