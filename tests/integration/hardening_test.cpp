@@ -146,6 +146,21 @@ INSTANTIATE_TEST_SUITE_P(
                        "GET /host HTTP/1.1\r\nHost: a.example\r\nHost: a.example\r\n\r\n"}),
     case_name);
 
+// A short header of many fields gets 431 too: each field is a record of its own in memory.
+TEST(Hardening, AHeaderOfMoreThan256FieldsGets431) {
+    recording_upstream upstream;
+    sluice_config config = config_for(upstream);
+    sluice_process sluice(config);
+
+    header_list many;
+    for (int i = 0; i < 300; ++i) {
+        many.emplace_back("X-F" + std::to_string(i), "1");
+    }
+    const http_response response = get(sluice.port(), "/many-fields", many);
+    EXPECT_EQ(response.status, 431u);
+    expect_only_probe_reached_upstream(sluice, upstream);
+}
+
 TEST(Hardening, HugeHeaderGets431) {
     recording_upstream upstream;
     sluice_config config = config_for(upstream);

@@ -114,6 +114,24 @@ TEST(TakeHeader, AFieldValueOver64KiBIsAHeaderLimitNotAnException) {
     EXPECT_EQ(ec, error_code(bhttp::error::header_limit));
 }
 
+// A header of more than max_fields fields is refused as too large (431), however short: Beast
+// keeps each in a 64-byte record, so 4,000 "a:" lines in 16 KiB took 256 KB of the arena.
+TEST(TakeHeader, AHeaderOfMoreThanMaxFieldsIsAHeaderLimit) {
+    const auto take_fields = [](std::size_t fields) {
+        std::string bytes = "GET / HTTP/1.1\r\nHost: a\r\n";
+        for (std::size_t i = 1; i < fields; ++i) {
+            bytes += "a:\r\n";
+        }
+        bytes += "\r\n";
+        parsed_request r;
+        auto buffer = buffer_of(bytes);
+        return take_header(buffer, *r.parser, 16 * 1024);
+    };
+    EXPECT_EQ(take_fields(request_parser::max_fields), error_code{});
+    EXPECT_EQ(take_fields(request_parser::max_fields + 1), error_code(bhttp::error::header_limit));
+    EXPECT_EQ(take_fields(4000), error_code(bhttp::error::header_limit));
+}
+
 // server.max-header-size bounds the header with its blank line, whether it came in one read or
 // in pieces (the request_body fuzz target found one of 1,030 bytes let in under a limit of 1,024
 // when it came whole: Beast's own limit counts the request line and the fields apart).
