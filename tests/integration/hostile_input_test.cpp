@@ -349,10 +349,10 @@ TEST(HostileInput, TrailerFieldsNeverReachTheUpstreamAsHeaderFields) {
     }
 }
 
-// Connection lines naming 60,000 tokens over a header of 40,000 other fields: each field is
-// looked up among the sorted tokens (40,000 × 16 comparisons), where comparing every field with
-// every token, as a build before did, is 2.4e9 comparisons (over 10 s under the sanitizers):
-// an answer within 5 s can only come from the first.
+// Connection lines naming 60,000 tokens over a header of as many other fields as a request may
+// have (256 in all): each field is looked up among the sorted tokens. (Before the cap on fields,
+// 40,000 fields compared with every token, as a build before did, were 2.4e9 comparisons, over
+// 10 s under the sanitizers; the cap bounds that product too, and the lookup keeps it small.)
 TEST(HostileInput, ManyConnectionTokensOverManyFieldsCostLinearTime) {
     recording_upstream upstream;
     sluice_process sluice(yaml_for(upstream, "  max-header-size: 1MiB\n"));
@@ -365,7 +365,8 @@ TEST(HostileInput, ManyConnectionTokensOverManyFieldsCostLinearTime) {
         }
         fields.emplace_back("Connection", tokens);
     }
-    for (int i = 0; i < 40'000; ++i) {
+    const int others = 256 - 13; // Host and the fields above: 256 in all
+    for (int i = 0; i < others; ++i) {
         fields.emplace_back("y" + std::to_string(i), "v");
     }
     http_connection connection(sluice.port(), 5s);
@@ -379,7 +380,7 @@ TEST(HostileInput, ManyConnectionTokensOverManyFieldsCostLinearTime) {
     EXPECT_FALSE(request.header("X-Named")) << "a field the Connection line names is hop-by-hop";
     EXPECT_FALSE(request.header("Connection"));
     EXPECT_EQ(request.header("y0"), "v");
-    EXPECT_EQ(request.header("y39999"), "v");
+    EXPECT_EQ(request.header("y" + std::to_string(others - 1)), "v");
 }
 
 // --- 12: field values over 64 KiB -------------------------------------------------------------
