@@ -588,6 +588,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
     void check_refused(const std::string& why) {
         log_throttled_by(connection_log(), "check " + where(), spdlog::level::warn, "{}", why);
         outage_logged_ = true;
+        if (opts_.on_refused) {
+            net::post(ex_,
+                      [f = opts_.on_refused,
+                       at = config::endpoint_address{opts_.host, opts_.port}] { f(at); });
+        }
         abandon("");
         trouble();
     }

@@ -86,6 +86,10 @@ struct client_options {
      * Unset by default.
      */
     std::function<void()> on_trouble;
+    /// Posted to the client's executor with the server's address (before `on_trouble`) each
+    /// time `check` refused it. Behind Sentinel it tells the watcher that the Sentinel which
+    /// named this server is behind, so that another is asked first. Unset by default.
+    std::function<void(const config::endpoint_address&)> on_refused;
 
     static client_options from_settings(const config::redis_settings& settings);
 };
