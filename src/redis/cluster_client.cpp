@@ -381,7 +381,11 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             return;
         }
         const auto address = candidates_[index];
-        node_for(address).conn->async_command(
+        // Within connect-timeout, not the per-decision timeout the node's commands get: a new
+        // node's read is held through its connect and set-up (AUTH, SCRIPT and FUNCTION LOAD),
+        // and a large cluster's map is a large reply.
+        node_for(address).conn->async_command_until(
+            steady::now() + opts_.node.connect_timeout,
             {"CLUSTER", "SLOTS"},
             [self = shared_from_this(), index, address](error_code ec, reply r) {
                 self->map_answered(index, address, ec, r);

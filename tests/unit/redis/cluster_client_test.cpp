@@ -195,6 +195,30 @@ TEST_F(ClusterClient, ASeedThatIsGoneIsSkipped) {
     EXPECT_FALSE(ec) << ec.message() << " " << r.str;
 }
 
+// A map read is allowed connect-timeout, not the per-decision timeout: the first one, held on
+// each seed through a set-up (here a connect command of 300 ms) that outlasts the 50 ms timeout,
+// gives the map. It timed out on every seed, and the map came only from the next read.
+TEST_F(ClusterClient, TheFirstMapReadIsAllowedTheConnectTimeout) {
+    cluster_options o;
+    o.seeds = cluster_->addresses();
+    o.node.command_timeout = 50ms;
+    o.node.connect_timeout = 5s;
+    cluster_client c(executor{ioc_.get_executor()}, o);
+    // Busy for 300 ms, on any node: no key, so no slot to be redirected for.
+    c.add_connect_command({"EVAL",
+                           "local t = redis.call('TIME') "
+                           "local start = t[1] * 1000000 + t[2] "
+                           "repeat t = redis.call('TIME') "
+                           "until t[1] * 1000000 + t[2] - start >= 300000 "
+                           "return 1",
+                           "0"});
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return c.map() != nullptr; }, 10s));
+    EXPECT_EQ(c.counters().refreshes_failed.load(), 0u);
+    EXPECT_EQ(c.counters().refreshes_changed.load(), 1u);
+}
+
 TEST_F(ClusterClient, WithoutAMapCommandsFailAtOnce) {
     cluster_options o;
     o.seeds = {config::endpoint_address{"127.0.0.1", test::free_port()}};
