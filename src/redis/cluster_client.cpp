@@ -129,8 +129,15 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         for (const auto& p : map_->primaries) {
             routes_.push_back(&node_for(address_of(p)));
         }
-        // Nodes the map does not name are stopped (replies in flight still arrive) and freed at
-        // the next install; a demoted primary or a seed replica holds no connection for long.
+        retire_unnamed();
+        update_health();
+    }
+
+    /// Nodes the map does not name are stopped (replies in flight still arrive) and freed at
+    /// the next map read; a demoted primary, a seed replica or a node only an ASK named holds no
+    /// connection for long. At every read, changed or not: a node answering ASK with ever new
+    /// hosts would otherwise have the worker keep a connection to each, reconnecting forever.
+    void retire_unnamed() {
         retired_.clear();
         for (auto it = nodes_.begin(); it != nodes_.end();) {
             const bool named =
@@ -145,7 +152,6 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             retired_.push_back(std::move(*it));
             it = nodes_.erase(it);
         }
-        update_health();
     }
 
     node* route(std::uint16_t slot) const noexcept {
@@ -420,6 +426,8 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         }
         if (changed) {
             install(std::make_shared<const slot_map>(std::move(*parsed.map)));
+        } else {
+            retire_unnamed();
         }
         refreshed();
     }
@@ -570,6 +578,10 @@ std::shared_ptr<const slot_map> cluster_client::map() const noexcept {
 
 bool cluster_client::healthy() const noexcept {
     return state_->healthy_.load(std::memory_order_relaxed);
+}
+
+std::size_t cluster_client::node_count() const noexcept {
+    return state_->nodes_.size();
 }
 
 const cluster_counters& cluster_client::counters() const noexcept {

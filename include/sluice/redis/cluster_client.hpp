@@ -136,6 +136,10 @@ public:
 
     const cluster_counters& counters() const noexcept;
 
+    /// Nodes connected to (or being connected to) now: the map's primaries, and until the next
+    /// map read, a seed asked for the map or a node an `ASK` named that the map does not name.
+    std::size_t node_count() const noexcept;
+
     /// Counts into `observer` from now on, as well as into `counters()`.
     void set_observer(cluster_observer observer);
 

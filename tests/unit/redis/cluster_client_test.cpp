@@ -10,11 +10,19 @@
 #include "support/temp_dir.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <mutex>
+#include <netinet/in.h>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <sys/socket.h>
+#include <thread>
 #include <tuple>
+#include <unistd.h>
 #include <vector>
 
 namespace sluice::redis {
@@ -231,6 +239,172 @@ TEST_F(ClusterClient, WithoutAMapCommandsFailAtOnce) {
     // At once, not after the command timeout: the failure mode applies without waiting.
     EXPECT_LT(std::chrono::steady_clock::now() - started, 1s);
     EXPECT_FALSE(c.healthy());
+}
+
+//------------------------------------------------------------------------------
+// Against a fake node, for what a healthy cluster does not do.
+
+/**
+ * A node that owns every slot (`CLUSTER SLOTS` names it alone), answers `ASKING` with `+OK` and
+ * any other command with `ASK <slot> 127.0.0.1:<port>`, each time the next of `ask_to`, where
+ * nothing listens: a broken or hostile node. One thread per connection, blocking sockets; the
+ * destructor shuts them all down.
+ */
+class asking_node {
+public:
+    explicit asking_node(std::vector<std::uint16_t> ask_to)
+        : ask_to_(std::move(ask_to)) {
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        // The sockaddr casts are how the BSD socket API is spelled.
+        if (listener_ < 0 ||
+            ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+            ::listen(listener_, 16) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+            throw std::runtime_error("asking_node: cannot listen");
+        }
+        port_ = ntohs(address.sin_port);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+
+    ~asking_node() {
+        ::shutdown(listener_, SHUT_RDWR);
+        acceptor_.join();
+        {
+            const std::lock_guard lock(mutex_);
+            for (const int fd : connections_) {
+                ::shutdown(fd, SHUT_RDWR);
+            }
+        }
+        for (auto& t : handlers_) {
+            t.join();
+        }
+        for (const int fd : connections_) {
+            ::close(fd);
+        }
+        ::close(listener_);
+    }
+
+    asking_node(const asking_node&) = delete;
+    asking_node& operator=(const asking_node&) = delete;
+
+    config::endpoint_address address() const { return {"127.0.0.1", port_}; }
+
+private:
+    void accept_loop() {
+        for (;;) {
+            const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) {
+                return; // shut down
+            }
+            const std::lock_guard lock(mutex_);
+            connections_.push_back(fd);
+            handlers_.emplace_back([this, fd] { serve(fd); });
+        }
+    }
+
+    // Reads one RESP array of bulk strings (what hiredis sends); empty at the end.
+    static std::vector<std::string> read_command(int fd, std::string& buffer) {
+        const auto line = [&]() -> std::optional<std::string> {
+            for (;;) {
+                if (const auto end = buffer.find("\r\n"); end != std::string::npos) {
+                    auto text = buffer.substr(0, end);
+                    buffer.erase(0, end + 2);
+                    return text;
+                }
+                char chunk[4096];
+                const auto n = ::recv(fd, chunk, sizeof chunk, 0);
+                if (n <= 0) {
+                    return std::nullopt;
+                }
+                buffer.append(chunk, static_cast<std::size_t>(n));
+            }
+        };
+        const auto head = line();
+        if (!head || head->empty() || (*head)[0] != '*') {
+            return {};
+        }
+        std::vector<std::string> args;
+        for (int i = std::stoi(head->substr(1)); i > 0; --i) {
+            const auto size = line(); // "$<n>"; the arguments here never hold CRLF
+            const auto arg = line();
+            if (!size || !arg) {
+                return {};
+            }
+            args.push_back(*arg);
+        }
+        return args;
+    }
+
+    void serve(int fd) {
+        std::string buffer;
+        for (;;) {
+            const auto args = read_command(fd, buffer);
+            if (args.empty()) {
+                return;
+            }
+            std::string answer;
+            if (args.size() == 2 && args[0] == "CLUSTER" && args[1] == "SLOTS") {
+                answer = fmt::format("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{}\r\n",
+                                     port_);
+            } else if (args[0] == "ASKING") {
+                answer = "+OK\r\n";
+            } else {
+                const std::lock_guard lock(mutex_);
+                answer = fmt::format("-ASK 0 127.0.0.1:{}\r\n", ask_to_[next_ % ask_to_.size()]);
+                ++next_;
+            }
+            ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        }
+    }
+
+    std::vector<std::uint16_t> ask_to_;
+    int listener_ = -1;
+    std::uint16_t port_ = 0;
+    std::thread acceptor_;
+    std::mutex mutex_;
+    std::vector<int> connections_;
+    std::vector<std::thread> handlers_;
+    std::size_t next_ = 0;
+};
+
+// A node an ASK named, outside the map, is dropped at the next refresh although the map did not
+// change: only a changed map retired nodes, so a node answering ASK with ever new hosts had each
+// worker keep a connection (reconnecting forever) to every one of them.
+TEST(ClusterClientNodes, ANodeOnlyAnAskNamedIsDroppedAtTheNextRefresh) {
+    net::io_context ioc;
+    const std::vector<std::uint16_t> nowhere{
+        test::free_port(), test::free_port(), test::free_port()};
+    asking_node node(nowhere);
+    cluster_options o;
+    o.seeds = {node.address()};
+    o.node.command_timeout = 2s;
+    o.node.reconnect_min = 20ms;
+    o.node.reconnect_max = 200ms;
+    o.trouble_interval = 2s; // no refresh before the three ASKs are in
+    cluster_client c(executor{ioc.get_executor()}, o);
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.healthy(); }, 5s));
+    EXPECT_EQ(c.node_count(), 1u);
+
+    for (std::size_t i = 0; i < nowhere.size(); ++i) {
+        auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"GET", "k"})));
+        EXPECT_EQ(ec, errc::redis_unavailable) << ec.message() << " " << r.str;
+    }
+    EXPECT_EQ(c.counters().ask.load(), nowhere.size());
+    EXPECT_EQ(c.node_count(), 1u + nowhere.size());
+
+    // The lost ASK targets make the map be read again soon: the same map, and the nodes it does
+    // not name are gone.
+    const auto unchanged = c.counters().refreshes_unchanged.load();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.counters().refreshes_unchanged.load() > unchanged; }, 5s));
+    EXPECT_EQ(c.node_count(), 1u);
+    EXPECT_TRUE(c.healthy());
 }
 
 } // namespace
