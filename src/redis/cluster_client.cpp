@@ -193,14 +193,21 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         if (target.calls != nullptr) {
             target.calls->fetch_add(1, std::memory_order_relaxed);
         }
+        auto on_reply = [self = shared_from_this(), c](error_code ec, reply r) {
+            self->answered(c, ec, std::move(r));
+        };
+        if (c->redirections == 0) {
+            target.conn->async_formatted(c->command, std::move(on_reply));
+            return;
+        }
+        // A resend ends with the call, not a full timeout after it: held on a connection still
+        // being set up, a copy that outlived the call would still be sent, and charge Redis for
+        // a request its failure mode decided already.
         if (asking) {
             // Back to back on one connection: nothing of this worker comes in between.
-            target.conn->async_command({"ASKING"}, [](error_code, reply) {});
+            target.conn->async_command_until(c->deadline, {"ASKING"}, [](error_code, reply) {});
         }
-        target.conn->async_formatted(c->command,
-                                     [self = shared_from_this(), c](error_code ec, reply r) {
-                                         self->answered(c, ec, std::move(r));
-                                     });
+        target.conn->async_formatted_until(c->deadline, c->command, std::move(on_reply));
     }
 
     void answered(const std::shared_ptr<call>& c, error_code ec, reply r) {

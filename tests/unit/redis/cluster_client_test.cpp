@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <atomic>
+#include <functional>
 #include <mutex>
 #include <netinet/in.h>
 #include <optional>
@@ -245,15 +247,16 @@ TEST_F(ClusterClient, WithoutAMapCommandsFailAtOnce) {
 // Against a fake node, for what a healthy cluster does not do.
 
 /**
- * A node that owns every slot (`CLUSTER SLOTS` names it alone), answers `ASKING` with `+OK` and
- * any other command with `ASK <slot> 127.0.0.1:<port>`, each time the next of `ask_to`, where
- * nothing listens: a broken or hostile node. One thread per connection, blocking sockets; the
- * destructor shuts them all down.
+ * A fake node: each command (a RESP array of bulk strings, as hiredis sends them) is answered
+ * with what `answer` returns for it, raw RESP, and may be delayed there. One thread per
+ * connection, blocking sockets; the destructor shuts them all down.
  */
-class asking_node {
+class fake_node {
 public:
-    explicit asking_node(std::vector<std::uint16_t> ask_to)
-        : ask_to_(std::move(ask_to)) {
+    using answer_function = std::function<std::string(const std::vector<std::string>&)>;
+
+    explicit fake_node(answer_function answer)
+        : answer_(std::move(answer)) {
         listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in address{};
         address.sin_family = AF_INET;
@@ -264,13 +267,13 @@ public:
             ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
             ::listen(listener_, 16) != 0 ||
             ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-            throw std::runtime_error("asking_node: cannot listen");
+            throw std::runtime_error("fake_node: cannot listen");
         }
         port_ = ntohs(address.sin_port);
         acceptor_ = std::thread([this] { accept_loop(); });
     }
 
-    ~asking_node() {
+    ~fake_node() {
         ::shutdown(listener_, SHUT_RDWR);
         acceptor_.join();
         {
@@ -288,10 +291,15 @@ public:
         ::close(listener_);
     }
 
-    asking_node(const asking_node&) = delete;
-    asking_node& operator=(const asking_node&) = delete;
+    fake_node(const fake_node&) = delete;
+    fake_node& operator=(const fake_node&) = delete;
 
     config::endpoint_address address() const { return {"127.0.0.1", port_}; }
+
+    /// `CLUSTER SLOTS` naming this node the owner of every slot.
+    std::string whole_map() const {
+        return fmt::format("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{}\r\n", port_);
+    }
 
 private:
     void accept_loop() {
@@ -346,30 +354,23 @@ private:
             if (args.empty()) {
                 return;
             }
-            std::string answer;
-            if (args.size() == 2 && args[0] == "CLUSTER" && args[1] == "SLOTS") {
-                answer = fmt::format("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{}\r\n",
-                                     port_);
-            } else if (args[0] == "ASKING") {
-                answer = "+OK\r\n";
-            } else {
-                const std::lock_guard lock(mutex_);
-                answer = fmt::format("-ASK 0 127.0.0.1:{}\r\n", ask_to_[next_ % ask_to_.size()]);
-                ++next_;
-            }
+            const auto answer = answer_(args);
             ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
         }
     }
 
-    std::vector<std::uint16_t> ask_to_;
+    answer_function answer_;
     int listener_ = -1;
     std::uint16_t port_ = 0;
     std::thread acceptor_;
     std::mutex mutex_;
     std::vector<int> connections_;
     std::vector<std::thread> handlers_;
-    std::size_t next_ = 0;
 };
+
+bool is_cluster_slots(const std::vector<std::string>& args) {
+    return args.size() == 2 && args[0] == "CLUSTER" && args[1] == "SLOTS";
+}
 
 // A node an ASK named, outside the map, is dropped at the next refresh although the map did not
 // change: only a changed map retired nodes, so a node answering ASK with ever new hosts had each
@@ -378,7 +379,20 @@ TEST(ClusterClientNodes, ANodeOnlyAnAskNamedIsDroppedAtTheNextRefresh) {
     net::io_context ioc;
     const std::vector<std::uint16_t> nowhere{
         test::free_port(), test::free_port(), test::free_port()};
-    asking_node node(nowhere);
+    // Owns every slot, and answers anything else but ASKING with an ASK to the next of
+    // `nowhere`: a broken or hostile node.
+    std::atomic<std::size_t> asks{0};
+    fake_node* self = nullptr;
+    fake_node node([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        if (args[0] == "ASKING") {
+            return "+OK\r\n";
+        }
+        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
+    });
+    self = &node;
     cluster_options o;
     o.seeds = {node.address()};
     o.node.command_timeout = 2s;
@@ -405,6 +419,62 @@ TEST(ClusterClientNodes, ANodeOnlyAnAskNamedIsDroppedAtTheNextRefresh) {
         ioc, [&] { return c.counters().refreshes_unchanged.load() > unchanged; }, 5s));
     EXPECT_EQ(c.node_count(), 1u);
     EXPECT_TRUE(c.healthy());
+}
+
+// A call redirected to a node whose connection is still being set up ends at its own deadline,
+// and its copy held there is never sent: held to a full timeout counted from the resend, it
+// was sent once the set-up was done, charging Redis for a request decided already.
+TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
+    net::io_context ioc;
+    std::mutex mutex;
+    std::vector<std::string> reached; // what the target was sent, AUTH aside
+    std::atomic<bool> set_up{false};
+    fake_node target([&](const std::vector<std::string>& args) -> std::string {
+        if (args[0] == "AUTH") {
+            // The set-up ends 900 ms after the resend: past the call's deadline, but within a
+            // timeout counted from the resend.
+            std::this_thread::sleep_for(900ms);
+            set_up = true;
+            return "+OK\r\n";
+        }
+        const std::lock_guard lock(mutex);
+        reached.push_back(args.size() > 1 ? args[0] + " " + args[1] : args[0]);
+        return "+OK\r\n";
+    });
+    fake_node* self = nullptr;
+    fake_node source([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        if (args[0] == "AUTH") {
+            return "+OK\r\n";
+        }
+        // The ASK comes 900 ms into the call's 1.5 s.
+        std::this_thread::sleep_for(900ms);
+        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", target.address().port);
+    });
+    self = &source;
+    cluster_options o;
+    o.seeds = {source.address()};
+    o.node.password = "secret"; // a set-up step on every connection
+    o.node.command_timeout = 1500ms;
+    o.node.connect_timeout = 5s;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.healthy(); }, 5s));
+
+    auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"INCR", "first"})));
+    EXPECT_EQ(ec, errc::redis_timeout) << ec.message() << " " << r.str;
+    EXPECT_EQ(c.counters().ask.load(), 1u);
+
+    // The next call is asked there too, once the connection is up: whatever the first one left
+    // held there was sent before it, on the same connection.
+    auto [ec2, r2] = test::run_coro(ioc, c.async_formatted(0, resp({"INCR", "second"})));
+    ASSERT_FALSE(ec2) << ec2.message() << " " << r2.str;
+    EXPECT_TRUE(set_up);
+    const std::lock_guard lock(mutex);
+    EXPECT_EQ(reached, (std::vector<std::string>{"ASKING", "INCR second"}));
 }
 
 } // namespace
