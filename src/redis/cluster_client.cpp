@@ -120,6 +120,11 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         return *nodes_.back();
     }
 
+    bool known(const config::endpoint_address& address) const {
+        return std::any_of(
+            nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->address == address; });
+    }
+
     static config::endpoint_address address_of(const cluster_node& n) { return {n.host, n.port}; }
 
     /// Routes by `map`: a connection per primary, and none kept for a node no longer in it.
@@ -253,6 +258,20 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             return;
         case redirection::kind::ask:
             add(counters_.ask, observer_.ask);
+            if (!known(address) && nodes_.size() - routes_.size() >= opts_.max_other_nodes) {
+                // Until the next map read retires them, a node answering ASK with ever new
+                // hosts would have the worker connect to each: the call fails instead.
+                static log_throttle throttle{std::chrono::seconds(10)};
+                log_throttled(throttle,
+                              spdlog::level::warn,
+                              "redis: an ASK named {}, and {} nodes outside the slot map are "
+                              "connected already; giving the command up",
+                              log_excerpt(format_address(address)),
+                              opts_.max_other_nodes);
+                refresh_soon(opts_.trouble_interval);
+                finish(c, make_error_code(errc::redis_unavailable), {});
+                return;
+            }
             send(c, node_for(address), true);
             return;
         case redirection::kind::tryagain:

@@ -4,6 +4,7 @@
 // migration, seeds that are gone.
 #include "sluice/redis/cluster_client.hpp"
 #include "sluice/redis/command_writer.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/resp_client.hpp"
 #include "support/run_coro.hpp"
@@ -475,6 +476,51 @@ TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
     EXPECT_TRUE(set_up);
     const std::lock_guard lock(mutex);
     EXPECT_EQ(reached, (std::vector<std::string>{"ASKING", "INCR second"}));
+}
+
+// Between map reads, at most max_other_nodes nodes outside the map are connected to: an ASK
+// naming one more fails the call at once, and the map read it asks for retires the others.
+TEST(ClusterClientNodes, AsksToNodesOutsideTheMapAreCapped) {
+    test::captured_log log; // declared first: it outlives the client
+    net::io_context ioc;
+    const std::vector<std::uint16_t> nowhere{
+        test::free_port(), test::free_port(), test::free_port()};
+    std::atomic<std::size_t> asks{0};
+    fake_node* self = nullptr;
+    fake_node node([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        if (args[0] == "ASKING") {
+            return "+OK\r\n";
+        }
+        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
+    });
+    self = &node;
+    cluster_options o;
+    o.seeds = {node.address()};
+    o.node.command_timeout = 2s;
+    o.node.reconnect_min = 20ms;
+    o.node.reconnect_max = 200ms;
+    o.trouble_interval = 2s; // no refresh before the three ASKs are in
+    o.max_other_nodes = 2;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.healthy(); }, 5s));
+
+    for (std::size_t i = 0; i < nowhere.size(); ++i) {
+        auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"GET", "k"})));
+        EXPECT_EQ(ec, errc::redis_unavailable) << ec.message() << " " << r.str;
+    }
+    EXPECT_EQ(c.counters().ask.load(), nowhere.size());
+    EXPECT_EQ(c.node_count(), 1u + o.max_other_nodes);
+    EXPECT_EQ(log.lines_with("nodes outside the slot map").size(), 1u) << log.text();
+
+    const auto unchanged = c.counters().refreshes_unchanged.load();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.counters().refreshes_unchanged.load() > unchanged; }, 5s));
+    EXPECT_EQ(c.node_count(), 1u);
 }
 
 } // namespace
