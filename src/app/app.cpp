@@ -317,8 +317,10 @@ void application::next_slot_subscriber_seed() {
 // A connection to the primary the Sentinel watcher names: nowhere until it names one; each lost
 // or refused connection asks it to look again.
 redis::client_options application::sentinel_data_options() {
-    auto options = redis::sentinel_data_options(config_->rate_limit.redis,
-                                                [this] { sentinel_->rediscover(); });
+    auto options = redis::sentinel_data_options(
+        config_->rate_limit.redis,
+        [this] { sentinel_->rediscover(); },
+        [this](const config::endpoint_address& refused) { sentinel_->refused(refused); });
     options.lookup_failures = &metrics_.redis_lookup_failures_total;
     return options;
 }

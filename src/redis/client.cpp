@@ -54,8 +54,12 @@
 // reply, or with NULL when the context goes away. One timer watches the oldest live deadline;
 // a command that passes it completes with `redis_timeout` and keeps its slot, without handler,
 // until its late reply (or NULL) arrives, so that replies keep matching commands. Deadlines are
-// the send time plus one fixed timeout, hence non-decreasing along `pending_`: the timed-out
-// entries always form a prefix of it, whose length is `expired_`.
+// the send time plus one fixed timeout, hence non-decreasing along `pending_`: the entries the
+// timer has passed always form a prefix of it, whose length is `expired_`. A command sent with
+// a deadline of its own (`async_command_until`: a cluster map read, a redirected call) keeps
+// that order's place too, and is also listed in `own_deadlines_`, which the timer watches as
+// well: one due earlier times out then, and one due later is passed over by the prefix, its
+// handler kept, until its own deadline. Such commands are few, so the list is searched.
 //
 // Nothing calls user code inline: completions are posted, so no handler can re-enter hiredis
 // from inside one of its callbacks or destroy the client there.
@@ -73,17 +77,28 @@ using handler_type = client::handler_type;
 
 struct pending_command {
     std::uint64_t id = 0;
+    /// The send time plus `command_timeout`: the order of `pending_`.
     steady::time_point deadline;
+    /// The caller's own deadline, which decides instead when set (`async_command_until`).
+    std::optional<steady::time_point> own;
     handler_type handler; // empty once completed early (timed out)
     /// The command in RESP while it is held (the connection's set-up is not done); empty once
     /// handed to hiredis.
     std::string unsent;
 
-    pending_command(std::uint64_t i, steady::time_point d, handler_type h, std::string held = {})
+    pending_command(std::uint64_t i,
+                    steady::time_point d,
+                    std::optional<steady::time_point> o,
+                    handler_type h,
+                    std::string held = {})
         : id(i)
         , deadline(d)
+        , own(o)
         , handler(std::move(h))
         , unsent(std::move(held)) {}
+
+    /// When it times out.
+    steady::time_point due() const { return own ? *own : deadline; }
 
     pending_command(pending_command&&) noexcept = default;
 
@@ -91,6 +106,7 @@ struct pending_command {
     pending_command& operator=(pending_command&& other) noexcept {
         id = other.id;
         deadline = other.deadline;
+        own = other.own;
         unsent = std::move(other.unsent);
         handler_type taken(std::move(other.handler));
         handler.swap(taken);
@@ -185,7 +201,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     // `command` is an argument list or a RESP string (a formatted command).
     template <typename Command>
-    void submit(const Command& command, handler_type h) {
+    void submit(const Command& command, handler_type h, std::optional<steady::time_point> own) {
         if (ac_ == nullptr ||
             (phase_ != phase::connecting && phase_ != phase::setting_up &&
              phase_ != phase::connected) ||
@@ -194,10 +210,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
             return;
         }
         if (phase_ != phase::connected) {
-            hold(command, std::move(h));
+            hold(command, std::move(h), own);
             return;
         }
-        send(command, std::move(h));
+        send(command, std::move(h), own);
         if (phase_ == phase::connected && ac_ != nullptr) {
             // Write now, not when the reactor next reports the socket writable: on a busy worker
             // that is one more pass through every ready handler, added to each command's round
@@ -208,7 +224,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
         }
     }
 
-    void send(std::span<const std::string> args, handler_type h) {
+    void send(std::span<const std::string> args,
+              handler_type h,
+              std::optional<steady::time_point> own = {}) {
         if (args.empty()) {
             complete(std::move(h), net::error::invalid_argument);
             return;
@@ -226,10 +244,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
                                              static_cast<int>(argv.size()),
                                              argv.data(),
                                              lengths.data());
-        track(rc, id, std::move(h));
+        track(rc, id, std::move(h), own);
     }
 
-    void send(std::string_view resp, handler_type h) {
+    void send(std::string_view resp, handler_type h, std::optional<steady::time_point> own) {
         if (resp.empty()) {
             complete(std::move(h), net::error::invalid_argument);
             return;
@@ -237,17 +255,24 @@ struct client::state : std::enable_shared_from_this<client::state> {
         const std::uint64_t id = next_id_++;
         const int rc = redisAsyncFormattedCommand(
             ac_, &state::on_reply, id_to_privdata(id), resp.data(), resp.size());
-        track(rc, id, std::move(h));
+        track(rc, id, std::move(h), own);
     }
 
     // Remembers a command hiredis accepted (rc) until its reply or its deadline.
-    void track(int rc, std::uint64_t id, handler_type h) {
+    void track(int rc, std::uint64_t id, handler_type h, std::optional<steady::time_point> own) {
         if (rc != REDIS_OK) { // disconnecting: the callback will not run
             complete(std::move(h), errc::redis_unavailable);
             return;
         }
-        pending_.emplace_back(id, next_deadline(), std::move(h));
+        pending_.emplace_back(id, next_deadline(), own, std::move(h));
+        watch_own(id, own);
         arm_deadline();
+    }
+
+    void watch_own(std::uint64_t id, std::optional<steady::time_point> own) {
+        if (own) {
+            own_deadlines_.emplace_back(*own, id);
+        }
     }
 
     steady::time_point next_deadline() const {
@@ -257,12 +282,14 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     // Keeps a command until the connection's set-up is done; it times out as a sent one would.
     template <typename Command>
-    void hold(const Command& command, handler_type h) {
+    void hold(const Command& command, handler_type h, std::optional<steady::time_point> own) {
         if (command.empty()) {
             complete(std::move(h), net::error::invalid_argument);
             return;
         }
-        pending_.emplace_back(next_id_++, next_deadline(), std::move(h), format_command(command));
+        const auto id = next_id_++;
+        pending_.emplace_back(id, next_deadline(), own, std::move(h), format_command(command));
+        watch_own(id, own);
         arm_deadline();
     }
 
@@ -277,9 +304,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 ++i;
                 continue;
             }
-            if (i < expired_) {
+            if (!p.handler) {
                 pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
-                --expired_;
+                if (i < expired_) {
+                    --expired_;
+                }
                 continue;
             }
             const int rc = redisAsyncFormattedCommand(
@@ -353,8 +382,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (expired_ < pending_.size()) {
             wake = pending_[expired_].deadline;
         }
+        for (const auto& [due, id] : own_deadlines_) {
+            wake = std::min(wake, due);
+        }
         if (expired_ > 0 && can_drop_stalled()) {
-            wake = std::min(wake, pending_.front().deadline + opts_.stall_timeout);
+            wake = std::min(wake, pending_.front().due() + opts_.stall_timeout);
         }
         if (wake == steady::time_point::max() || (deadline_armed_ && armed_wake_ <= wake)) {
             return;
@@ -377,15 +409,31 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     void expire() {
         const auto now = steady::now();
+        std::erase_if(own_deadlines_, [&](const std::pair<steady::time_point, std::uint64_t>& o) {
+            if (o.first > now) {
+                return false;
+            }
+            const auto it = std::find_if(
+                pending_.begin(), pending_.end(), [&](const auto& p) { return p.id == o.second; });
+            if (it != pending_.end() && it->handler) {
+                complete(handler_type(std::move(it->handler)), errc::redis_timeout);
+            }
+            return true; // answered, failed or timed out now: no longer watched
+        });
         while (expired_ < pending_.size() && pending_[expired_].deadline <= now) {
-            handler_type h(std::move(pending_[expired_].handler));
+            auto& p = pending_[expired_];
             ++expired_;
+            if (p.due() > now) {
+                continue; // its own deadline is later: own_deadlines_ watches it
+            }
+            handler_type h(std::move(p.handler));
             if (h) {
                 complete(std::move(h), errc::redis_timeout);
             }
         }
+        // A front passed over for its later deadline is not late yet: due() waits for it.
         if (expired_ > 0 && can_drop_stalled() &&
-            now >= pending_.front().deadline + opts_.stall_timeout) {
+            now >= pending_.front().due() + opts_.stall_timeout) {
             if (phase_ == phase::stopped) {
                 drop_stopped();
             } else {
@@ -588,6 +636,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
     void check_refused(const std::string& why) {
         log_throttled_by(connection_log(), "check " + where(), spdlog::level::warn, "{}", why);
         outage_logged_ = true;
+        if (opts_.on_refused) {
+            net::post(ex_,
+                      [f = opts_.on_refused,
+                       at = config::endpoint_address{opts_.host, opts_.port}] { f(at); });
+        }
         abandon("");
         trouble();
     }
@@ -1034,6 +1087,9 @@ struct client::state : std::enable_shared_from_this<client::state> {
     std::atomic<phase> phase_{phase::idle};
     std::deque<pending_command> pending_;
     std::size_t expired_ = 0;
+    /// (deadline, id) of the commands sent with one of their own (`async_command_until`);
+    /// removed when due, whether or not the command is still pending then.
+    std::vector<std::pair<steady::time_point, std::uint64_t>> own_deadlines_;
     bool deadline_armed_ = false;
     steady::time_point armed_wake_;
     std::uint64_t deadline_arms_ = 0; // tells a cancelled wait from the current one
@@ -1094,12 +1150,16 @@ void client::stop() {
     state_->stop();
 }
 
-void client::submit(std::span<const std::string> args, handler_type handler) {
-    state_->submit(args, std::move(handler));
+void client::submit(std::span<const std::string> args,
+                    handler_type handler,
+                    std::optional<std::chrono::steady_clock::time_point> deadline) {
+    state_->submit(args, std::move(handler), deadline);
 }
 
-void client::submit_formatted(std::string_view command, handler_type handler) {
-    state_->submit(command, std::move(handler));
+void client::submit_formatted(std::string_view command,
+                              handler_type handler,
+                              std::optional<std::chrono::steady_clock::time_point> deadline) {
+    state_->submit(command, std::move(handler), deadline);
 }
 
 void client::add_connect_command(std::vector<std::string> args, if_refused refused) {

@@ -120,6 +120,11 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         return *nodes_.back();
     }
 
+    bool known(const config::endpoint_address& address) const {
+        return std::any_of(
+            nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->address == address; });
+    }
+
     static config::endpoint_address address_of(const cluster_node& n) { return {n.host, n.port}; }
 
     /// Routes by `map`: a connection per primary, and none kept for a node no longer in it.
@@ -129,8 +134,15 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         for (const auto& p : map_->primaries) {
             routes_.push_back(&node_for(address_of(p)));
         }
-        // Nodes the map does not name are stopped (replies in flight still arrive) and freed at
-        // the next install; a demoted primary or a seed replica holds no connection for long.
+        retire_unnamed();
+        update_health();
+    }
+
+    /// Nodes the map does not name are stopped (replies in flight still arrive) and freed at
+    /// the next map read; a demoted primary, a seed replica or a node only an ASK named holds no
+    /// connection for long. At every read, changed or not: a node answering ASK with ever new
+    /// hosts would otherwise have the worker keep a connection to each, reconnecting forever.
+    void retire_unnamed() {
         retired_.clear();
         for (auto it = nodes_.begin(); it != nodes_.end();) {
             const bool named =
@@ -145,7 +157,6 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             retired_.push_back(std::move(*it));
             it = nodes_.erase(it);
         }
-        update_health();
     }
 
     node* route(std::uint16_t slot) const noexcept {
@@ -187,14 +198,21 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         if (target.calls != nullptr) {
             target.calls->fetch_add(1, std::memory_order_relaxed);
         }
+        auto on_reply = [self = shared_from_this(), c](error_code ec, reply r) {
+            self->answered(c, ec, std::move(r));
+        };
+        if (c->redirections == 0) {
+            target.conn->async_formatted(c->command, std::move(on_reply));
+            return;
+        }
+        // A resend ends with the call, not a full timeout after it: held on a connection still
+        // being set up, a copy that outlived the call would still be sent, and charge Redis for
+        // a request its failure mode decided already.
         if (asking) {
             // Back to back on one connection: nothing of this worker comes in between.
-            target.conn->async_command({"ASKING"}, [](error_code, reply) {});
+            target.conn->async_command_until(c->deadline, {"ASKING"}, [](error_code, reply) {});
         }
-        target.conn->async_formatted(c->command,
-                                     [self = shared_from_this(), c](error_code ec, reply r) {
-                                         self->answered(c, ec, std::move(r));
-                                     });
+        target.conn->async_formatted_until(c->deadline, c->command, std::move(on_reply));
     }
 
     void answered(const std::shared_ptr<call>& c, error_code ec, reply r) {
@@ -240,6 +258,20 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             return;
         case redirection::kind::ask:
             add(counters_.ask, observer_.ask);
+            if (!known(address) && nodes_.size() - routes_.size() >= opts_.max_other_nodes) {
+                // Until the next map read retires them, a node answering ASK with ever new
+                // hosts would have the worker connect to each: the call fails instead.
+                static log_throttle throttle{std::chrono::seconds(10)};
+                log_throttled(throttle,
+                              spdlog::level::warn,
+                              "redis: an ASK named {}, and {} nodes outside the slot map are "
+                              "connected already; giving the command up",
+                              log_excerpt(format_address(address)),
+                              opts_.max_other_nodes);
+                refresh_soon(opts_.trouble_interval);
+                finish(c, make_error_code(errc::redis_unavailable), {});
+                return;
+            }
             send(c, node_for(address), true);
             return;
         case redirection::kind::tryagain:
@@ -381,7 +413,11 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             return;
         }
         const auto address = candidates_[index];
-        node_for(address).conn->async_command(
+        // Within connect-timeout, not the per-decision timeout the node's commands get: a new
+        // node's read is held through its connect and set-up (AUTH, SCRIPT and FUNCTION LOAD),
+        // and a large cluster's map is a large reply.
+        node_for(address).conn->async_command_until(
+            steady::now() + opts_.node.connect_timeout,
             {"CLUSTER", "SLOTS"},
             [self = shared_from_this(), index, address](error_code ec, reply r) {
                 self->map_answered(index, address, ec, r);
@@ -416,6 +452,8 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         }
         if (changed) {
             install(std::make_shared<const slot_map>(std::move(*parsed.map)));
+        } else {
+            retire_unnamed();
         }
         refreshed();
     }
@@ -566,6 +604,10 @@ std::shared_ptr<const slot_map> cluster_client::map() const noexcept {
 
 bool cluster_client::healthy() const noexcept {
     return state_->healthy_.load(std::memory_order_relaxed);
+}
+
+std::size_t cluster_client::node_count() const noexcept {
+    return state_->nodes_.size();
 }
 
 const cluster_counters& cluster_client::counters() const noexcept {

@@ -17,10 +17,12 @@
 #include <random>
 
 // The watcher is one coroutine on the control thread, `run`, looping: wait until the next round
-// is due, ask the Sentinels in order, act on the answer, set the next round (recheck_interval
-// after an answer, the backoff after none). `rediscover` only brings the next round forward.
-// A `+switch-master` heard meanwhile is acted on at once, and bumps `epoch_`: an answer to a
-// round that began before it is dropped, since its Sentinel may have spoken before the switch.
+// is due, ask the Sentinels in order (from the last to answer), act on the answer, set the next
+// round (recheck_interval after an answer, the backoff after none). `rediscover` only brings the
+// next round forward; `refused` also moves its start past the Sentinel that named the primary a
+// data client's ROLE check refused. A `+switch-master` heard meanwhile is acted on at once, and
+// bumps `epoch_`: an answer to a round that began before it is dropped, since its Sentinel may have
+// spoken before the switch.
 //
 // Pub/sub keeps nothing for a subscriber that is away, and a Sentinel that has not yet heard of
 // a switch still names the old primary, so no single source is trusted alone: a switch heard
@@ -114,13 +116,16 @@ connect_check primary_role_check(std::string master) {
             }};
 }
 
-client_options sentinel_data_options(const config::redis_settings& settings,
-                                     std::function<void()> on_trouble) {
+client_options
+sentinel_data_options(const config::redis_settings& settings,
+                      std::function<void()> on_trouble,
+                      std::function<void(const config::endpoint_address&)> on_refused) {
     auto o = client_options::from_settings(settings);
     o.host.clear();
     o.port = 0;
     o.check = primary_role_check(settings.sentinel.master);
     o.on_trouble = std::move(on_trouble);
+    o.on_refused = std::move(on_refused);
     return o;
 }
 
@@ -212,11 +217,16 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
         }
     }
 
-    // Asks each Sentinel in order until one names the primary. True when one did.
+    // Asks each Sentinel in order, from `first_`, until one names the primary. True when one
+    // did. The round after a refusal starts past the Sentinel whose answer was refused, and
+    // later rounds start with the one that answered: asked first again, a Sentinel cut off from
+    // the others during a failover would name the old primary every time.
     awaitable<bool> ask_round() {
         const auto epoch = epoch_;
         const std::vector<std::string> command{"SENTINEL", "get-master-addr-by-name", opts_.master};
-        for (std::size_t i = 0; i < askers_.size(); ++i) {
+        const auto first = first_;
+        for (std::size_t k = 0; k < askers_.size(); ++k) {
+            const auto i = (first + k) % askers_.size();
             auto [ec, r] = co_await askers_[i]->async_command(command);
             if (stopped_) {
                 co_return false;
@@ -241,8 +251,12 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
                                  log_excerpt(r.describe(log_excerpt_bytes)));
                 continue;
             }
+            first_ = i;
             if (epoch == epoch_) {
                 follow(*address, where, false);
+                if (primary() == address) {
+                    named_by_ = i;
+                }
             }
             listen_on(i);
             co_return true;
@@ -274,6 +288,7 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
             previous = primary_;
             primary_ = address;
         }
+        named_by_.reset(); // until the caller says which Sentinel named it
         if (previous) {
             switches_.fetch_add(1, std::memory_order_relaxed);
             // At most a line a second: a flapping (or hostile) Sentinel announces at its own
@@ -303,6 +318,22 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
         }
         listening_to_ = i;
         listener_->retarget(opts_.nodes[i].host, opts_.nodes[i].port);
+    }
+
+    std::optional<config::endpoint_address> primary() const {
+        const std::lock_guard lock(mutex_);
+        return primary_;
+    }
+
+    // A data client's ROLE check refused `address`. Every worker reports the same refusal, and
+    // one may arrive after the primary moved on: only a refusal of the primary followed, as a
+    // Sentinel's answer named it, moves the next round's start past that Sentinel (set, not
+    // advanced, so that the reports of one refusal move it once).
+    void refused(const config::endpoint_address& address) {
+        if (named_by_ && primary() == address) {
+            first_ = (*named_by_ + 1) % askers_.size();
+        }
+        soon();
     }
 
     // The listener's Sentinel went away (or refused it): the next round that gets an answer
@@ -361,6 +392,10 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
     std::vector<std::unique_ptr<client>> askers_;
     std::unique_ptr<client> listener_;
     std::optional<std::size_t> listening_to_;
+    /// The Sentinel asked first in a round.
+    std::size_t first_ = 0;
+    /// The Sentinel whose answer named `primary_`; none when a switch heard named it.
+    std::optional<std::size_t> named_by_;
     bool started_ = false;
     bool stopped_ = false;
     bool asking_ = false;
@@ -401,9 +436,16 @@ void sentinel_watcher::rediscover() {
     });
 }
 
+void sentinel_watcher::refused(config::endpoint_address address) {
+    net::post(state_->ex_, [weak = std::weak_ptr(state_), address = std::move(address)] {
+        if (auto self = weak.lock()) {
+            self->refused(address);
+        }
+    });
+}
+
 std::optional<config::endpoint_address> sentinel_watcher::primary() const {
-    const std::lock_guard lock(state_->mutex_);
-    return state_->primary_;
+    return state_->primary();
 }
 
 std::uint64_t sentinel_watcher::switches() const noexcept {

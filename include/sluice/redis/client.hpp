@@ -86,6 +86,10 @@ struct client_options {
      * Unset by default.
      */
     std::function<void()> on_trouble;
+    /// Posted to the client's executor with the server's address (before `on_trouble`) each
+    /// time `check` refused it. Behind Sentinel it tells the watcher that the Sentinel which
+    /// named this server is behind, so that another is asked first. Unset by default.
+    std::function<void(const config::endpoint_address&)> on_refused;
 
     static client_options from_settings(const config::redis_settings& settings);
 };
@@ -199,6 +203,38 @@ public:
     }
 
     /**
+     * `async_command` with a deadline of its own instead of `command_timeout` from now, earlier
+     * or later: a cluster map read, allowed `connect_timeout` although the node's commands get
+     * the per-decision timeout, or a redirected call, which must end when the call ends. A
+     * command held while the connection is set up counts the time held in it too, and is
+     * never sent once its deadline has passed.
+     */
+    template <typename CompletionToken = net::default_completion_token_t<executor>>
+    auto async_command_until(std::chrono::steady_clock::time_point deadline,
+                             std::vector<std::string> args,
+                             CompletionToken&& token = {}) {
+        return net::async_initiate<CompletionToken, completion_signature>(
+            [this, deadline](auto handler, std::vector<std::string> command) {
+                submit(command, handler_type(std::move(handler)), deadline);
+            },
+            token,
+            std::move(args));
+    }
+
+    /// `async_formatted` with a deadline of its own (see `async_command_until`).
+    template <typename CompletionToken = net::default_completion_token_t<executor>>
+    auto async_formatted_until(std::chrono::steady_clock::time_point deadline,
+                               std::string_view command,
+                               CompletionToken&& token = {}) {
+        return net::async_initiate<CompletionToken, completion_signature>(
+            [this, deadline](auto handler, std::string_view resp) {
+                submit_formatted(resp, handler_type(std::move(handler)), deadline);
+            },
+            token,
+            command);
+    }
+
+    /**
      * Registers a command to send as part of every connection's set-up, after AUTH and SELECT
      * (e.g. `SCRIPT LOAD`): an error reply fails the set-up, unless `refused` is `carry_on`.
      * Sent at once too when a connection is up or being set up (then an error reply on an
@@ -230,8 +266,12 @@ public:
     const executor& get_executor() const noexcept { return ex_; }
 
 private:
-    void submit(std::span<const std::string> args, handler_type handler);
-    void submit_formatted(std::string_view command, handler_type handler);
+    void submit(std::span<const std::string> args,
+                handler_type handler,
+                std::optional<std::chrono::steady_clock::time_point> deadline = {});
+    void submit_formatted(std::string_view command,
+                          handler_type handler,
+                          std::optional<std::chrono::steady_clock::time_point> deadline = {});
 
     struct state;
     executor ex_;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +35,10 @@ struct cluster_options {
     milliseconds moved_interval{100};
     /// A call answered TRYAGAIN (its keys split by a migration) is sent again after this.
     milliseconds tryagain_delay{5};
+    /// At most this many nodes outside the map (ASK targets, seeds asked for the map) are
+    /// connected to until the next map read retires them; an ASK to one more fails the call
+    /// with `errc::redis_unavailable`. A migration's target is a primary of the map.
+    std::size_t max_other_nodes = 16;
 
     static cluster_options from_settings(const config::redis_settings& settings);
 };
@@ -135,6 +140,10 @@ public:
     bool healthy() const noexcept;
 
     const cluster_counters& counters() const noexcept;
+
+    /// Nodes connected to (or being connected to) now: the map's primaries, and until the next
+    /// map read, a seed asked for the map or a node an `ASK` named that the map does not name.
+    std::size_t node_count() const noexcept;
 
     /// Counts into `observer` from now on, as well as into `counters()`.
     void set_observer(cluster_observer observer);

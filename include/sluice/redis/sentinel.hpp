@@ -49,16 +49,19 @@ connect_check primary_role_check(std::string master);
 
 /**
  * A data client's options behind Sentinel: the settings' credentials, database and timeouts, no
- * address yet (the watcher gives it with `client::retarget`), the ROLE check, and `on_trouble`
- * (which should ask the watcher to `rediscover`).
+ * address yet (the watcher gives it with `client::retarget`), the ROLE check, `on_trouble`
+ * (which should ask the watcher to `rediscover`) and `on_refused` (which should tell the
+ * watcher `refused`).
  */
-client_options sentinel_data_options(const config::redis_settings& settings,
-                                     std::function<void()> on_trouble);
+client_options
+sentinel_data_options(const config::redis_settings& settings,
+                      std::function<void()> on_trouble,
+                      std::function<void(const config::endpoint_address&)> on_refused = {});
 
 struct sentinel_options {
     /// The name the Sentinels monitor.
     std::string master;
-    /// Asked in this order.
+    /// Asked in this order, from the one that answered last (see `sentinel_watcher`).
     std::vector<config::endpoint_address> nodes;
     /// Each Sentinel's connection (its host and port are the node's): AUTH with the Sentinels'
     /// password; an answer not in within `command_timeout` (the settings' connect-timeout)
@@ -81,8 +84,12 @@ struct sentinel_options {
  * thread's executor; single-threaded except where a member says otherwise.
  *
  * It asks the Sentinels in order (`SENTINEL get-master-addr-by-name`) over one connection to
- * each; a nil answer, an error or no answer within the timeout moves to the next; when none
- * answers, it asks again after the reconnect backoff. It subscribes to `+switch-master` on the
+ * each, starting with the one that answered last; a nil answer, an error or no answer within
+ * the timeout moves to the next; when none answers, it asks again after the reconnect backoff.
+ * When the primary a Sentinel named is `refused` (its ROLE says it is not the primary), the
+ * next round starts with the Sentinel after that one: a Sentinel cut off from the others during
+ * a failover names the old primary forever, and asked first every time it would be the only
+ * one heard. It subscribes to `+switch-master` on the
  * first Sentinel that answered (moving to the one answering next when it loses that
  * connection), and asks again every `recheck_interval` and whenever `rediscover` is called
  * (at most once per `min_interval`). Each time the primary's address is first known or
@@ -109,6 +116,11 @@ public:
     /// Asks the Sentinels again soon (a worker lost the primary, or was refused by it). Safe
     /// from any thread: posted to the watcher's executor.
     void rediscover();
+
+    /// A data client's ROLE check refused `address`: when that is the primary followed, named by
+    /// a Sentinel's answer, the next round (brought forward) starts with the Sentinel after it.
+    /// Safe from any thread: posted to the watcher's executor.
+    void refused(config::endpoint_address address);
 
     /// The primary's address as last known; nullopt before the first answer. Safe from any
     /// thread.

@@ -416,6 +416,56 @@ TEST_F(RedisClient, ACommandThatTimedOutWhileHeldIsNeverSent) {
     EXPECT_TRUE(value.is_nil()) << "the timed-out INCR reached Redis: " << value.describe();
 }
 
+// A command's own deadline, later than command_timeout, is its own: it is answered after the
+// timeout has passed, while a command sent after it, with the usual deadline, still times out
+// at that deadline (deadlines were taken to grow along the queue).
+TEST_F(RedisClient, ACommandWithALaterDeadlineOfItsOwnOutlastsTheTimeout) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 100ms;
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+
+    // BLPOP on a list that never fills answers nil at its own timeout, 400 ms.
+    std::optional<result> slow;
+    c->async_command_until(steady::now() + 3s,
+                           {"BLPOP", "nothing-comes", "0.4"},
+                           [&](error_code ec, reply r) { slow.emplace(ec, std::move(r)); });
+    const auto start = steady::now();
+    std::optional<error_code> usual;
+    c->async_command({"PING"}, [&](error_code ec, reply) { usual = ec; });
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return usual.has_value(); }, 2s));
+    EXPECT_EQ(*usual, errc::redis_timeout);
+    EXPECT_LT(steady::now() - start, 350ms) << "the PING waited for the BLPOP's deadline";
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return slow.has_value(); }, 5s));
+    EXPECT_FALSE(std::get<0>(*slow)) << std::get<0>(*slow).message();
+    EXPECT_TRUE(std::get<1>(*slow).is_nil()) << std::get<1>(*slow).describe();
+    EXPECT_EQ(c->connection_count(), 1u) << "taken for stalled";
+}
+
+// A command with an earlier deadline of its own, held through a slow set-up, times out at that
+// deadline (not the client's later one) and is never sent: a redirected cluster call ends with
+// the call, and Redis must not be charged for a request decided already.
+TEST_F(RedisClient, AHeldCommandEndsAtAnEarlierDeadlineOfItsOwnAndIsNeverSent) {
+    start_server();
+    auto o = options(); // command_timeout 2 s
+    auto c = std::make_unique<client>(executor{ioc_.get_executor()}, o);
+    // A set-up that takes half a second: the list never fills, BLPOP answers nil when it ends.
+    c->add_connect_command({"BLPOP", "nothing-comes", "0.5"});
+    c->start();
+    const auto start = steady::now();
+    auto [ec, r] =
+        test::run_coro(ioc_, c->async_command_until(steady::now() + 100ms, {"INCR", "charged"}));
+    EXPECT_EQ(ec, errc::redis_timeout) << r.describe();
+    EXPECT_LT(steady::now() - start, 400ms);
+    ASSERT_TRUE(test::run_coro(ioc_, ping_until(c.get(), true, steady::now() + 5s)));
+    auto [get_ec, value] = run(*c, {"GET", "charged"});
+    ASSERT_FALSE(get_ec) << get_ec.message();
+    EXPECT_TRUE(value.is_nil()) << "the timed-out INCR reached Redis: " << value.describe();
+}
+
 /// A server on 127.0.0.1 that hands each connection it accepts to `serve` (on its own thread,
 /// one connection at a time), then closes it. Counts the connections it accepted.
 class scripted_server {

@@ -4,17 +4,28 @@
 // migration, seeds that are gone.
 #include "sluice/redis/cluster_client.hpp"
 #include "sluice/redis/command_writer.hpp"
+#include "support/captured_log.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/resp_client.hpp"
 #include "support/run_coro.hpp"
 #include "support/temp_dir.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <netinet/in.h>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <sys/socket.h>
+#include <thread>
 #include <tuple>
+#include <unistd.h>
 #include <vector>
 
 namespace sluice::redis {
@@ -195,6 +206,30 @@ TEST_F(ClusterClient, ASeedThatIsGoneIsSkipped) {
     EXPECT_FALSE(ec) << ec.message() << " " << r.str;
 }
 
+// A map read is allowed connect-timeout, not the per-decision timeout: the first one, held on
+// each seed through a set-up (here a connect command of 300 ms) that outlasts the 50 ms timeout,
+// gives the map. It timed out on every seed, and the map came only from the next read.
+TEST_F(ClusterClient, TheFirstMapReadIsAllowedTheConnectTimeout) {
+    cluster_options o;
+    o.seeds = cluster_->addresses();
+    o.node.command_timeout = 50ms;
+    o.node.connect_timeout = 5s;
+    cluster_client c(executor{ioc_.get_executor()}, o);
+    // Busy for 300 ms, on any node: no key, so no slot to be redirected for.
+    c.add_connect_command({"EVAL",
+                           "local t = redis.call('TIME') "
+                           "local start = t[1] * 1000000 + t[2] "
+                           "repeat t = redis.call('TIME') "
+                           "until t[1] * 1000000 + t[2] - start >= 300000 "
+                           "return 1",
+                           "0"});
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return c.map() != nullptr; }, 10s));
+    EXPECT_EQ(c.counters().refreshes_failed.load(), 0u);
+    EXPECT_EQ(c.counters().refreshes_changed.load(), 1u);
+}
+
 TEST_F(ClusterClient, WithoutAMapCommandsFailAtOnce) {
     cluster_options o;
     o.seeds = {config::endpoint_address{"127.0.0.1", test::free_port()}};
@@ -207,6 +242,285 @@ TEST_F(ClusterClient, WithoutAMapCommandsFailAtOnce) {
     // At once, not after the command timeout: the failure mode applies without waiting.
     EXPECT_LT(std::chrono::steady_clock::now() - started, 1s);
     EXPECT_FALSE(c.healthy());
+}
+
+//------------------------------------------------------------------------------
+// Against a fake node, for what a healthy cluster does not do.
+
+/**
+ * A fake node: each command (a RESP array of bulk strings, as hiredis sends them) is answered
+ * with what `answer` returns for it, raw RESP, and may be delayed there. One thread per
+ * connection, blocking sockets; the destructor shuts them all down.
+ */
+class fake_node {
+public:
+    using answer_function = std::function<std::string(const std::vector<std::string>&)>;
+
+    explicit fake_node(answer_function answer)
+        : answer_(std::move(answer)) {
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        // The sockaddr casts are how the BSD socket API is spelled.
+        if (listener_ < 0 ||
+            ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+            ::listen(listener_, 16) != 0 ||
+            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+            throw std::runtime_error("fake_node: cannot listen");
+        }
+        port_ = ntohs(address.sin_port);
+        acceptor_ = std::thread([this] { accept_loop(); });
+    }
+
+    ~fake_node() {
+        ::shutdown(listener_, SHUT_RDWR);
+        acceptor_.join();
+        {
+            const std::lock_guard lock(mutex_);
+            for (const int fd : connections_) {
+                ::shutdown(fd, SHUT_RDWR);
+            }
+        }
+        for (auto& t : handlers_) {
+            t.join();
+        }
+        for (const int fd : connections_) {
+            ::close(fd);
+        }
+        ::close(listener_);
+    }
+
+    fake_node(const fake_node&) = delete;
+    fake_node& operator=(const fake_node&) = delete;
+
+    config::endpoint_address address() const { return {"127.0.0.1", port_}; }
+
+    /// `CLUSTER SLOTS` naming this node the owner of every slot.
+    std::string whole_map() const {
+        return fmt::format("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{}\r\n", port_);
+    }
+
+private:
+    void accept_loop() {
+        for (;;) {
+            const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) {
+                return; // shut down
+            }
+            const std::lock_guard lock(mutex_);
+            connections_.push_back(fd);
+            handlers_.emplace_back([this, fd] { serve(fd); });
+        }
+    }
+
+    // Reads one RESP array of bulk strings (what hiredis sends); empty at the end.
+    static std::vector<std::string> read_command(int fd, std::string& buffer) {
+        const auto line = [&]() -> std::optional<std::string> {
+            for (;;) {
+                if (const auto end = buffer.find("\r\n"); end != std::string::npos) {
+                    auto text = buffer.substr(0, end);
+                    buffer.erase(0, end + 2);
+                    return text;
+                }
+                char chunk[4096];
+                const auto n = ::recv(fd, chunk, sizeof chunk, 0);
+                if (n <= 0) {
+                    return std::nullopt;
+                }
+                buffer.append(chunk, static_cast<std::size_t>(n));
+            }
+        };
+        const auto head = line();
+        if (!head || head->empty() || (*head)[0] != '*') {
+            return {};
+        }
+        std::vector<std::string> args;
+        for (int i = std::stoi(head->substr(1)); i > 0; --i) {
+            const auto size = line(); // "$<n>"; the arguments here never hold CRLF
+            const auto arg = line();
+            if (!size || !arg) {
+                return {};
+            }
+            args.push_back(*arg);
+        }
+        return args;
+    }
+
+    void serve(int fd) {
+        std::string buffer;
+        for (;;) {
+            const auto args = read_command(fd, buffer);
+            if (args.empty()) {
+                return;
+            }
+            const auto answer = answer_(args);
+            ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+        }
+    }
+
+    answer_function answer_;
+    int listener_ = -1;
+    std::uint16_t port_ = 0;
+    std::thread acceptor_;
+    std::mutex mutex_;
+    std::vector<int> connections_;
+    std::vector<std::thread> handlers_;
+};
+
+bool is_cluster_slots(const std::vector<std::string>& args) {
+    return args.size() == 2 && args[0] == "CLUSTER" && args[1] == "SLOTS";
+}
+
+// A node an ASK named, outside the map, is dropped at the next refresh although the map did not
+// change: only a changed map retired nodes, so a node answering ASK with ever new hosts had each
+// worker keep a connection (reconnecting forever) to every one of them.
+TEST(ClusterClientNodes, ANodeOnlyAnAskNamedIsDroppedAtTheNextRefresh) {
+    net::io_context ioc;
+    const std::vector<std::uint16_t> nowhere{
+        test::free_port(), test::free_port(), test::free_port()};
+    // Owns every slot, and answers anything else but ASKING with an ASK to the next of
+    // `nowhere`: a broken or hostile node.
+    std::atomic<std::size_t> asks{0};
+    fake_node* self = nullptr;
+    fake_node node([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        if (args[0] == "ASKING") {
+            return "+OK\r\n";
+        }
+        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
+    });
+    self = &node;
+    cluster_options o;
+    o.seeds = {node.address()};
+    o.node.command_timeout = 2s;
+    o.node.reconnect_min = 20ms;
+    o.node.reconnect_max = 200ms;
+    o.trouble_interval = 2s; // no refresh before the three ASKs are in
+    cluster_client c(executor{ioc.get_executor()}, o);
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.healthy(); }, 5s));
+    EXPECT_EQ(c.node_count(), 1u);
+
+    for (std::size_t i = 0; i < nowhere.size(); ++i) {
+        auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"GET", "k"})));
+        EXPECT_EQ(ec, errc::redis_unavailable) << ec.message() << " " << r.str;
+    }
+    EXPECT_EQ(c.counters().ask.load(), nowhere.size());
+    EXPECT_EQ(c.node_count(), 1u + nowhere.size());
+
+    // The lost ASK targets make the map be read again soon: the same map, and the nodes it does
+    // not name are gone.
+    const auto unchanged = c.counters().refreshes_unchanged.load();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.counters().refreshes_unchanged.load() > unchanged; }, 5s));
+    EXPECT_EQ(c.node_count(), 1u);
+    EXPECT_TRUE(c.healthy());
+}
+
+// A call redirected to a node whose connection is still being set up ends at its own deadline,
+// and its copy held there is never sent: held to a full timeout counted from the resend, it
+// was sent once the set-up was done, charging Redis for a request decided already.
+TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
+    net::io_context ioc;
+    std::mutex mutex;
+    std::vector<std::string> reached; // what the target was sent, AUTH aside
+    std::atomic<bool> set_up{false};
+    fake_node target([&](const std::vector<std::string>& args) -> std::string {
+        if (args[0] == "AUTH") {
+            // The set-up ends 900 ms after the resend: past the call's deadline, but within a
+            // timeout counted from the resend.
+            std::this_thread::sleep_for(900ms);
+            set_up = true;
+            return "+OK\r\n";
+        }
+        const std::lock_guard lock(mutex);
+        reached.push_back(args.size() > 1 ? args[0] + " " + args[1] : args[0]);
+        return "+OK\r\n";
+    });
+    fake_node* self = nullptr;
+    fake_node source([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        if (args[0] == "AUTH") {
+            return "+OK\r\n";
+        }
+        // The ASK comes 900 ms into the call's 1.5 s.
+        std::this_thread::sleep_for(900ms);
+        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", target.address().port);
+    });
+    self = &source;
+    cluster_options o;
+    o.seeds = {source.address()};
+    o.node.password = "secret"; // a set-up step on every connection
+    o.node.command_timeout = 1500ms;
+    o.node.connect_timeout = 5s;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.healthy(); }, 5s));
+
+    auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"INCR", "first"})));
+    EXPECT_EQ(ec, errc::redis_timeout) << ec.message() << " " << r.str;
+    EXPECT_EQ(c.counters().ask.load(), 1u);
+
+    // The next call is asked there too, once the connection is up: whatever the first one left
+    // held there was sent before it, on the same connection.
+    auto [ec2, r2] = test::run_coro(ioc, c.async_formatted(0, resp({"INCR", "second"})));
+    ASSERT_FALSE(ec2) << ec2.message() << " " << r2.str;
+    EXPECT_TRUE(set_up);
+    const std::lock_guard lock(mutex);
+    EXPECT_EQ(reached, (std::vector<std::string>{"ASKING", "INCR second"}));
+}
+
+// Between map reads, at most max_other_nodes nodes outside the map are connected to: an ASK
+// naming one more fails the call at once, and the map read it asks for retires the others.
+TEST(ClusterClientNodes, AsksToNodesOutsideTheMapAreCapped) {
+    test::captured_log log; // declared first: it outlives the client
+    net::io_context ioc;
+    const std::vector<std::uint16_t> nowhere{
+        test::free_port(), test::free_port(), test::free_port()};
+    std::atomic<std::size_t> asks{0};
+    fake_node* self = nullptr;
+    fake_node node([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        if (args[0] == "ASKING") {
+            return "+OK\r\n";
+        }
+        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
+    });
+    self = &node;
+    cluster_options o;
+    o.seeds = {node.address()};
+    o.node.command_timeout = 2s;
+    o.node.reconnect_min = 20ms;
+    o.node.reconnect_max = 200ms;
+    o.trouble_interval = 2s; // no refresh before the three ASKs are in
+    o.max_other_nodes = 2;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    c.start();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.healthy(); }, 5s));
+
+    for (std::size_t i = 0; i < nowhere.size(); ++i) {
+        auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"GET", "k"})));
+        EXPECT_EQ(ec, errc::redis_unavailable) << ec.message() << " " << r.str;
+    }
+    EXPECT_EQ(c.counters().ask.load(), nowhere.size());
+    EXPECT_EQ(c.node_count(), 1u + o.max_other_nodes);
+    EXPECT_EQ(log.lines_with("nodes outside the slot map").size(), 1u) << log.text();
+
+    const auto unchanged = c.counters().refreshes_unchanged.load();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.counters().refreshes_unchanged.load() > unchanged; }, 5s));
+    EXPECT_EQ(c.node_count(), 1u);
 }
 
 } // namespace

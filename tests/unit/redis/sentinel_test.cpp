@@ -160,11 +160,16 @@ protected:
 TEST_F(RedisClientRetarget, TheRoleCheckRefusesAReplicaUntilRetargetedToThePrimary) {
     auto o = options_for(*replica_);
     o.check = primary_role_check("sluice");
+    std::vector<config::endpoint_address> refused;
+    o.on_refused = [&](const config::endpoint_address& at) {
+        refused.push_back(at);
+    };
     client c(executor{ioc_.get_executor()}, o);
     c.start();
     ASSERT_TRUE(test::run_until(
-        ioc_, [&] { return troubles_ >= 2; }, 5s))
+        ioc_, [&] { return troubles_ >= 2 && refused.size() >= 2; }, 5s))
         << "the refusal was not reported at each attempt";
+    EXPECT_EQ(refused.front(), (config::endpoint_address{"127.0.0.1", replica_->port()}));
     EXPECT_FALSE(c.connected());
     EXPECT_EQ(c.connection_count(), 0u);
     auto [ec, r] = run(c, {"PING"});
@@ -551,6 +556,50 @@ TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
     ASSERT_TRUE(eventually([&] { return h.seen().size() == 3; }, 5s));
     EXPECT_EQ(h.seen().back().first, c);
     EXPECT_EQ(h.watcher().switches(), 2u);
+}
+
+// A Sentinel cut off from the others during a failover (first in the list) goes on naming the
+// old primary: once the ROLE check refuses that address, the next round starts with the
+// Sentinel after it, and later rounds with the one that answered, so the new primary is
+// followed and kept. A refusal of an address not followed, as one reported late, moves nothing.
+TEST(SentinelWatcherRules, ARefusedPrimaryHasTheNextSentinelAskedFirst) {
+    fake_sentinel cut_off;
+    fake_sentinel current;
+    const config::endpoint_address old_primary{"127.0.0.1", 7001};
+    const config::endpoint_address new_primary{"127.0.0.1", 7002};
+    cut_off.name(old_primary);
+    current.name(new_primary);
+    sentinel_options o;
+    o.master = "sluice";
+    o.nodes = {{"127.0.0.1", cut_off.port()}, {"127.0.0.1", current.port()}};
+    o.sentinel.command_timeout = 500ms;
+    o.sentinel.connect_timeout = 500ms;
+    o.min_interval = 10ms;
+    o.recheck_interval = 20ms;
+    watcher_harness h(o);
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 1; }, 5s));
+    EXPECT_EQ(h.seen().back().first, old_primary);
+
+    // Reported by every worker: the start moves once, past the Sentinel that named it.
+    for (int worker = 0; worker < 4; ++worker) {
+        h.watcher().refused(old_primary);
+    }
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 2; }, 5s));
+    EXPECT_EQ(h.seen().back().first, new_primary);
+
+    // The rechecks that follow ask the Sentinel that answered first: still the new primary.
+    const auto before = current.asked();
+    ASSERT_TRUE(eventually([&] { return current.asked() >= before + 3; }, 5s));
+    EXPECT_EQ(h.seen().size(), 2u);
+    EXPECT_EQ(h.watcher().primary(), new_primary);
+
+    // A refusal of the old primary, late, is not about the primary followed: nothing moves.
+    const auto cut_off_asked = cut_off.asked();
+    h.watcher().refused(old_primary);
+    const auto asked = current.asked();
+    ASSERT_TRUE(eventually([&] { return current.asked() >= asked + 3; }, 5s));
+    EXPECT_EQ(cut_off.asked(), cut_off_asked);
+    EXPECT_EQ(h.watcher().primary(), new_primary);
 }
 
 // A Sentinel naming no host (here a unix socket path, which the client would connect to and send
