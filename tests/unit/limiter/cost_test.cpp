@@ -218,12 +218,18 @@ TEST(AlgorithmSettle, WhatHasNothingToStore) {
     EXPECT_EQ(std::get<token_bucket_state>(s).tokens, 6);
 }
 
-TEST(AlgorithmSettle, AnotherAlgorithmsStateCountsAsNone) {
+// A key holding another algorithm's state belongs to the limit that wrote it (a reload changed
+// the limit while the settled request ran): neither a refund nor a charge touches it. A key
+// without state takes a charge as a fresh state's debt.
+TEST(AlgorithmSettle, AnotherAlgorithmsStateIsLeftAlone) {
     state s = fixed_window_state{7, 0};
     EXPECT_FALSE(settle(s, true, token(10, 1), 0, -3)) << "a refund on it gives nothing back";
     EXPECT_TRUE(std::holds_alternative<fixed_window_state>(s)) << "and leaves it alone";
-    EXPECT_TRUE(settle(s, true, token(10, 1), 0, 3));
-    EXPECT_EQ(std::get<token_bucket_state>(s).tokens, 7);
+    EXPECT_FALSE(settle(s, true, token(10, 1), 0, 3)) << "nor does a charge take it";
+    EXPECT_EQ(std::get<fixed_window_state>(s).count, 7);
+    state fresh;
+    EXPECT_TRUE(settle(fresh, false, token(10, 1), 0, 3));
+    EXPECT_EQ(std::get<token_bucket_state>(fresh).tokens, 7);
 }
 
 } // namespace
