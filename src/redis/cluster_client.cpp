@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 // The worker's cluster client owns one `redis::client` per node it talks to: the primaries of
 // its map, and a seed while it asks one for the map. A command is a `call` that remembers its
@@ -88,6 +89,9 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         std::unique_ptr<client> conn;
         /// The observer's count of calls sent here; null without one.
         std::atomic<std::uint64_t>* calls = nullptr;
+        /// An ASK named it since the last map read: outside the map, it may be the target of a
+        /// migration onto a primary that owns no slot yet, which CLUSTER SLOTS does not list.
+        bool asked = false;
     };
 
     state(executor ex, cluster_options opts)
@@ -139,9 +143,12 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
     }
 
     /// Nodes the map does not name are stopped (replies in flight still arrive) and freed at
-    /// the next map read; a demoted primary, a seed replica or a node only an ASK named holds no
+    /// the next map read; a demoted primary, a seed replica or a node an ASK named holds no
     /// connection for long. At every read, changed or not: a node answering ASK with ever new
     /// hosts would otherwise have the worker keep a connection to each, reconnecting forever.
+    /// A node an ASK named since the last read stays until a read finds it unasked: a migration
+    /// onto a new, empty primary sends every ASK there, and retiring it at each read would make
+    /// the redirected calls wait for a new connection's set-up, every read.
     void retire_unnamed() {
         retired_.clear();
         for (auto it = nodes_.begin(); it != nodes_.end();) {
@@ -149,7 +156,7 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
                 std::any_of(map_->primaries.begin(),
                             map_->primaries.end(),
                             [&](const cluster_node& p) { return address_of(p) == (*it)->address; });
-            if (named) {
+            if (named || std::exchange((*it)->asked, false)) {
                 ++it;
                 continue;
             }
@@ -272,7 +279,11 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
                 finish(c, make_error_code(errc::redis_unavailable), {});
                 return;
             }
-            send(c, node_for(address), true);
+            {
+                auto& target = node_for(address);
+                target.asked = true;
+                send(c, target, true);
+            }
             return;
         case redirection::kind::tryagain:
             add(counters_.tryagain, observer_.tryagain);

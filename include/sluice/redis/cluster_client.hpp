@@ -36,8 +36,10 @@ struct cluster_options {
     /// A call answered TRYAGAIN (its keys split by a migration) is sent again after this.
     milliseconds tryagain_delay{5};
     /// At most this many nodes outside the map (ASK targets, seeds asked for the map) are
-    /// connected to until the next map read retires them; an ASK to one more fails the call
-    /// with `errc::redis_unavailable`. A migration's target is a primary of the map.
+    /// connected to until a map read retires them (the first read that finds no ASK named one
+    /// since the read before); an ASK to one more fails the call with
+    /// `errc::redis_unavailable`. A migration's target may be outside the map (a new primary that
+    /// owns no slot yet): it stays while ASKs name it.
     std::size_t max_other_nodes = 16;
 
     static cluster_options from_settings(const config::redis_settings& settings);
