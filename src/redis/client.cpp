@@ -298,11 +298,16 @@ struct client::state : std::enable_shared_from_this<client::state> {
     // or charged the memory store), and sent late it would charge Redis for a request decided
     // already, or take a concurrency slot nothing renews or gives back.
     void send_held() {
+        const auto now = steady::now();
         for (std::size_t i = 0; i < pending_.size();) {
             auto& p = pending_[i];
             if (p.unsent.empty()) {
                 ++i;
                 continue;
+            }
+            if (p.handler && p.due() <= now) {
+                // Due in this same turn, its timer not yet run: timed out, as it would be.
+                complete(handler_type(std::move(p.handler)), errc::redis_timeout);
             }
             if (!p.handler) {
                 pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -352,6 +357,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
             return;
         }
         handler_type h(std::move(pending_[index].handler));
+        if (pending_[index].own) {
+            // Answered: no longer watched, nor a reason to wake (a stopped client's exit waits
+            // for its timer).
+            std::erase_if(own_deadlines_, [id](const auto& o) { return o.second == id; });
+        }
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(index));
         if (index < expired_) {
             --expired_;
@@ -386,7 +396,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
             wake = std::min(wake, due);
         }
         if (expired_ > 0 && can_drop_stalled()) {
-            wake = std::min(wake, pending_.front().due() + opts_.stall_timeout);
+            wake = std::min(wake, stalled_at());
         }
         if (wake == steady::time_point::max() || (deadline_armed_ && armed_wake_ <= wake)) {
             return;
@@ -431,9 +441,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
                 complete(std::move(h), errc::redis_timeout);
             }
         }
-        // A front passed over for its later deadline is not late yet: due() waits for it.
-        if (expired_ > 0 && can_drop_stalled() &&
-            now >= pending_.front().due() + opts_.stall_timeout) {
+        if (expired_ > 0 && can_drop_stalled() && now >= stalled_at()) {
             if (phase_ == phase::stopped) {
                 drop_stopped();
             } else {
@@ -442,6 +450,15 @@ struct client::state : std::enable_shared_from_this<client::state> {
             return;
         }
         arm_deadline();
+    }
+
+    // When the connection counts as stalled if the front command is still unanswered:
+    // stall_timeout after its ordinary deadline, also for a command with a later one of its own
+    // (a map read, allowed connect-timeout: stall_timeout is at least that, so it is never cut
+    // short), which would otherwise put off noticing a hung server by up to connect-timeout.
+    steady::time_point stalled_at() const {
+        const auto& front = pending_.front();
+        return std::min(front.due(), front.deadline) + opts_.stall_timeout;
     }
 
     // A connection whose sent commands the stall check watches: one in use, or one that stop()

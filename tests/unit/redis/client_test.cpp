@@ -724,6 +724,27 @@ TEST_F(RedisClient, StopOnAHungServerEndsOnceItsCommandsAreStalled) {
     EXPECT_EQ(*outcome, errc::redis_timeout);
 }
 
+// A command answered before a deadline of its own leaves nothing to wake for: after a stop, the
+// io_context runs out of work at once, where the timer waited for that deadline (a cluster
+// node's answered map read held a worker's exit up to connect-timeout).
+TEST_F(RedisClient, AnAnsweredCommandsOwnDeadlineHoldsNoTimerAfterStop) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 100ms;
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+    auto [ec, r] = test::run_coro(ioc_, c->async_command_until(steady::now() + 30s, {"PING"}));
+    ASSERT_FALSE(ec) << ec.message();
+    // In flight at the stop: it times out (the timer re-arms), and its reply ends the drain.
+    c->async_command({"BLPOP", "nothing-comes", "0.3"}, [](error_code, reply) {});
+    c->stop();
+    const auto start = steady::now();
+    ioc_.restart();
+    ioc_.run_for(10s);
+    EXPECT_TRUE(ioc_.stopped());
+    EXPECT_LT(steady::now() - start, 5s) << "the stop waited for the answered command's deadline";
+}
+
 TEST_F(RedisClient, RefusesCommandsBeyondMaxPending) {
     start_server();
     auto o = options();
