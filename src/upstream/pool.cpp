@@ -4,6 +4,7 @@
 #include "sluice/core/errc.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/io/coarse_clock.hpp"
+#include "sluice/io/connect_in_turn.hpp"
 
 #include <boost/asio/ip/address.hpp>
 
@@ -194,8 +195,7 @@ pool::connect(const config::upstream_settings& settings) {
         auto [lookup_ec, endpoints] = co_await endpoints_of(settings, deadline);
         ec = lookup_ec;
         if (!ec) {
-            auto [connect_ec, endpoint] = co_await conn->stream.async_connect(endpoints);
-            ec = connect_ec;
+            ec = co_await connect_in_turn(conn->stream, endpoints, deadline);
         }
     }
     if (ec) {

@@ -426,24 +426,6 @@ public:
             endpoint);
     }
 
-    /// Tries each endpoint in turn, as net::async_connect does.
-    template <typename EndpointSequence,
-              typename Token = net::default_completion_token_t<executor_type>>
-    auto async_connect(const EndpointSequence& endpoints, Token&& token = Token{}) {
-        return net::async_initiate<Token, void(error_code, tcp::endpoint)>(
-            [this](auto handler, const EndpointSequence& e) {
-                if (timed_out_already(handler, tcp::endpoint{})) {
-                    return;
-                }
-                // With a handler rather than a token, only an explicit condition picks the
-                // right overload: the handler would pass for a condition too.
-                net::async_connect(
-                    state_->socket, e, before_deadline{state_.get()}, wrap(std::move(handler)));
-            },
-            token,
-            endpoints);
-    }
-
 private:
     /// Sets the socket non-blocking, once per connection: the `_now` operations must never
     /// block. False (and `ec`) if that failed.
@@ -477,17 +459,6 @@ private:
             },
             token);
     }
-
-    /// net::async_connect's condition: try each endpoint until the deadline has passed. The
-    /// watchdog's cancel only ends the attempt under way: Asio's range connect, finding the
-    /// socket still open, would go on to the next address, with no deadline left to end it.
-    struct before_deadline {
-        const detail::stream_state* state;
-
-        bool operator()(const error_code&, const tcp::endpoint&) const noexcept {
-            return !state->timed_out;
-        }
-    };
 
     /// An operation being started after the watchdog fired, with no deadline set since (see the
     /// top of this file): completes `handler` with beast::error::timeout and `rest`, from the

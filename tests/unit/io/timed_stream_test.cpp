@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "sluice/io/connect_in_turn.hpp"
 #include "sluice/io/timed_stream.hpp"
 #include "support/run_coro.hpp"
 
@@ -628,36 +629,69 @@ TEST_F(TimedStreamTest, WriteNowWritesWithoutRunningTheIoContext) {
     EXPECT_EQ(std::string_view(got.data(), got.size()), "ping");
 }
 
-// A connect to several addresses ends at its deadline: Asio's range connect, finding the socket
-// still open after the watchdog's cancel, went on to the next address with no deadline left (an
-// upstream named by a DNS name: a second address that drops SYNs held the request for the
-// kernel's two minutes of retries; a live one connected after the timeout).
-TEST(TimedStreamConnect, ATimedOutConnectTriesNoFurtherAddress) {
-    net::io_context ioc;
-    const tcp::endpoint loopback(net::ip::address_v4::loopback(), 0);
-    // The first address drops SYNs: its accept queue (backlog 0: one connection) is full.
-    tcp::acceptor full(ioc);
-    full.open(tcp::v4());
-    full.bind(loopback);
-    full.listen(0);
-    tcp::socket filler(ioc);
-    filler.connect(full.local_endpoint());
-    tcp::acceptor live(ioc, loopback);
-    const std::vector<tcp::endpoint> endpoints{full.local_endpoint(), live.local_endpoint()};
+// An address that takes no connection: a listener whose accept queue (backlog 0: one
+// connection) a first client filled, so that its SYNs are dropped.
+struct address_dropping_syns {
+    explicit address_dropping_syns(net::io_context& ioc)
+        : listener(ioc)
+        , filler(ioc) {
+        listener.open(tcp::v4());
+        listener.bind(tcp::endpoint(net::ip::address_v4::loopback(), 0));
+        listener.listen(0);
+        filler.connect(listener.local_endpoint());
+    }
 
-    timed_stream stream(ioc.get_executor());
-    stream.expires_after(200ms);
-    std::optional<error_code> result;
-    stream.async_connect(endpoints, [&](error_code ec, const tcp::endpoint&) { result = ec; });
-    ASSERT_TRUE(test::run_until(
-        ioc, [&] { return result.has_value(); }, 10s));
-    EXPECT_EQ(*result, beast::error::timeout) << result->message();
+    tcp::acceptor listener;
+    tcp::socket filler;
+};
 
+/// Whether `live` has a connection waiting to be accepted.
+bool was_connected_to(tcp::acceptor& live) {
     live.non_blocking(true);
-    tcp::socket accepted(ioc);
+    tcp::socket accepted(live.get_executor());
     error_code ec;
     live.accept(accepted, ec);
-    EXPECT_EQ(ec, net::error::would_block) << "the second address was connected to";
+    return !ec;
+}
+
+// Several addresses (an upstream named by a DNS name): each gets a share of the deadline, so an
+// address that drops SYNs costs its share and a live one after it is still reached in time. With
+// Asio's range connect the first took the whole deadline, and after the watchdog's cancel the
+// range connect went on to the next address with no deadline left.
+TEST(ConnectInTurn, AnAddressDroppingSynsCostsItsShareAndTheNextIsReached) {
+    net::io_context ioc;
+    address_dropping_syns dropping(ioc);
+    tcp::acceptor live(ioc, tcp::endpoint(net::ip::address_v4::loopback(), 0));
+    const std::vector<tcp::endpoint> endpoints{dropping.listener.local_endpoint(),
+                                               live.local_endpoint()};
+    timed_stream stream(ioc.get_executor());
+    const auto start = steady::now();
+    const auto ec = test::run_coro(ioc, connect_in_turn(stream, endpoints, start + 1s));
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_GE(steady::now() - start, 500ms) << "the first address had half of the deadline";
+    EXPECT_LT(steady::now() - start, 1s);
+    EXPECT_TRUE(was_connected_to(live));
+}
+
+// Every address dropping SYNs: the connect ends at the deadline with a timeout, no later.
+TEST(ConnectInTurn, EndsAtTheDeadlineWhenNoAddressAnswers) {
+    net::io_context ioc;
+    address_dropping_syns first(ioc);
+    address_dropping_syns second(ioc);
+    const std::vector<tcp::endpoint> endpoints{first.listener.local_endpoint(),
+                                               second.listener.local_endpoint()};
+    timed_stream stream(ioc.get_executor());
+    const auto start = steady::now();
+    const auto ec = test::run_coro(ioc, connect_in_turn(stream, endpoints, start + 400ms));
+    EXPECT_EQ(ec, beast::error::timeout) << ec.message();
+    EXPECT_LT(steady::now() - start, 900ms) << "the kernel's SYN retry comes at 1 s";
+}
+
+TEST(ConnectInTurn, NoAddressIsHostNotFound) {
+    net::io_context ioc;
+    timed_stream stream(ioc.get_executor());
+    EXPECT_EQ(test::run_coro(ioc, connect_in_turn(stream, {}, steady::now() + 1s)),
+              net::error::host_not_found);
 }
 
 } // namespace
