@@ -63,6 +63,17 @@ public:
     response_head(const response_head&) = delete;
     response_head& operator=(const response_head&) = delete;
 
+    /// The fields a head (trailers included) may have: beyond, the response is refused as a
+    /// header too large (502). Each field is a 40-byte record in a vector that grows by doubling
+    /// in the request's arena, which keeps every outgrown copy: a 64 KiB head of 16,000 "a:"
+    /// lines would hold 640 KB of records and as much again of copies (computed, not measured)
+    /// for as long as its response is relayed. HAProxy refuses a message of
+    /// more than 101 fields, Envoy of more than 100; 256 leaves room for any real response.
+    static constexpr std::size_t max_fields = 256;
+
+    /// Whether the head has `max_fields` fields: another is refused.
+    bool full() const noexcept { return fields_.size() >= max_fields; }
+
     unsigned status = 0;
     unsigned version = 11; // 10 or 11
 
@@ -133,18 +144,6 @@ public:
 private:
     std::string_view keep(std::string_view text);
 
-public:
-    /// The fields a head (trailers included) may have: beyond, the response is refused as a
-    /// header too large (502). Each field is a 40-byte record in a vector that grows by doubling
-    /// in the request's arena, which keeps every outgrown copy: a 64 KiB head of 16,000 "a:"
-    /// lines held 1.3 MB for as long as its response was relayed. HAProxy refuses a message of
-    /// more than 101 fields, Envoy of more than 100; 256 leaves room for any real response.
-    static constexpr std::size_t max_fields = 256;
-
-    /// Whether the head has `max_fields` fields: another is refused.
-    bool full() const noexcept { return fields_.size() >= max_fields; }
-
-private:
     /// The start of each block of text: the blocks form a list, newest first.
     struct text_block {
         text_block* previous;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sluice::http::detail {
 namespace {
@@ -26,8 +27,8 @@ config::limit leaky(std::int64_t capacity, double flow_rate, config::shaping_mod
     return l;
 }
 
-/// Rule "slots" on /s: a CONCURRENCY limit of one slot (police), then a shaping leaky bucket.
-config::config one_slot_and_a_shaping_bucket() {
+/// Rule "slots" on /s: a CONCURRENCY limit of one slot in `mode`, then `more` limits.
+config::config one_slot(config::shaping_mode mode, std::vector<config::limit> more = {}) {
     config::config cfg;
     config::rule rule;
     rule.name = "slots";
@@ -35,10 +36,16 @@ config::config one_slot_and_a_shaping_bucket() {
     config::limit one;
     one.algo = config::algorithm::concurrency;
     one.limit_count = 1;
-    one.mode = config::shaping_mode::police;
-    rule.limits = {one, leaky(5, 10, config::shaping_mode::shape)};
+    one.mode = mode;
+    rule.limits = {one};
+    rule.limits.insert(rule.limits.end(), more.begin(), more.end());
     cfg.rate_limit.rules = {rule};
     return cfg;
+}
+
+/// Rule "slots" on /s: a CONCURRENCY limit of one slot (police), then a shaping leaky bucket.
+config::config one_slot_and_a_shaping_bucket() {
+    return one_slot(config::shaping_mode::police, {leaky(5, 10, config::shaping_mode::shape)});
 }
 
 /// A worker with the memory store on a clock standing at 1000 s.
@@ -315,16 +322,7 @@ TEST_F(RequestLimiter, AtTheHeldCapARequestThatWouldWaitIsOverloadedAndUncharged
 TEST_F(RequestLimiter, AtTheHeldCapARequestThatWouldWaitForASlotIsOverloaded) {
     metrics::registry registry;
     worker_.metrics = &registry;
-    config::config cfg;
-    config::rule rule;
-    rule.name = "slots";
-    rule.path = "/s";
-    config::limit one;
-    one.algo = config::algorithm::concurrency;
-    one.limit_count = 1;
-    one.mode = config::shaping_mode::shape;
-    rule.limits = {one};
-    cfg.rate_limit.rules = {rule};
+    auto cfg = one_slot(config::shaping_mode::shape);
     cfg.rate_limit.max_held = 1;
     const auto running = request(cfg, "/s"); // takes the slot
     ASSERT_EQ(running->result().what, verdict::kind::allowed);

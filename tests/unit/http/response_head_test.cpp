@@ -352,7 +352,7 @@ TEST(ResponseParser, AFoldedValueIsJoinedWithin4KiBAndRefusedPastIt) {
 
 // A head of more than max_fields fields is refused as a header too large (502), whether the
 // scan or Beast's parser reads it (trailers, Beast's to read, count with the head's fields): the
-// 16,000 fields of a 64 KiB head held 1.3 MB.
+// 16,000 fields of a 64 KiB head would hold some 1.3 MB of records (computed).
 TEST(ResponseParser, AHeadOfMoreThanMaxFieldsIsRefused) {
     const auto parse = [](std::size_t fields, bool folded) {
         std::string text = "HTTP/1.1 200 OK\r\n";

@@ -373,34 +373,46 @@ bool is_cluster_slots(const std::vector<std::string>& args) {
     return args.size() == 2 && args[0] == "CLUSTER" && args[1] == "SLOTS";
 }
 
-// A node an ASK named, outside the map, is dropped at the next refresh although the map did not
-// change: only a changed map retired nodes, so a node answering ASK with ever new hosts had each
-// worker keep a connection (reconnecting forever) to every one of them.
-TEST(ClusterClientNodes, ANodeOnlyAnAskNamedIsDroppedAtTheFirstReadNoAskNamedItBefore) {
-    net::io_context ioc;
+/// A node that owns every slot and answers anything but ASKING with an ASK to the next of three
+/// ports where nothing listens: a broken or hostile node. `options()` has it for seed.
+struct asking_node {
+    asking_node()
+        : node([this](const std::vector<std::string>& args) -> std::string {
+            if (is_cluster_slots(args)) {
+                return node.whole_map();
+            }
+            if (args[0] == "ASKING") {
+                return "+OK\r\n";
+            }
+            return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
+        }) {}
+
+    cluster_options options() const {
+        cluster_options o;
+        o.seeds = {node.address()};
+        o.node.command_timeout = 2s;
+        o.node.reconnect_min = 20ms;
+        o.node.reconnect_max = 200ms;
+        o.trouble_interval = 2s; // no refresh before the ASKs are in
+        o.refresh_interval = 1s; // and the read after that one
+        return o;
+    }
+
     const std::vector<std::uint16_t> nowhere{
         test::free_port(), test::free_port(), test::free_port()};
-    // Owns every slot, and answers anything else but ASKING with an ASK to the next of
-    // `nowhere`: a broken or hostile node.
     std::atomic<std::size_t> asks{0};
-    fake_node* self = nullptr;
-    fake_node node([&](const std::vector<std::string>& args) -> std::string {
-        if (is_cluster_slots(args)) {
-            return self->whole_map();
-        }
-        if (args[0] == "ASKING") {
-            return "+OK\r\n";
-        }
-        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
-    });
-    self = &node;
-    cluster_options o;
-    o.seeds = {node.address()};
-    o.node.command_timeout = 2s;
-    o.node.reconnect_min = 20ms;
-    o.node.reconnect_max = 200ms;
-    o.trouble_interval = 2s; // no refresh before the three ASKs are in
-    o.refresh_interval = 1s; // and the read after that one
+    fake_node node;
+};
+
+// A node an ASK named, outside the map, is dropped at the first map read that finds no ASK named
+// it since the read before, although the map did not change: only a changed map retired nodes,
+// so a node answering ASK with ever new hosts had each worker keep a connection (reconnecting
+// forever) to every one of them.
+TEST(ClusterClientNodes, ANodeOnlyAnAskNamedIsDroppedAtTheFirstReadNoAskNamedItBefore) {
+    net::io_context ioc;
+    asking_node asking;
+    const auto& nowhere = asking.nowhere;
+    const auto o = asking.options();
     cluster_client c(executor{ioc.get_executor()}, o);
     c.start();
     ASSERT_TRUE(test::run_until(
@@ -488,27 +500,9 @@ TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
 TEST(ClusterClientNodes, AsksToNodesOutsideTheMapAreCapped) {
     test::captured_log log; // declared first: it outlives the client
     net::io_context ioc;
-    const std::vector<std::uint16_t> nowhere{
-        test::free_port(), test::free_port(), test::free_port()};
-    std::atomic<std::size_t> asks{0};
-    fake_node* self = nullptr;
-    fake_node node([&](const std::vector<std::string>& args) -> std::string {
-        if (is_cluster_slots(args)) {
-            return self->whole_map();
-        }
-        if (args[0] == "ASKING") {
-            return "+OK\r\n";
-        }
-        return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
-    });
-    self = &node;
-    cluster_options o;
-    o.seeds = {node.address()};
-    o.node.command_timeout = 2s;
-    o.node.reconnect_min = 20ms;
-    o.node.reconnect_max = 200ms;
-    o.trouble_interval = 2s; // no refresh before the three ASKs are in
-    o.refresh_interval = 1s; // and the read after that one
+    asking_node asking;
+    const auto& nowhere = asking.nowhere;
+    auto o = asking.options();
     o.max_other_nodes = 2;
     cluster_client c(executor{ioc.get_executor()}, o);
     c.start();
