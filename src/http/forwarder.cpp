@@ -148,7 +148,7 @@ awaitable<failure> relay_request_body(forward_args& a,
             ec = co_await writer.finish(conn.stream);
         }
         if (ec) {
-            co_return ec == beast::error::timeout ? failure::upstream
+            co_return ec == beast::error::timeout ? failure::upstream_timeout
                                                   : failure::upstream_stopped_reading;
         }
     }
@@ -209,8 +209,14 @@ awaitable<failure> exchange(forward_args& a,
     // nginx relays it, where a 502 would put a proxy's error in place of the upstream's answer.
     // Neither connection is kept after it (`body_unsent`; the client's body is partly unread:
     // prepare_response). No answer there: a 502, as before, or, for a first write on a reused
-    // connection, the retry on a new one (nothing of the request was taken).
-    const bool first_write_failed = ec && has_body && ec != beast::error::timeout;
+    // connection, the retry on a new one (nothing of the request was taken). A write that timed
+    // out is neither: the upstream is there but takes nothing (a stale connection fails at once,
+    // with a reset), so it gets the 504 of upstream.timeout, as nginx's proxy_send_timeout does;
+    // a retry would double the wait.
+    if (ec == beast::error::timeout) {
+        co_return failure::upstream_timeout;
+    }
+    const bool first_write_failed = ec && has_body;
     if (ec && !first_write_failed) {
         co_return (conn->reused && first) ? failure::stale : failure::upstream;
     }

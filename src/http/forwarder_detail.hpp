@@ -39,7 +39,7 @@ enum class failure {
     upstream,                 // write or read failed, or the answer was not HTTP: 502
     upstream_stopped_reading, // a write of the body failed, not by its timeout: an answer may
                               // have come first (`exchange` reads it)
-    upstream_timeout,         // no response header in time: 504
+    upstream_timeout,         // no response header, or no write of the request, in time: 504
     upstream_busy,            // upstream.max-connections in use for upstream.timeout: 503
     tunnels_full,             // a WebSocket upgrade at upstream.max-tunnels: 503
     client_gone,              // the client closed or stalled: close without a reply

@@ -6,11 +6,13 @@
 #include "integration_util.hpp"
 #include "support/admin_client.hpp"
 #include "support/limit_probe.hpp"
+#include "support/one_connection_server.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -605,6 +607,54 @@ TEST(Proxy, SlowUpstreamGives504AfterTheTimeout) {
     EXPECT_EQ(response.status, 504u);
     EXPECT_GE(elapsed, 450ms);
     EXPECT_LT(elapsed, 2500ms) << "the 3 s upstream delay must not be waited out";
+}
+
+// An upstream that stops taking a request (its socket buffers full) is given upstream.timeout
+// for it once: the 504 of that timeout, on the connection the request began on. A timeout is
+// no sign of a stale pooled connection (a stale one fails at once, with a reset), and taking it
+// for one sent the request again on a new connection, which doubled the wait before a 502.
+TEST(Proxy, AnUpstreamThatStopsReadingARequestGets504AfterOneTimeout) {
+    // Answers the first request of its connection, then reads nothing more until the test ends.
+    std::promise<void> test_over;
+    one_connection_server upstream([over = test_over.get_future().share()](int fd) {
+        fd_stream stream(fd);
+        stream.timeout(10s);
+        std::string head;
+        char byte = 0;
+        error_code ec;
+        while (head.find("\r\n\r\n") == std::string::npos &&
+               stream.read_some(boost::asio::buffer(&byte, 1), ec) == 1) {
+            head += byte;
+        }
+        stream.write_all("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", ec);
+        over.wait_for(10s);
+    });
+    // Before the upstream is destroyed: its thread ends once this is set.
+    const std::shared_ptr<void> end_of_test(nullptr, [&](void*) { test_over.set_value(); });
+    sluice_config config;
+    config.upstream_url = upstream.url();
+    config.upstream_timeout = "1s";
+    // Read whole first, then written upstream with the header in one write: far more than the
+    // loopback socket buffers of a connection whose reader stopped can take.
+    constexpr std::uint64_t body_size = 32 * mib;
+    config.request_buffer_size = body_size;
+    config.max_body_size = body_size;
+    sluice_process sluice(config);
+
+    http_connection client(sluice.port(), 10s);
+    client.send("GET", "/first");
+    ASSERT_EQ(client.read_response().status, 200u) << "the connection to be reused";
+    client.send_raw(
+        format_request("POST", "/upload", {{"Content-Length", std::to_string(body_size)}}));
+    client.send_pattern_body(7, body_size, false);
+    // From here sluice has the body whole and writes it to the pooled connection.
+    const auto sent = std::chrono::steady_clock::now();
+    const http_response response = client.read_response();
+    const auto waited = std::chrono::steady_clock::now() - sent;
+
+    EXPECT_EQ(response.status, 504u) << response.body;
+    EXPECT_GE(waited, 900ms) << "the write's timeout, less the time of the body's last read";
+    EXPECT_EQ(upstream.pending_connections(), 0u) << "no second connection for a retry";
 }
 
 } // namespace

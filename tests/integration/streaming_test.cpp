@@ -10,6 +10,7 @@
 #include "support/body_pattern.hpp"
 #include "support/limit_probe.hpp"
 #include "support/limited_sluice.hpp"
+#include "support/one_connection_server.hpp"
 #include "support/redis_server.hpp"
 
 #include <fmt/format.h>
@@ -38,51 +39,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
-
-/**
- * A listening socket on 127.0.0.1 whose first connection is served by `serve(fd)` on a thread
- * of its own; `serve` owns the descriptor. Stopping (destruction) wakes a pending accept.
- */
-class one_connection_server {
-public:
-    explicit one_connection_server(std::function<void(int)> serve) {
-        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t length = sizeof addr;
-        if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), length) != 0 ||
-            ::listen(listener_, 4) != 0 ||
-            ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
-            throw std::runtime_error("one_connection_server: cannot listen");
-        }
-        port_ = ntohs(addr.sin_port);
-        thread_ = std::thread([this, serve = std::move(serve)] {
-            const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-            if (fd >= 0) {
-                const int one = 1;
-                ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                serve(fd);
-            }
-        });
-    }
-
-    one_connection_server(const one_connection_server&) = delete;
-    one_connection_server& operator=(const one_connection_server&) = delete;
-
-    ~one_connection_server() {
-        ::shutdown(listener_, SHUT_RDWR);
-        ::close(listener_);
-        thread_.join();
-    }
-
-    std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
-
-private:
-    int listener_ = -1;
-    std::uint16_t port_ = 0;
-    std::thread thread_;
-};
 
 bool send_all(int fd, std::string_view bytes) {
     while (!bytes.empty()) {
