@@ -913,12 +913,15 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     static void on_disconnect(const redisAsyncContext* ac, int status) {
         if (auto* self = static_cast<state*>(ac->data)) {
+            // An error reply that no command awaits (REDIS_ERR_OTHER, with the reply's text):
+            // hiredis's way of reporting a refused SUBSCRIBE, whose callback is not a command's.
             self->handle_disconnect(status == REDIS_OK,
+                                    status != REDIS_OK && ac->err == REDIS_ERR_OTHER,
                                     ac->errstr != nullptr ? ac->errstr : "closed");
         }
     }
 
-    void handle_disconnect(bool clean, const std::string& why) {
+    void handle_disconnect(bool clean, bool error_reply, const std::string& why) {
         ac_ = nullptr;
         if (phase_ == phase::setting_up) {
             // Redis closed it before the set-up was done (protected mode, maxclients, a
@@ -941,10 +944,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (phase_ != phase::connected) {
             return;
         }
-        if (!channel_.empty() && !subscribed_) {
+        if (!channel_.empty() && !subscribed_ && error_reply) {
             // Redis refused the SUBSCRIBE (an ACL without the channel: NOPERM), and hiredis
             // drops a subscribed connection on an error reply. Retrying at the usual pace would
-            // open a connection every half second for nothing: retry rarely, and say why.
+            // open a connection every half second for nothing: retry rarely, and say why. (A
+            // connection lost before the confirmation came is only lost: reconnected as usual.)
             log_throttled_by(connection_log(),
                              "subscribe " + where(),
                              spdlog::level::err,

@@ -846,6 +846,75 @@ TEST_F(RedisClient, RecoversWithinASecondOfARestart) {
     }
 }
 
+// A subscriber whose connection is lost after its SUBSCRIBE went but before the confirmation
+// came reconnects at the usual pace: only an error reply is a refusal. The loss was taken for a
+// NOPERM, and the subscriber waited 30 s before it tried again.
+TEST_F(RedisClient, ASubscriptionLostBeforeItsConfirmationIsRetriedAtOnce) {
+    std::atomic<int> served{0};
+    scripted_server server([&](int client) {
+        std::string got;
+        char buffer[256];
+        while (got.find("SUBSCRIBE") == std::string::npos) {
+            const auto n = ::recv(client, buffer, sizeof buffer, 0);
+            if (n <= 0) {
+                return;
+            }
+            got.append(buffer, static_cast<std::size_t>(n));
+        }
+        if (served.fetch_add(1) == 0) {
+            return; // closed unconfirmed
+        }
+        static constexpr char confirmed[] = "*3\r\n$9\r\nsubscribe\r\n$5\r\nslots\r\n:1\r\n";
+        (void)::send(client, confirmed, sizeof confirmed - 1, MSG_NOSIGNAL);
+        // Held until the subscriber closes it (it is destroyed before the server).
+        pollfd gone{client, POLLRDHUP, 0};
+        (void)::poll(&gone, 1, 10'000);
+    });
+    auto o = options_for(server.port());
+    o.reconnect_min = 10ms;
+    o.reconnect_max = 20ms;
+    auto subscriber = std::make_unique<client>(executor{ioc_.get_executor()}, o);
+    subscriber->subscribe("slots", [](const std::string&) {});
+    subscriber->start();
+    // Within 30 times the longest backoff; a refusal's wait is 30 s.
+    EXPECT_TRUE(test::run_until(
+        ioc_, [&] { return subscriber->subscription_count() == 1; }, 3s))
+        << served.load() << " connections served";
+    EXPECT_EQ(served.load(), 2);
+    subscriber->stop();
+}
+
+// A subscriber that Redis refuses (an ACL without the channel: NOPERM) says why and tries again
+// rarely, not at the backoff's pace: a connection every few milliseconds would be for nothing.
+TEST_F(RedisClient, ARefusedSubscriptionSaysWhyAndIsRetriedRarely) {
+    start_server();
+    auto admin = make_client(options());
+    auto [acl_ec, acl] =
+        run(*admin, {"ACL", "SETUSER", "deaf", "on", ">secret", "~*", "+@all", "resetchannels"});
+    ASSERT_FALSE(acl_ec) << acl.describe();
+    test::captured_log log;
+    auto o = options();
+    o.username = "deaf";
+    o.password = "secret";
+    o.reconnect_min = 10ms;
+    o.reconnect_max = 20ms;
+    auto subscriber = std::make_unique<client>(executor{ioc_.get_executor()}, o);
+    subscriber->subscribe("slots", [](const std::string&) {});
+    subscriber->start();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return !log.lines_with("cannot subscribe to slots").empty(); }, 5s))
+        << log.text();
+    EXPECT_NE(log.lines_with("cannot subscribe to slots")[0].find("NOPERM"), std::string::npos)
+        << log.text();
+    // 25 times the longest backoff: at the usual pace, that many connections would follow.
+    const auto window_end = steady::now() + 500ms;
+    (void)test::run_until(
+        ioc_, [&] { return steady::now() >= window_end; }, 2s);
+    EXPECT_EQ(subscriber->connection_count(), 1u);
+    EXPECT_EQ(subscriber->subscription_count(), 0u);
+    subscriber->stop();
+}
+
 // A subscribing client hears every message published on its channel, in order, and subscribes
 // again on its own after the server restarts (messages published meanwhile are lost: Redis
 // keeps none for an absent subscriber).
