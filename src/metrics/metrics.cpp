@@ -190,7 +190,7 @@ constexpr scalar_metric scalar_metrics[] = {
      "idle connection, or was closed itself when none was idle.",
      &registry::connections_over_cap_total},
     {"sluice_connections_parked",
-     "Idle keep-alive connections parked now: idle past one second, their buffers and request "
+     "Idle keep-alive connections parked now: idle past a 100 ms grace, their buffers and request "
      "state freed until their next bytes.",
      nullptr,
      &registry::connections_parked},
