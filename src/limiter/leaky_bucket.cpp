@@ -29,9 +29,15 @@ split_ms split(double now_ms) noexcept {
 }
 
 // L - now, from L's parts: (whole - now) is exact for whole-ms clocks, and the fraction is
-// added at the magnitude of the difference, not of a unix time.
-double offset_from(const split_ms& last, double now_ms) noexcept {
-    return (last.whole - now_ms) + last.fraction;
+// added at the magnitude of the difference, not of a unix time. Never above 0: a clock behind L
+// (Redis's, stepped back by NTP or after a failover to a primary whose clock is behind) stands
+// at L, as nginx's limit_req takes a negative elapsed time for none. The slots promised so far
+// stay where they were, and a new one is placed a slot after the last of them, not a slot plus
+// the clock's step: that would hold requests for a step they never needed, and past what the
+// bucket can hold (limits_call::delay_bound, which then failed the whole batch after its
+// charges were written).
+double head_offset(const split_ms& last, double now_ms) noexcept {
+    return std::min((last.whole - now_ms) + last.fraction, 0.0);
 }
 
 // Leaks whole slots from `q` up to `now_ms`, keeping the fraction of the slot in progress in
@@ -70,7 +76,7 @@ decision leak_and_admit(leaky_bucket_state& state,
     std::int64_t q = exists ? state.queue_size : 0;
     split_ms last = exists ? state.last_leak : split(now_ms);
     leak(q, last, slot_ms, now_ms);
-    const double head = offset_from(last, now_ms); // L - now
+    const double head = head_offset(last, now_ms); // L - now, at most 0
 
     decision d;
     d.limit = capacity;
@@ -126,7 +132,7 @@ milliseconds leak_and_settle(leaky_bucket_state& state,
     q = settle_level(q, clamp_delta(delta));
     state.queue_size = q;
     state.last_leak = last;
-    return ceil_ms(offset_from(last, now_ms) + static_cast<double>(q) * slot_ms);
+    return ceil_ms(head_offset(last, now_ms) + static_cast<double>(q) * slot_ms);
 }
 
 decision leaky_bucket_acquire(leaky_bucket_state& state,

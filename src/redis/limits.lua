@@ -325,6 +325,15 @@ local function leak(q, whole, fraction, slot, now)
   return q, whole, fraction
 end
 
+-- L - now, never above 0: a clock behind L stands at L (head_offset in leaky_bucket.cpp says why).
+local function head_offset(whole, fraction, now)
+  local head = (whole - now) + fraction
+  if head > 0 then
+    return 0
+  end
+  return head
+end
+
 local function leak_and_admit(q, whole, fraction, capacity, flow_rate, shaping, max_delay, now,
                               cost)
   local slot = 1000.0 / flow_rate
@@ -333,7 +342,7 @@ local function leak_and_admit(q, whole, fraction, capacity, flow_rate, shaping, 
     q, fraction = 0, now - whole
   end
   q, whole, fraction = leak(q, whole, fraction, slot, now)
-  local head = (whole - now) + fraction -- L - now
+  local head = head_offset(whole, fraction, now) -- L - now, at most 0
 
   -- The request's last slot would stand at position q + cost; the head leaves at L.
   local wait = head + (q + (cost - 1)) * slot
@@ -395,7 +404,7 @@ local function leak_and_settle(q, whole, fraction, flow_rate, now, delta)
   end
   q, whole, fraction = leak(q, whole, fraction, slot, now)
   q = settle_level(q, delta)
-  return q, whole, fraction, ceil_bucket_ms(((whole - now) + fraction) + q * slot)
+  return q, whole, fraction, ceil_bucket_ms(head_offset(whole, fraction, now) + q * slot)
 end
 
 -- Both buckets keep {count, time} in their hash state, for the ttl.

@@ -162,8 +162,11 @@ TEST(LeakyBucket, TimeRunningBackwardsNeverMovesLastLeakBack) {
     ASSERT_TRUE(d.allowed);
     EXPECT_EQ(b.state.last_leak, (split_ms{10'000, 0}));
     EXPECT_EQ(b.state.queue_size, 3);
-    // Nothing leaked, and the wait is measured from the earlier reading: never negative.
-    EXPECT_EQ(d.delay, milliseconds(8'000));
+    // Nothing leaked, and the clock stands at last_leak: the third request is two slots after
+    // the head, not two slots plus the clock's 6 s step (8 s; nginx's limit_req likewise takes a
+    // negative elapsed time for none).
+    EXPECT_EQ(d.delay, milliseconds(2'000));
+    EXPECT_EQ(d.reset_after, milliseconds(3'000));
 }
 
 TEST(LeakyBucket, RetryAfterIsTheTimeUntilTheNextSlotFrees) {
