@@ -189,9 +189,9 @@ void count_settlement(metrics::rule_counters* counters,
     if (counters == nullptr) {
         return;
     }
-    metrics::bump(counters->cost_reserved, static_cast<std::uint64_t>(reserved));
-    metrics::bump(counters->cost_settled,
-                  static_cast<std::uint64_t>(std::max<std::int64_t>(reserved + delta, 0)));
+    metrics::add_amount(counters->cost_reserved, static_cast<std::uint64_t>(reserved));
+    metrics::add_amount(counters->cost_settled,
+                        static_cast<std::uint64_t>(std::max<std::int64_t>(reserved + delta, 0)));
     if (had_figure) {
         counters->cost_settle_error.observe(delta);
     } else {
@@ -537,8 +537,8 @@ void request_limiter::count_reservations() {
         }
         if (limits_[i].cost->response.what == config::cost_source::kind::none) {
             const auto reserved = static_cast<std::uint64_t>(limiter::clamp_cost(costs_[i]));
-            metrics::bump(cost_counters_->cost_reserved, reserved);
-            metrics::bump(cost_counters_->cost_settled, reserved);
+            metrics::add_amount(cost_counters_->cost_reserved, reserved);
+            metrics::add_amount(cost_counters_->cost_settled, reserved);
         }
     }
 }

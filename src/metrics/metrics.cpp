@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/metrics/metrics.hpp"
 
+#include "sluice/core/saturate.hpp"
+
 #include <fmt/format.h>
 
 namespace sluice::metrics {
@@ -99,13 +101,23 @@ void histogram::render(std::string& out, const std::string& name, const std::str
     render_histogram(out, name, labels, bounds, buckets_, static_cast<double>(load(sum_us_)) / 1e6);
 }
 
+void add_amount(counter& c, std::uint64_t n) noexcept {
+    auto now = c.load(std::memory_order_relaxed);
+    while (!c.compare_exchange_weak(now, saturating_add(now, n), std::memory_order_relaxed)) {
+    }
+}
+
 void amount_histogram::observe(std::int64_t amount) noexcept {
     std::size_t i = 0;
     while (i < bounds.size() && amount > bounds[i]) {
         ++i;
     }
     bump(buckets_[i]);
-    sum_.fetch_add(amount, std::memory_order_relaxed);
+    // Saturating, as add_amount: settlements of 2^53 each would wrap it after 1,024.
+    auto sum = sum_.load(std::memory_order_relaxed);
+    while (
+        !sum_.compare_exchange_weak(sum, saturating_add(sum, amount), std::memory_order_relaxed)) {
+    }
 }
 
 void amount_histogram::render(std::string& out,

@@ -34,6 +34,16 @@ constexpr To saturating_cast(From x) noexcept {
     return static_cast<To>(x);
 }
 
+/// a + b, clamped to T's range where it would overflow.
+template <std::integral T>
+constexpr T saturating_add(T a, T b) noexcept {
+    T sum{};
+    if (__builtin_add_overflow(a, b, &sum)) {
+        return b > 0 ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min();
+    }
+    return sum;
+}
+
 /// A whole number of milliseconds held in a double (already rounded by the caller), saturated.
 constexpr std::chrono::milliseconds saturating_ms(double whole_ms) noexcept {
     return std::chrono::milliseconds{saturating_cast<std::int64_t>(whole_ms)};

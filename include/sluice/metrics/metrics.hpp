@@ -30,6 +30,13 @@ inline void bump(counter& c, std::uint64_t n = 1) noexcept {
     c.fetch_add(n, std::memory_order_relaxed);
 }
 
+/**
+ * Adds an amount that a peer's figure decides (a cost: up to 2^53 each, so that 2,048 of them
+ * would wrap a plain sum), stopping at the largest value: a scraper takes a wrap for a counter
+ * reset. Saturating as the limits are; `bump` stays one instruction for counts of requests.
+ */
+void add_amount(counter& c, std::uint64_t n) noexcept;
+
 /// A latency histogram with fixed bucket bounds (seconds), Prometheus style (cumulative on export).
 class histogram {
 public:

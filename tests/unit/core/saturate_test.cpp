@@ -38,5 +38,15 @@ TEST(SaturatingCast, InRangeValuesTruncateLikeStaticCast) {
     EXPECT_EQ(saturating_ms(1e30).count(), max64);
 }
 
+TEST(SaturatingAdd, ClampsWhereTheSumWouldOverflow) {
+    constexpr auto umax = std::numeric_limits<std::uint64_t>::max();
+    EXPECT_EQ(saturating_add<std::uint64_t>(umax - 1, 5), umax);
+    EXPECT_EQ(saturating_add<std::uint64_t>(2, 3), 5u);
+    EXPECT_EQ(saturating_add<std::int64_t>(max64, 1), max64);
+    EXPECT_EQ(saturating_add<std::int64_t>(std::numeric_limits<std::int64_t>::min(), -1),
+              std::numeric_limits<std::int64_t>::min());
+    EXPECT_EQ(saturating_add<std::int64_t>(-7, 3), -4);
+}
+
 } // namespace
 } // namespace sluice

@@ -218,6 +218,24 @@ TEST(Metrics, CostSettleErrorBucketsAreSignedAndCumulative) {
     EXPECT_THAT(text, HasSubstr("sluice_cost_settle_missing_total{rule=\"llm\"} 1\n"));
 }
 
+// Cost amounts are a peer's figures, up to 2^53 each: their counters and the settle error's sum
+// stop at their largest value rather than wrap after a few thousand, which a scraper would take
+// for a reset.
+TEST(Metrics, CostAmountsSaturateRatherThanWrap) {
+    registry r;
+    auto& rule = r.rule("llm");
+    constexpr std::int64_t most = std::int64_t{1} << 53;
+    for (int i = 0; i < 2100; ++i) {
+        add_amount(rule.cost_reserved, static_cast<std::uint64_t>(most));
+        rule.cost_settle_error.observe(most);
+    }
+    EXPECT_EQ(rule.cost_reserved.load(), std::numeric_limits<std::uint64_t>::max());
+    const auto text = r.render();
+    EXPECT_THAT(text,
+                HasSubstr("sluice_cost_settle_error_sum{rule=\"llm\"} 9.223372036854776e+18\n"))
+        << text;
+}
+
 // The nodes' addresses come from the Cluster's replies: each new one a series, forever, grew
 // /metrics without bound (a Cluster on Kubernetes gets new pod addresses with every restart).
 TEST(Metrics, RedisNodeSeriesAreCappedTheRestCountedAsOther) {
