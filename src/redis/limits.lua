@@ -170,10 +170,22 @@ local function format_split(whole, fraction)
   return string.format('%d', whole) .. string.sub(decimals, 2)
 end
 
+-- A stored number, or nil when it is none or not finite: Lua 5.1's tonumber also reads "nan",
+-- "inf" and hex, which no sluice writes, and a NaN or an infinity would pass every comparison
+-- below into the reply (NaN packed as an int64 is undefined in C). Such state is not ours: the
+-- key is taken as holding none, as a key of another type is.
+local function finite_number(text)
+  local number = tonumber(text)
+  if number == nil or number ~= number or number == 1 / 0 or number == -1 / 0 then
+    return nil
+  end
+  return number
+end
+
 -- A stored time as its whole ms and fraction: format_split's decimal, or any number an earlier
 -- sluice wrote (a time with a fraction was one double then: split at its point).
 local function parse_split(text)
-  local number = tonumber(text)
+  local number = finite_number(text)
   if number == nil then
     return nil, nil
   end
@@ -214,7 +226,7 @@ local function read_hash(key, field1, field2)
   if stored.err or not stored[1] or not stored[2] then
     return nil
   end
-  local a = tonumber(stored[1])
+  local a = finite_number(stored[1])
   local b, b_fraction = parse_split(stored[2])
   if a == nil or b == nil then
     return nil
@@ -594,11 +606,11 @@ local function sliding_read(key, window, now)
   if head.err == nil and head[1] ~= nil then
     base, clock = string.match(head[1], '^=(%d+):(.+)$')
   end
-  if base == nil or tonumber(clock) == nil then
+  if base == nil or finite_number(clock) == nil then
     return s
   end
   s.fresh, s.floor, s.base = false, head[1], tonumber(base)
-  s.at = max(now, tonumber(clock))
+  s.at = max(now, finite_number(clock))
   s.edge = s.at - window
   local top = s.base
   if head[3] ~= nil then
