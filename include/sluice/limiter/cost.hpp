@@ -45,10 +45,11 @@ constexpr std::int64_t settle_level(std::int64_t level, std::int64_t delta) noex
 }
 
 /**
- * A cost figure as a peer wrote it (a request's `X-Cost`, a response's `X-Usage`): a finite
+ * A cost figure as a peer wrote it (a request's `X-Cost`, a response's `X-Usage`): a
  * non-negative decimal number, optionally surrounded by spaces or tabs, rounded up to a whole
- * amount and saturated at max_amount. Anything else (empty, `abc`, `-5`, `inf`, `nan`, `1e309`,
- * trailing bytes) is no figure: nullopt, and the caller uses its fallback.
+ * amount and saturated at max_amount, also beyond a double's range (`1e309` is max_amount,
+ * `1e-400` is 1). Anything else (empty, `abc`, `-5`, `inf`, `nan`, trailing bytes) is no figure:
+ * nullopt, and the caller uses its fallback.
  */
 std::optional<std::int64_t> parse_cost_figure(std::string_view text) noexcept;
 

@@ -8,6 +8,7 @@
 
 #include <limits>
 #include <optional>
+#include <string>
 
 namespace sluice::limiter::test {
 namespace {
@@ -62,8 +63,30 @@ TEST(Cost, FiguresAreFiniteNonNegativeNumbersRoundedUp) {
     EXPECT_EQ(parse_cost_figure("2.5"), 3);
     EXPECT_EQ(parse_cost_figure("1e3"), 1000);
     EXPECT_EQ(parse_cost_figure("1e300"), max_amount) << "saturates";
-    for (const char* bad :
-         {"", " ", "abc", "-5", "-0.5", "1e309", "inf", "nan", "+3", "5x", "5 5", "0x10"}) {
+    // Beyond a double's range, saturated and rounded up as within it: the figure is monotonic.
+    EXPECT_EQ(parse_cost_figure("1e309"), max_amount);
+    EXPECT_EQ(parse_cost_figure("10e308"), max_amount);
+    EXPECT_EQ(parse_cost_figure("0.0001e400"), max_amount);
+    EXPECT_EQ(parse_cost_figure(std::string(400, '9')), max_amount);
+    EXPECT_EQ(parse_cost_figure(std::string(400, '9') + "e-50"), max_amount) << "1e350";
+    EXPECT_EQ(parse_cost_figure("1e99999999999999999999"), max_amount);
+    EXPECT_EQ(parse_cost_figure("1e-400"), 1);
+    EXPECT_EQ(parse_cost_figure("123e-400"), 1);
+    EXPECT_EQ(parse_cost_figure("0." + std::string(400, '0') + "1"), 1);
+    EXPECT_EQ(parse_cost_figure("0e309"), 0) << "zero, however written";
+    for (const char* bad : {"",
+                            " ",
+                            "abc",
+                            "-5",
+                            "-0.5",
+                            "-1e309",
+                            "inf",
+                            "nan",
+                            "+3",
+                            "5x",
+                            "5 5",
+                            "0x10",
+                            "1e309x"}) {
         EXPECT_EQ(parse_cost_figure(bad), std::nullopt) << bad;
     }
 }
