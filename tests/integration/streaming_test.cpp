@@ -16,10 +16,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -53,15 +55,36 @@ bool send_all(int fd, std::string_view bytes) {
 
 /**
  * An upstream that answers its one connection's request with a chunked `text/event-stream` of
- * `count` events, one every `period` (the first at once), and records when it sent each.
+ * `count` events, one every `period` (the first at once), and records when it sent each. In
+ * lockstep (`lockstep()`), event i + 1 is sent only once the test said event i reached the
+ * client (`received(i)`), as soon as it does: a relay that held an event until more came would
+ * hold it until the stream gave up (`lockstep_patience`), not for a gap of the test's choosing.
  */
 class event_stream_upstream {
 public:
+    /// How long a lockstep stream waits for its client's word before it sends its end.
+    static constexpr auto lockstep_patience = 10s;
+
     event_stream_upstream(int count, std::chrono::milliseconds period)
         : count_(count)
         , period_(period) {}
 
+    static std::unique_ptr<event_stream_upstream> lockstep(int count) {
+        auto upstream = std::make_unique<event_stream_upstream>(count, 0ms);
+        upstream->lockstep_ = true;
+        return upstream;
+    }
+
     std::string url() const { return server_.url(); }
+
+    /// Event i reached the client: a lockstep stream may send the next one.
+    void received(int i) {
+        {
+            std::lock_guard lock(mutex_);
+            received_up_to_ = std::max(received_up_to_, i);
+        }
+        received_changed_.notify_all();
+    }
 
     /// When sluice closed the connection while the stream was waiting for its next event.
     std::optional<clock_type::time_point> closed_at() const {
@@ -92,8 +115,15 @@ private:
                  "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
         auto next = clock_type::now();
         for (int i = 0; i < count_; ++i) {
-            // The stream's own pace, watching for sluice closing the connection meanwhile.
-            if (!wait_until(fd, next)) {
+            if (lockstep_) {
+                // Until the client has the previous event.
+                std::unique_lock lock(mutex_);
+                if (!received_changed_.wait_for(
+                        lock, lockstep_patience, [&] { return received_up_to_ >= i - 1; })) {
+                    break;
+                }
+            } else if (!wait_until(fd, next)) {
+                // The stream's own pace, watching for sluice closing the connection meanwhile.
                 break;
             }
             const auto event = fmt::format("data: {}\n\n", i);
@@ -136,7 +166,10 @@ private:
 
     int count_;
     std::chrono::milliseconds period_;
+    bool lockstep_ = false;
     mutable std::mutex mutex_;
+    std::condition_variable received_changed_;
+    int received_up_to_ = -1;
     std::vector<clock_type::time_point> sent_;
     std::optional<clock_type::time_point> closed_at_;
     /// Last: its thread starts serving at once, with every other member ready.
@@ -157,6 +190,13 @@ public:
     std::vector<std::optional<clock_type::time_point>> arrived() const {
         std::lock_guard lock(mutex_);
         return arrived_;
+    }
+
+    /// Waits up to `timeout` for piece i to arrive; true when it has.
+    bool wait_for_piece(std::size_t i, std::chrono::milliseconds timeout) const {
+        std::unique_lock lock(mutex_);
+        return arrived_changed_.wait_for(
+            lock, timeout, [&] { return arrived_.size() > i && arrived_[i].has_value(); });
     }
 
 private:
@@ -186,6 +226,7 @@ private:
                 }
                 if (!arrived_[i]) {
                     arrived_[i] = at;
+                    arrived_changed_.notify_all();
                 }
                 scanned = end;
             }
@@ -197,6 +238,7 @@ private:
     }
 
     mutable std::mutex mutex_;
+    mutable std::condition_variable arrived_changed_;
     std::vector<std::optional<clock_type::time_point>> arrived_;
     /// Last: its thread starts serving at once, with every other member ready.
     one_connection_server server_{[this](int fd) {
@@ -205,9 +247,13 @@ private:
 };
 
 /// Reads the response to GET /events from sluice on `port`, and notes when each event's
-/// "data: i" line arrived. Stops at the terminating chunk or after `deadline`.
+/// "data: i" line arrived (telling `on_event`, when given). Stops at the terminating chunk or
+/// after `deadline`.
 std::vector<std::optional<clock_type::time_point>>
-receive_events(std::uint16_t port, int count, std::chrono::milliseconds deadline) {
+receive_events(std::uint16_t port,
+               int count,
+               std::chrono::milliseconds deadline,
+               const std::function<void(int)>& on_event = {}) {
     auto stream = fd_stream::connect_loopback(port);
     stream.timeout(deadline);
     stream.write_all("GET /events HTTP/1.1\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n");
@@ -233,6 +279,9 @@ receive_events(std::uint16_t port, int count, std::chrono::milliseconds deadline
             const int i = std::stoi(text.substr(found + 6, line_end - found - 6));
             if (i >= 0 && i < count && !received[static_cast<std::size_t>(i)]) {
                 received[static_cast<std::size_t>(i)] = at;
+                if (on_event) {
+                    on_event(i);
+                }
             }
             scanned = line_end;
         }
@@ -287,10 +336,6 @@ protected:
     std::unique_ptr<redis_server> redis_;
 };
 
-// The gap between the pieces of the streaming tests below, and the most a piece may lag. A relay
-// that held a piece until more came, or until a read filled, would lag a whole gap (or to the
-// stream's end); half a gap tells it apart from a loaded machine's scheduling, which has made a
-// piece lag 61 ms on CI's two shared cores.
 /// Reads from `fd` into `text` until it holds `what`; false if the connection ended or failed
 /// first, or the socket's timeout passed.
 bool read_until(fd_stream& stream, std::string& text, std::string_view what) {
@@ -306,34 +351,45 @@ bool read_until(fd_stream& stream, std::string& text, std::string_view what) {
     return true;
 }
 
-constexpr auto stream_gap = 200ms;
-constexpr auto stream_lag_bound = stream_gap / 2;
+// The most a piece of a stream may lag through sluice. The streaming tests below go in
+// lockstep: the next piece is sent only once the previous one has come through, so a relay that
+// held a piece until more came, or until a read filled, would hold it until the sender gave up
+// (event_stream_upstream::lockstep_patience, 10 s; piece_patience), never within this bound. A
+// loaded machine's scheduling has made a piece lag 61 ms on CI's two shared cores (then paced
+// 200 ms apart, with half that as the bound); 1 s leaves room for a sanitized build's 5-20x.
+constexpr auto stream_lag_bound = 1000ms;
 
-// Ten events 200 ms apart: each reaches the client within half that of the upstream sending it
-// (sluice neither buffers a stream nor waits to fill a read), and all of them arrive.
+/// How long the upload below waits for a piece to reach the upstream before it fails.
+constexpr auto piece_patience = 10s;
+
+// Ten events, each sent once the previous one reached the client: each arrives within
+// stream_lag_bound of the upstream sending it (sluice neither buffers a stream nor waits to
+// fill a read), and all of them arrive.
 TEST_P(StreamingTest, EventsArriveAsTheUpstreamSendsThem) {
     constexpr int count = 10;
-    event_stream_upstream upstream(count, stream_gap);
+    const auto upstream = event_stream_upstream::lockstep(count);
     const auto rate_limit = rate_limit_yaml();
     if (rate_limit.empty()) {
         GTEST_SKIP() << "redis-server is not on PATH";
     }
-    sluice_process sluice(compose_yaml(upstream.url(), rate_limit));
-    const auto received = receive_events(sluice.port(), count, 10s);
-    const auto sent = upstream.sent();
-    ASSERT_EQ(sent.size(), static_cast<std::size_t>(count));
+    sluice_process sluice(compose_yaml(upstream->url(), rate_limit));
+    const auto received =
+        receive_events(sluice.port(), count, 30s, [&](int i) { upstream->received(i); });
+    const auto sent = upstream->sent();
     for (int i = 0; i < count; ++i) {
         const auto& at = received[static_cast<std::size_t>(i)];
         ASSERT_TRUE(at.has_value()) << "event " << i << " never arrived";
+        ASSERT_LT(static_cast<std::size_t>(i), sent.size());
         const auto lag = std::chrono::duration_cast<std::chrono::milliseconds>(
             *at - sent[static_cast<std::size_t>(i)]);
         EXPECT_LT(lag, stream_lag_bound) << "event " << i;
     }
+    EXPECT_EQ(sent.size(), static_cast<std::size_t>(count));
 }
 
-// The request direction: a chunked upload whose pieces the client sends 200 ms apart reaches the
-// upstream piece by piece, each within half that of the client sending it (sluice forwards the
-// body as it comes, and does not wait to fill a buffer).
+// The request direction: a chunked upload whose pieces the client sends one at a time, each once
+// the previous one reached the upstream: each arrives within stream_lag_bound of the client
+// sending it (sluice forwards the body as it comes, and does not wait to fill a buffer).
 TEST_P(StreamingTest, AStreamedUploadIsForwardedAsItComes) {
     constexpr int count = 8;
     upload_upstream upstream;
@@ -343,16 +399,15 @@ TEST_P(StreamingTest, AStreamedUploadIsForwardedAsItComes) {
     }
     sluice_process sluice(compose_yaml(upstream.url(), rate_limit));
     auto client = fd_stream::connect_loopback(sluice.port());
-    client.timeout(10s);
+    client.timeout(30s);
     client.write_all("POST /events HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n");
     std::vector<clock_type::time_point> sent;
-    auto next = clock_type::now();
     for (int i = 0; i < count; ++i) {
-        std::this_thread::sleep_until(next); // the upload's own pace, not a wait for sluice
         const auto piece = fmt::format("piece {};", i);
         sent.push_back(clock_type::now());
         client.write_all(fmt::format("{:x}\r\n{}\r\n", piece.size(), piece));
-        next += stream_gap;
+        ASSERT_TRUE(upstream.wait_for_piece(static_cast<std::size_t>(i), piece_patience))
+            << "piece " << i << " never arrived";
     }
     client.write_all("0\r\n\r\n");
     std::string text;
@@ -392,11 +447,15 @@ TEST_P(StreamingTest, UpstreamTimeoutBoundsTheGapNotTheStream) {
     EXPECT_GE(clock_type::now() - started, 3s);
 }
 
-// A client that leaves mid-stream makes sluice close the upstream connection within 100 ms,
-// while the upstream is silent (an event every 2 s): the backend can stop generating. (sluice
-// used to notice only at its next write to the client, here 2 s later.)
+// A client that leaves mid-stream makes sluice close the upstream connection at once, while the
+// upstream is silent (an event every 2 s): the backend can stop generating. (sluice used to
+// notice only at its next write to the client, here 2 s after the first event, so nearly 2 s
+// after the client left: client_left_bound, 1 s, tells that apart and leaves a sanitized
+// build's scheduling most of a second.)
 // How the client goes: it closes its socket, or only its sending side (a half-close, which
 // counts as leaving, as with nginx's default: docs/configuration.md, `upstream`).
+constexpr auto client_left_bound = 1000ms;
+
 void leave(fd_stream& client, bool half_close) {
     if (half_close) {
         client.shutdown_send();
@@ -431,7 +490,7 @@ void StreamingTest::client_leaves_mid_stream(bool half_close) {
     const auto left = clock_type::now();
     ASSERT_TRUE(eventually([&] { return upstream.closed_at().has_value(); }, 1500ms))
         << "the upstream connection stayed open";
-    EXPECT_LT(*upstream.closed_at() - left, 100ms);
+    EXPECT_LT(*upstream.closed_at() - left, client_left_bound);
     EXPECT_EQ(upstream.sent().size(), 1u) << "nothing more was sent for the departed client";
     EXPECT_TRUE(sluice.wait_for_log("path=/events", 2s)) << sluice.log_text();
     EXPECT_NE(sluice.log_text().find("end=client_left"), std::string::npos) << sluice.log_text();
