@@ -978,15 +978,32 @@ TEST_F(RedisStore, KeysExpireWithRedisTime) {
         {"expiring:sliding", windowed(config::algorithm::sliding_window, 5, window)},
     };
     for (const auto& [key, l] : limits) {
+        const auto started = std::chrono::steady_clock::now();
         auto out = test::run_coro(ioc_, store.acquire(one(key, l)));
         ASSERT_FALSE(out.ec) << key;
         ASSERT_TRUE(out.decisions.at(0).allowed) << key;
-        // Buckets: the ttl. Windows: what is left of the window, plus one window.
-        const bool bucket =
-            l.algo == config::algorithm::leaky_bucket || l.algo == config::algorithm::token_bucket;
         const auto pttl = command({"PTTL", key}).integer;
-        EXPECT_GT(pttl, bucket ? 0 : window.count()) << key;
-        EXPECT_LE(pttl, bucket ? 200 : 2 * window.count()) << key;
+        // What the script set (PEXPIRE, relative to its own now): buckets, the ttl; a fixed
+        // window, what is left of it (the decision's reset_after) plus one window; a sliding
+        // window, until one window after its newest entry (now) leaves it. PTTL reads it at most
+        // `elapsed` later; 1 ms for the script's fractional now, written as whole ms. A window
+        // kept only to its end (no WINDOW_GRACE) would read a whole window (200 ms) lower.
+        std::int64_t set = 0;
+        switch (l.algo) {
+        case config::algorithm::fixed_window:
+            set = out.decisions.at(0).reset_after.count() + window.count();
+            break;
+        case config::algorithm::sliding_window:
+            set = 2 * window.count();
+            break;
+        default:
+            set = short_ttl.ttl.count();
+        }
+        const auto elapsed =
+            std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started)
+                .count();
+        EXPECT_GE(pttl, set - elapsed - 1) << key << ", " << elapsed << " ms after the call";
+        EXPECT_LE(pttl, set + 1) << key;
     }
     const auto deadline = std::chrono::steady_clock::now() + 5s;
     for (const auto& [key, l] : limits) {
