@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support/redis_server.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <csignal>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sstream>
 #include <stdexcept>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -47,6 +49,39 @@ bool answers_ping(std::uint16_t port) {
     }
     ::close(fd);
     return ok;
+}
+
+/**
+ * Whether process `pid` holds a socket listening on TCP port `port` (IPv4). free_port() only
+ * found the port free: another test's server may take it before ours binds, and would then
+ * answer our PING. Read from /proc/net/tcp (each socket's "hex-address:hex-port", its state, 0A
+ * for LISTEN, and its inode) and the links of /proc/<pid>/fd ("socket:[inode]").
+ */
+bool listens_on(pid_t pid, std::uint16_t port) {
+    std::ifstream table("/proc/net/tcp");
+    std::string line;
+    std::getline(table, line); // the column titles
+    std::vector<std::string> sockets;
+    while (std::getline(table, line)) {
+        std::istringstream fields(line);
+        std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+        fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+            timeout >> inode;
+        const auto colon = local.find(':');
+        if (state == "0A" && colon != std::string::npos &&
+            std::stoul(local.substr(colon + 1), nullptr, 16) == port) {
+            sockets.push_back("socket:[" + inode + "]");
+        }
+    }
+    std::error_code ec;
+    for (const auto& fd :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+        const auto target = std::filesystem::read_symlink(fd.path(), ec);
+        if (!ec && std::find(sockets.begin(), sockets.end(), target.string()) != sockets.end()) {
+            return true;
+        }
+    }
+    return false;
 }
 
 // The state letter of /proc/<pid>/stat: 'R', 'S', 'T' (stopped), ...
@@ -205,7 +240,8 @@ bool redis_server::wait_ready(std::chrono::milliseconds limit) {
             pid_ = -1; // exited: the port was taken, most likely
             return false;
         }
-        if (answers_ping(port_)) {
+        // Ours, not another test's server that took the port first (ours then exits, above).
+        if (answers_ping(port_) && listens_on(pid_, port_)) {
             return true;
         }
         // Polling a condition with a deadline: the server has no way to tell us it is up.
