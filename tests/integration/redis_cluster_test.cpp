@@ -210,11 +210,13 @@ TEST_F(RedisClusterStore, AKilledPrimaryIsFollowedAndTheFailureModeAppliesMeanwh
     const auto results = clients.stop();
 
     // Every request was decided: admitted, refused by its limit, or 503 by failure-mode closed;
-    // and none waited past timeout (500 ms) plus a loaded machine's 500 ms of scheduling.
+    // and none waited past timeout (500 ms) plus 1 s of scheduling on a loaded two-core machine
+    // (the Sentinel twin's bound, redis_sentinel_test.cpp's latency_bound). A request held until
+    // the promotion instead would wait for it, about 2.5 s after the kill.
     std::map<unsigned, int> statuses;
     for (const auto& e : results) {
         ++statuses[e.status];
-        EXPECT_LE(e.latency(), 1000ms) << e.status << " " << e.error;
+        EXPECT_LE(e.latency(), 500ms + 1s) << e.status << " " << e.error;
     }
     for (const auto& [status, count] : statuses) {
         EXPECT_TRUE(status == 200 || status == 429 || status == 503) << status << " x" << count;
