@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <atomic>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <netinet/in.h>
 #include <optional>
@@ -447,11 +448,13 @@ TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
     std::mutex mutex;
     std::vector<std::string> reached; // what the target was sent, AUTH aside
     std::atomic<bool> set_up{false};
+    // The set-up ends once the call has ended at its deadline (the test says so): before a
+    // timeout counted from the resend, 1.5 s later, would end the copy held there.
+    std::promise<void> call_ended;
+    const std::shared_future<void> call_ended_seen = call_ended.get_future().share();
     fake_node target([&](const std::vector<std::string>& args) -> std::string {
         if (args[0] == "AUTH") {
-            // The set-up ends 900 ms after the resend: past the call's deadline, but within a
-            // timeout counted from the resend.
-            std::this_thread::sleep_for(900ms);
+            call_ended_seen.wait_for(10s); // bounded, should the test end early
             set_up = true;
             return "+OK\r\n";
         }
@@ -467,15 +470,17 @@ TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
         if (args[0] == "AUTH") {
             return "+OK\r\n";
         }
-        // The ASK comes 900 ms into the call's 1.5 s.
-        std::this_thread::sleep_for(900ms);
+        // The ASK comes halfway through the call's 3 s (a stall of up to 1.5 s still lets it
+        // in): a timeout counted from the resend ends 1.5 s after the call's, time enough for
+        // the set-up to end and a held copy to go out.
+        std::this_thread::sleep_for(1500ms);
         return fmt::format("-ASK 0 127.0.0.1:{}\r\n", target.address().port);
     });
     self = &source;
     cluster_options o;
     o.seeds = {source.address()};
     o.node.password = "secret"; // a set-up step on every connection
-    o.node.command_timeout = 1500ms;
+    o.node.command_timeout = 3s;
     o.node.connect_timeout = 5s;
     cluster_client c(executor{ioc.get_executor()}, o);
     c.start();
@@ -483,6 +488,8 @@ TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
         ioc, [&] { return c.healthy(); }, 5s));
 
     auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"INCR", "first"})));
+    EXPECT_FALSE(set_up) << "the set-up ended before the call";
+    call_ended.set_value();
     EXPECT_EQ(ec, errc::redis_timeout) << ec.message() << " " << r.str;
     EXPECT_EQ(c.counters().ask.load(), 1u);
 
