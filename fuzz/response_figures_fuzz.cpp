@@ -4,8 +4,10 @@
 // input's first byte picks the body's type (bit 0: text/event-stream, else application/json)
 // and the size of the pieces it is fed in (the other bits); the rest is the body. Properties:
 // the figure does not depend on how the body was cut into pieces, and a figure is a number as
-// JSON writes one (so it starts with '-' or a digit).
+// JSON writes one (so it starts with '-' or a digit). Each figure, and the body's first line as
+// a header's value, go through parse_cost_figure, whose amount is within [0, 2^53].
 #include "http/response_figures.hpp"
+#include "sluice/limiter/cost.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +47,16 @@ figures scan(std::string_view type, std::string_view body, std::size_t piece) {
     return {f.figure(0), f.figure(1)};
 }
 
+void check_amount(std::string_view text) {
+    const auto amount = sluice::limiter::parse_cost_figure(text);
+    if (amount && (*amount < 0 || *amount > sluice::limiter::max_amount)) {
+        std::fprintf(stderr,
+                     "response_figures_fuzz: an amount out of range: %lld\n",
+                     static_cast<long long>(*amount));
+        std::abort();
+    }
+}
+
 void check_number(const std::optional<std::string>& figure) {
     if (figure && (figure->empty() ||
                    (figure->front() != '-' && (figure->front() < '0' || figure->front() > '9')))) {
@@ -73,5 +85,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     check_number(whole.a);
     check_number(whole.b);
+    for (const auto& figure : {whole.a, whole.b}) {
+        if (figure) {
+            check_amount(*figure);
+        }
+    }
+    check_amount(body.substr(0, body.find('\n')));
     return 0;
 }

@@ -236,21 +236,27 @@ TEST_P(CostTest, AShapedDebtRefusesThenHoldsUntilTheQueueHasDrained) {
     EXPECT_LT(held, 990ms + 300ms);
 }
 
-// Figures a peer cannot be trusted with: a request whose X-Cost is not a finite non-negative
-// number reserves `default` (5); a response whose figure is missing or broken keeps the
-// reservation (on-missing: keep) or gives it back (on-missing: refund); a trailer counts like a
-// header.
+// Figures a peer cannot be trusted with: a request whose X-Cost is not a non-negative decimal
+// number reserves `default` (5), and one beyond a double's range never fits; a response whose
+// figure is missing or broken keeps the reservation (on-missing: keep) or gives it back
+// (on-missing: refund); a trailer counts like a header.
 TEST_P(CostTest, BrokenOrMissingFiguresFallBackAsConfigured) {
     auto upstream = usage_upstream();
     sluice_process sluice(yaml(upstream, negligible_refill));
     long left = 100;
     // (The /keep rule's bucket; the /refund rule's below has one of its own.)
-    for (const char* bad : {"abc", "-5", "1e309", "inf", ""}) {
+    for (const char* bad : {"abc", "-5", "nan", "inf", ""}) {
         const auto r = get(sluice.port(), "/keep/a", {{"X-Cost", bad}, {"X-Reply-Usage", "x"}});
         ASSERT_EQ(r.status, 200u) << bad;
         left -= 5;
         EXPECT_EQ(remaining(r), left) << bad;
     }
+    // A number beyond a double's range is a number too large for any limit, as 1e300 is: it
+    // never fits, and charges nothing.
+    const auto beyond = get(sluice.port(), "/keep/a", {{"X-Cost", "1e309"}});
+    EXPECT_EQ(beyond.status, 429u);
+    EXPECT_FALSE(beyond.header("Retry-After").has_value()) << "never fits";
+    EXPECT_EQ(remaining(beyond), left);
     // on-missing: refund. No figure at all: the 30 come back. The probe reserves more than the
     // capacity: refused, it charges nothing and reports the tokens there are.
     const auto tokens = [&](const char* path) {
