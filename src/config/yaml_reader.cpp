@@ -263,6 +263,14 @@ bool mapping::read_rate(std::string_view name, double& out) {
         error(name, must_be(expected, get(name)));
         return false;
     }
+    // One a nanosecond: beyond it a slot is shorter than the buckets' tolerance of 1e-6 ms, and
+    // each leak would count a slot more than has passed. Far past any backend, so more is a typo
+    // (zeros too many) that would switch the limit off unseen.
+    if (*value > max_rate) {
+        error(name,
+              must_be("a rate of at most 1000000000 per second (one a nanosecond)", get(name)));
+        return false;
+    }
     out = *value;
     return true;
 }

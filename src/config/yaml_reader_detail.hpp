@@ -160,8 +160,12 @@ public:
         return true;
     }
 
-    /// A rate in requests per second, > 0: "5", "10r/s", "600r/m", "100r/h".
+    /// A rate in requests per second, > 0 and at most `max_rate`: "5", "10r/s", "600r/m",
+    /// "100r/h".
     bool read_rate(std::string_view name, double& out);
+
+    /// The largest rate: one a nanosecond.
+    static constexpr double max_rate = 1e9;
 
     /// A duration > 0, or >= 0 when `zero_allowed`.
     bool read_duration(std::string_view name, std::chrono::milliseconds& out, bool zero_allowed);

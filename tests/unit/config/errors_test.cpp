@@ -73,6 +73,25 @@ TEST(ConfigErrors, FlowRateMustBeAboveZero) {
     }
 }
 
+// Beyond one a nanosecond, a rate is a typo (zeros too many) that would switch the limit off: a
+// slot shorter than the buckets' tolerance leaks at every request.
+TEST(ConfigErrors, ARateAboveOneANanosecondIsRefused) {
+    for (const std::string bad : {"1000000001", "50000000000", "4000000000000r/h"}) {
+        const auto p = problems_of(
+            base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: " + bad + "\n");
+        EXPECT_TRUE(has_problem(p,
+                                6,
+                                "rate-limit.fallback.flowRate",
+                                "must be a rate of at most 1000000000 per second (one a "
+                                "nanosecond), got '" +
+                                    bad + "'"))
+            << bad;
+    }
+    const auto cfg =
+        load(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 1000000000\n");
+    EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 1e9);
+}
+
 TEST(ConfigErrors, FractionalFlowRateIsAccepted) {
     const auto cfg = load(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 0.5\n");
     EXPECT_EQ(cfg.rate_limit.fallback.flow_rate, 0.5);
