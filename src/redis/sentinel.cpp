@@ -223,6 +223,7 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
     // the others during a failover would name the old primary every time.
     awaitable<bool> ask_round() {
         const auto epoch = epoch_;
+        refused_in_round_.reset();
         const std::vector<std::string> command{"SENTINEL", "get-master-addr-by-name", opts_.master};
         const auto first = first_;
         for (std::size_t k = 0; k < askers_.size(); ++k) {
@@ -249,6 +250,15 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
                                  where,
                                  opts_.master,
                                  log_excerpt(r.describe(log_excerpt_bytes)));
+                continue;
+            }
+            if (refused_in_round_ == *address) {
+                // A ROLE check refused it while this round was out: this Sentinel names it
+                // still (cut off from the others, or a failover not over), so ask the next, as
+                // the round after the refusal would have, and still within this one.
+                spdlog::debug("sentinel: {} names {}, refused meanwhile; asking the next",
+                              where,
+                              config::format_address(*address));
                 continue;
             }
             first_ = i;
@@ -330,6 +340,12 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
     // Sentinel's answer named it, moves the next round's start past that Sentinel (set, not
     // advanced, so that the reports of one refusal move it once).
     void refused(const config::endpoint_address& address) {
+        if (asking_) {
+            // The round out may hear it named again: it asks on (ask_round). A round in progress
+            // answers for now, so soon() does nothing then, and the round that ends would set
+            // the start back to the Sentinel that answered.
+            refused_in_round_ = address;
+        }
         if (named_by_ && primary() == address) {
             first_ = (*named_by_ + 1) % askers_.size();
         }
@@ -399,6 +415,8 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
     bool started_ = false;
     bool stopped_ = false;
     bool asking_ = false;
+    /// An address a ROLE check refused while the round was out.
+    std::optional<config::endpoint_address> refused_in_round_;
     steady::time_point next_round_{};
     steady::time_point last_round_{};
     std::uint64_t epoch_ = 0;

@@ -19,6 +19,9 @@
 
 #include <arpa/inet.h>
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <netinet/in.h>
@@ -273,6 +276,9 @@ public:
 
     sentinel_watcher& watcher() { return watcher_; }
 
+    /// Runs `f` on the watcher's thread, after everything posted there before it.
+    void post(std::function<void()> f) { net::post(ioc_, std::move(f)); }
+
 private:
     net::io_context ioc_;
     net::executor_work_guard<net::io_context::executor_type> work_{ioc_.get_executor()};
@@ -356,7 +362,8 @@ TEST_F(SentinelWatcher, AnUnknownNameGivesNoPrimary) {
 /**
  * Speaks just enough RESP for the watcher: answers `SENTINEL get-master-addr-by-name` with the
  * address set by `name` (nil when none), `SUBSCRIBE` with its confirmation, anything else
- * `+OK`; `publish_switch` sends a `+switch-master` message to every subscribed connection. One
+ * `+OK`; `publish_switch` sends a `+switch-master` message to every subscribed connection.
+ * `hold` keeps the questions that come, unanswered, until `release` (`held` counts them). One
  * thread per connection, blocking sockets; the destructor shuts them all down.
  */
 class fake_sentinel {
@@ -379,6 +386,7 @@ public:
     }
 
     ~fake_sentinel() {
+        release();
         ::shutdown(listener_, SHUT_RDWR);
         acceptor_.join();
         {
@@ -415,6 +423,26 @@ public:
     bool subscribed() const {
         const std::lock_guard lock(mutex_);
         return !subscribers_.empty();
+    }
+
+    void hold() {
+        const std::lock_guard lock(mutex_);
+        holding_ = true;
+    }
+
+    /// Answers the questions held, with the address named then.
+    void release() {
+        {
+            const std::lock_guard lock(mutex_);
+            holding_ = false;
+        }
+        released_.notify_all();
+    }
+
+    /// Questions held unanswered now.
+    int held() const {
+        const std::lock_guard lock(mutex_);
+        return held_;
     }
 
     void publish_switch(const std::string& master,
@@ -486,8 +514,11 @@ private:
                 return;
             }
             std::string answer = "+OK\r\n";
-            const std::lock_guard lock(mutex_);
+            std::unique_lock lock(mutex_);
             if (args.size() == 3 && args[0] == "SENTINEL") {
+                ++held_;
+                released_.wait(lock, [&] { return !holding_; });
+                --held_;
                 ++asked_;
                 answer = "*-1\r\n";
                 if (primary_) {
@@ -516,6 +547,9 @@ private:
     std::vector<int> subscribers_;
     std::optional<config::endpoint_address> primary_;
     int asked_ = 0;
+    bool holding_ = false;
+    int held_ = 0;
+    std::condition_variable released_;
 };
 
 // A switch heard moves the primary; a Sentinel that then still names the address switched from
@@ -558,20 +592,36 @@ TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
     EXPECT_EQ(h.watcher().switches(), 2u);
 }
 
+/// Two Sentinels midway through a failover: the first, cut off from the others, names the old
+/// primary; the second names the new one.
+struct failover_midway {
+    fake_sentinel cut_off;
+    fake_sentinel current;
+    config::endpoint_address old_primary{"127.0.0.1", 7001};
+    config::endpoint_address new_primary{"127.0.0.1", 7002};
+
+    failover_midway() {
+        cut_off.name(old_primary);
+        current.name(new_primary);
+    }
+
+    /// Both Sentinels, the cut-off one first.
+    sentinel_options options() const {
+        sentinel_options o;
+        o.master = "sluice";
+        o.nodes = {{"127.0.0.1", cut_off.port()}, {"127.0.0.1", current.port()}};
+        return o;
+    }
+};
+
 // A Sentinel cut off from the others during a failover (first in the list) goes on naming the
 // old primary: once the ROLE check refuses that address, the next round starts with the
 // Sentinel after it, and later rounds with the one that answered, so the new primary is
 // followed and kept. A refusal of an address not followed, as one reported late, moves nothing.
 TEST(SentinelWatcherRules, ARefusedPrimaryHasTheNextSentinelAskedFirst) {
-    fake_sentinel cut_off;
-    fake_sentinel current;
-    const config::endpoint_address old_primary{"127.0.0.1", 7001};
-    const config::endpoint_address new_primary{"127.0.0.1", 7002};
-    cut_off.name(old_primary);
-    current.name(new_primary);
-    sentinel_options o;
-    o.master = "sluice";
-    o.nodes = {{"127.0.0.1", cut_off.port()}, {"127.0.0.1", current.port()}};
+    failover_midway f;
+    auto& [cut_off, current, old_primary, new_primary] = f;
+    auto o = f.options();
     o.sentinel.command_timeout = 500ms;
     o.sentinel.connect_timeout = 500ms;
     o.min_interval = 10ms;
@@ -600,6 +650,39 @@ TEST(SentinelWatcherRules, ARefusedPrimaryHasTheNextSentinelAskedFirst) {
     ASSERT_TRUE(eventually([&] { return current.asked() >= asked + 3; }, 5s));
     EXPECT_EQ(cut_off.asked(), cut_off_asked);
     EXPECT_EQ(h.watcher().primary(), new_primary);
+}
+
+// A refusal that comes while a round is out, its question to the Sentinel that named the refused
+// primary: that Sentinel names it again, and the round asks the next, which names the new one.
+// The refusal was lost: the round's answer set the start back to the stale Sentinel and the
+// next round came after recheck_interval, so the stale primary stayed followed until a worker's
+// ROLE check, after its reconnect backoff, refused it once more.
+TEST(SentinelWatcherRules, ARefusalWhileARoundIsOutHasItAskTheNextSentinel) {
+    failover_midway f;
+    auto& [cut_off, current, old_primary, new_primary] = f;
+    auto o = f.options();
+    o.sentinel.command_timeout = 5s; // the held question must not time out
+    o.sentinel.connect_timeout = 500ms;
+    o.min_interval = 10ms;
+    o.recheck_interval = 60s; // no round but those asked for
+    watcher_harness h(o);
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 1; }, 5s));
+    EXPECT_EQ(h.seen().back().first, old_primary);
+
+    cut_off.hold();
+    h.watcher().rediscover();
+    ASSERT_TRUE(eventually([&] { return cut_off.held() == 1; }, 5s)) << "no round out";
+    h.watcher().refused(old_primary);
+    // The refusal is posted to the watcher's thread: the round is still out when it lands, as
+    // the question is held until the refusal has been handled (a rediscover posted after it
+    // runs after it).
+    std::promise<void> handled;
+    h.post([&] { handled.set_value(); });
+    handled.get_future().wait();
+    cut_off.release();
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 2; }, 3s))
+        << "the refused primary is still followed";
+    EXPECT_EQ(h.seen().back().first, new_primary);
 }
 
 // A Sentinel naming no host (here a unix socket path, which the client would connect to and send
