@@ -195,7 +195,7 @@ pool::connect(const config::upstream_settings& settings) {
         auto [lookup_ec, endpoints] = co_await endpoints_of(settings, deadline);
         ec = lookup_ec;
         if (!ec) {
-            ec = co_await connect_in_turn(conn->stream, endpoints, deadline);
+            ec = co_await connect_in_turn(conn->stream, endpoints, deadline, connect_failures_);
         }
     }
     if (ec) {

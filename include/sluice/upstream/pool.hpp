@@ -3,6 +3,7 @@
 
 #include "sluice/config/config.hpp"
 #include "sluice/io/address_cache.hpp"
+#include "sluice/io/connect_in_turn.hpp"
 #include "sluice/io/net.hpp"
 #include "sluice/io/timed_stream.hpp"
 
@@ -206,6 +207,8 @@ private:
     std::deque<connection_ptr> idle_;
     std::shared_ptr<detail::connection_slots> slots_;
     address_cache addresses_;
+    /// The host's addresses that failed a connect lately: tried after the others.
+    recent_failures connect_failures_;
 };
 
 } // namespace sluice::upstream

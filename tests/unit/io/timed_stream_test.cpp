@@ -657,19 +657,30 @@ bool was_connected_to(tcp::acceptor& live) {
 // Several addresses (an upstream named by a DNS name): each gets a share of the deadline, so an
 // address that drops SYNs costs its share and a live one after it is still reached in time. With
 // Asio's range connect the first took the whole deadline, and after the watchdog's cancel the
-// range connect went on to the next address with no deadline left.
-TEST(ConnectInTurn, AnAddressDroppingSynsCostsItsShareAndTheNextIsReached) {
+// range connect went on to the next address with no deadline left. The connects that follow try
+// it after the live one, for fail_timeout: each new connection cost it its share again, as long
+// as it stayed down.
+TEST(ConnectInTurn, AnAddressDroppingSynsCostsItsShareOnceAndTheNextIsReached) {
     net::io_context ioc;
     address_dropping_syns dropping(ioc);
     tcp::acceptor live(ioc, tcp::endpoint(net::ip::address_v4::loopback(), 0));
     const std::vector<tcp::endpoint> endpoints{dropping.listener.local_endpoint(),
                                                live.local_endpoint()};
     timed_stream stream(ioc.get_executor());
+    recent_failures failures;
     const auto start = steady::now();
-    const auto ec = test::run_coro(ioc, connect_in_turn(stream, endpoints, start + 1s));
+    const auto ec = test::run_coro(ioc, connect_in_turn(stream, endpoints, start + 1s, failures));
     EXPECT_FALSE(ec) << ec.message();
     EXPECT_GE(steady::now() - start, 500ms) << "the first address had half of the deadline";
     EXPECT_LT(steady::now() - start, 1s);
+    EXPECT_TRUE(was_connected_to(live));
+
+    timed_stream next(ioc.get_executor());
+    const auto again = steady::now();
+    const auto next_ec =
+        test::run_coro(ioc, connect_in_turn(next, endpoints, again + 1s, failures));
+    EXPECT_FALSE(next_ec) << next_ec.message();
+    EXPECT_LT(steady::now() - again, 400ms) << "the failed address was tried first again";
     EXPECT_TRUE(was_connected_to(live));
 }
 
@@ -681,16 +692,43 @@ TEST(ConnectInTurn, EndsAtTheDeadlineWhenNoAddressAnswers) {
     const std::vector<tcp::endpoint> endpoints{first.listener.local_endpoint(),
                                                second.listener.local_endpoint()};
     timed_stream stream(ioc.get_executor());
+    recent_failures failures;
     const auto start = steady::now();
-    const auto ec = test::run_coro(ioc, connect_in_turn(stream, endpoints, start + 400ms));
+    const auto ec =
+        test::run_coro(ioc, connect_in_turn(stream, endpoints, start + 400ms, failures));
     EXPECT_EQ(ec, beast::error::timeout) << ec.message();
     EXPECT_LT(steady::now() - start, 900ms) << "the kernel's SYN retry comes at 1 s";
+}
+
+// Tried last, never skipped, and first again once its failure is fail_timeout old or it
+// connected; at most max_remembered failures are kept, the oldest forgotten first.
+TEST(RecentFailures, AFailedAddressGoesLastForFailTimeout) {
+    const tcp::endpoint a(net::ip::address_v4::loopback(), 1);
+    const tcp::endpoint b(net::ip::address_v4::loopback(), 2);
+    const tcp::endpoint c(net::ip::address_v4::loopback(), 3);
+    const std::vector<tcp::endpoint> all{a, b, c};
+    recent_failures failures;
+    const auto t0 = steady::now();
+    EXPECT_EQ(failures.order(all, t0), all);
+    failures.failed(a, t0);
+    EXPECT_EQ(failures.order(all, t0 + 9s), (std::vector{b, c, a}));
+    EXPECT_EQ(failures.order(all, t0 + recent_failures::fail_timeout), all);
+    failures.failed(b, t0);
+    failures.failed(a, t0 + 1s);
+    EXPECT_EQ(failures.order(all, t0 + 2s), (std::vector{c, a, b})) << "each group keeps its order";
+    failures.succeeded(b);
+    EXPECT_EQ(failures.order(all, t0 + 2s), (std::vector{b, c, a}));
+    for (unsigned short port = 100; port < 100 + recent_failures::max_remembered; ++port) {
+        failures.failed(tcp::endpoint(net::ip::address_v4::loopback(), port), t0 + 2s);
+    }
+    EXPECT_EQ(failures.order(all, t0 + 3s), all) << "a's failure, the oldest, was forgotten";
 }
 
 TEST(ConnectInTurn, NoAddressIsHostNotFound) {
     net::io_context ioc;
     timed_stream stream(ioc.get_executor());
-    EXPECT_EQ(test::run_coro(ioc, connect_in_turn(stream, {}, steady::now() + 1s)),
+    recent_failures failures;
+    EXPECT_EQ(test::run_coro(ioc, connect_in_turn(stream, {}, steady::now() + 1s, failures)),
               net::error::host_not_found);
 }
 
