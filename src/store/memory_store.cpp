@@ -177,6 +177,7 @@ struct memory_store::impl {
     slot_waiters* waiters = nullptr;
     std::vector<shard> shards;
     log_throttle full_warning{std::chrono::minutes(1)};
+    log_throttle lost_debt_warning{std::chrono::minutes(1)};
 };
 
 memory_store::memory_store(const sluice::clock& clock,
@@ -323,8 +324,19 @@ void memory_store::settle(std::span<const settlement> adjustments) noexcept {
             owner.idle_floor_ms = std::min(owner.idle_floor_ms, p.idle_at_ms);
             owner.entries.touch(*found);
         } else {
-            // A charge on a forgotten key: its debt must be remembered.
-            impl_->insert(owner, key, p, now);
+            // A charge on a forgotten key: its debt must be remembered. When it cannot be (out
+            // of memory; a key no table holds), it is dropped, as an eviction would drop it: a
+            // settlement comes as a request ends, where nothing may fail (an exception here,
+            // noexcept, ended the process).
+            try {
+                impl_->insert(owner, key, p, now);
+            } catch (const std::exception& e) {
+                log_throttled(impl_->lost_debt_warning,
+                              spdlog::level::warn,
+                              "memory store: a settlement's charge on a key it no longer held is "
+                              "dropped: {}",
+                              e.what());
+            }
         }
     }
 }

@@ -45,6 +45,21 @@ TEST(MemoryStore, WorkedExampleFromThePage) {
     EXPECT_EQ(admitted, 20);
 }
 
+// A settlement's charge on a key the store can no longer hold (here one longer than any table
+// holds; out of memory alike) is dropped, as an eviction would drop it: settle is noexcept,
+// and the insert's exception ended the process.
+TEST(MemoryStore, ASettlementThatCannotBeKeptIsDroppedNotFatal) {
+    manual_clock clock;
+    memory_store store(clock);
+    const auto bucket = leaky(10, 1);
+    const settlement charge{std::string(70'000, 'k'), &bucket, 5};
+    store.settle(std::span(&charge, 1));
+    const settlement held{"k", &bucket, 5};
+    store.settle(std::span(&held, 1));
+    EXPECT_EQ(store.acquire_now(one("k", bucket)).decisions[0].remaining, 4)
+        << "a key it could hold keeps its debt";
+}
+
 TEST(MemoryStore, KeysAreIndependent) {
     manual_clock clock;
     memory_store store(clock);
