@@ -29,15 +29,9 @@ split_ms split(double now_ms) noexcept {
 }
 
 // L - now, from L's parts: (whole - now) is exact for whole-ms clocks, and the fraction is
-// added at the magnitude of the difference, not of a unix time. Never above 0: a clock behind L
-// (Redis's, stepped back by NTP or after a failover to a primary whose clock is behind) stands
-// at L, as nginx's limit_req takes a negative elapsed time for none. The slots promised so far
-// stay where they were, and a new one is placed a slot after the last of them, not a slot plus
-// the clock's step: that would hold requests for a step they never needed, and past what the
-// bucket can hold (limits_call::delay_bound, which then failed the whole batch after its
-// charges were written).
-double head_offset(const split_ms& last, double now_ms) noexcept {
-    return std::min((last.whole - now_ms) + last.fraction, 0.0);
+// added at the magnitude of the difference, not of a unix time.
+double offset_from(const split_ms& last, double now_ms) noexcept {
+    return (last.whole - now_ms) + last.fraction;
 }
 
 // Leaks whole slots from `q` up to `now_ms`, keeping the fraction of the slot in progress in
@@ -76,7 +70,7 @@ decision leak_and_admit(leaky_bucket_state& state,
     std::int64_t q = exists ? state.queue_size : 0;
     split_ms last = exists ? state.last_leak : split(now_ms);
     leak(q, last, slot_ms, now_ms);
-    const double head = head_offset(last, now_ms); // L - now, at most 0
+    const double head = offset_from(last, now_ms); // L - now
 
     decision d;
     d.limit = capacity;
@@ -86,9 +80,17 @@ decision leak_and_admit(leaky_bucket_state& state,
     // is one double addition of two exact integers, as the script computes it (q may be a debt
     // near 2^53, where int64 and double sums could round apart).
     const double wait_ms = head + (static_cast<double>(q) + static_cast<double>(c - 1)) * slot_ms;
+    // The hold it gets: that wait, but for a clock behind L (head > 0: Redis's, stepped back by
+    // NTP or after a failover to a primary whose clock is behind), which stands at L for it, as
+    // nginx's limit_req takes a negative elapsed time for none. Its slot then comes a slot after
+    // the last one promised, in real time, never a slot plus the clock's step: such a hold waited
+    // out a step for nothing, past what the bucket holds (limits_call::delay_bound, which then
+    // failed the whole batch after its charges were written). Retries and the reset stay on the
+    // store's clock, where nothing leaks until it passes L.
+    const double hold_ms = wait_ms - std::max(head, 0.0);
     const bool has_room = q <= capacity - c; // q + c <= capacity, without leaving 2^53
     const bool wait_fits =
-        !shaping || !max_delay || wait_ms <= static_cast<double>(max_delay->count()) + ms_epsilon;
+        !shaping || !max_delay || hold_ms <= static_cast<double>(max_delay->count()) + ms_epsilon;
 
     if (c > capacity) {
         // No leak will ever make room for it: refuse without a retry estimate.
@@ -97,7 +99,7 @@ decision leak_and_admit(leaky_bucket_state& state,
     } else if (has_room && wait_fits) {
         q += c;
         d.allowed = true;
-        d.delay = shaping ? ceil_ms(wait_ms) : milliseconds{0};
+        d.delay = shaping ? ceil_ms(hold_ms) : milliseconds{0};
     } else {
         d.allowed = false;
         // Full: c fits once q + c - capacity more slots have leaked, the first at last + T. Too
@@ -132,7 +134,7 @@ milliseconds leak_and_settle(leaky_bucket_state& state,
     q = settle_level(q, clamp_delta(delta));
     state.queue_size = q;
     state.last_leak = last;
-    return ceil_ms(head_offset(last, now_ms) + static_cast<double>(q) * slot_ms);
+    return ceil_ms(offset_from(last, now_ms) + static_cast<double>(q) * slot_ms);
 }
 
 decision leaky_bucket_acquire(leaky_bucket_state& state,

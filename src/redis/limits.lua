@@ -337,15 +337,6 @@ local function leak(q, whole, fraction, slot, now)
   return q, whole, fraction
 end
 
--- L - now, never above 0: a clock behind L stands at L (head_offset in leaky_bucket.cpp says why).
-local function head_offset(whole, fraction, now)
-  local head = (whole - now) + fraction
-  if head > 0 then
-    return 0
-  end
-  return head
-end
-
 local function leak_and_admit(q, whole, fraction, capacity, flow_rate, shaping, max_delay, now,
                               cost)
   local slot = 1000.0 / flow_rate
@@ -354,12 +345,18 @@ local function leak_and_admit(q, whole, fraction, capacity, flow_rate, shaping, 
     q, fraction = 0, now - whole
   end
   q, whole, fraction = leak(q, whole, fraction, slot, now)
-  local head = head_offset(whole, fraction, now) -- L - now, at most 0
+  local head = (whole - now) + fraction -- L - now
 
   -- The request's last slot would stand at position q + cost; the head leaves at L.
   local wait = head + (q + (cost - 1)) * slot
+  -- The hold it gets: that wait, but for a clock behind L, which stands at L for it (hold_ms in
+  -- leaky_bucket.cpp says why). Retries and the reset stay on the store's clock.
+  local hold = wait
+  if head > 0 then
+    hold = wait - head
+  end
   local has_room = q <= capacity - cost
-  local wait_fits = (not shaping) or max_delay < 0 or wait <= max_delay + MS_EPSILON
+  local wait_fits = (not shaping) or max_delay < 0 or hold <= max_delay + MS_EPSILON
 
   local allowed, retry_after, delay = 0, 0, 0
   if cost > capacity then
@@ -368,7 +365,7 @@ local function leak_and_admit(q, whole, fraction, capacity, flow_rate, shaping, 
     q = q + cost
     allowed = 1
     if shaping then
-      delay = ceil_bucket_ms(wait)
+      delay = ceil_bucket_ms(hold)
     end
   else
     -- Full: the cost fits once q + cost - capacity more slots have leaked. Too long a wait: it
@@ -416,7 +413,7 @@ local function leak_and_settle(q, whole, fraction, flow_rate, now, delta)
   end
   q, whole, fraction = leak(q, whole, fraction, slot, now)
   q = settle_level(q, delta)
-  return q, whole, fraction, ceil_bucket_ms(head_offset(whole, fraction, now) + q * slot)
+  return q, whole, fraction, ceil_bucket_ms(((whole - now) + fraction) + q * slot)
 end
 
 -- Both buckets keep {count, time} in their hash state, for the ttl.

@@ -331,11 +331,14 @@ void memory_store::settle(std::span<const settlement> adjustments) noexcept {
             try {
                 impl_->insert(owner, key, p, now);
             } catch (const std::exception& e) {
-                log_throttled(impl_->lost_debt_warning,
-                              spdlog::level::warn,
-                              "memory store: a settlement's charge on a key it no longer held is "
-                              "dropped: {}",
-                              e.what());
+                try { // the line allocates too, and memory may be what ran out
+                    log_throttled(impl_->lost_debt_warning,
+                                  spdlog::level::warn,
+                                  "memory store: a settlement's charge on a key it no longer "
+                                  "held is dropped: {}",
+                                  e.what());
+                } catch (...) {
+                }
             }
         }
     }

@@ -43,10 +43,12 @@ struct leaky_bucket_state {
  * Leak first: one slot drains every T = 1000 / flowRate ms, and `last_leak` advances by whole
  * slots only, so the fractional progress toward the next slot is kept (setting it to `now` would
  * starve a client sending steadily just above flowRate). A clock reading earlier than
- * `last_leak` leaks nothing, never moves it back, and stands at it: L - now below is never above
- * 0 (nginx's limit_req likewise takes a negative elapsed time for none), so a clock's step back
- * neither lengthens a delay nor a Retry-After by the step. Then admit when the request's c slots
- * fit, `queue_size + c <= capacity` (and, when shaping with `max_delay`, when the wait fits it).
+ * `last_leak` leaks nothing and never moves it back; a request it admits is held as if the clock
+ * stood at `last_leak` (L - now taken as 0 in delay_ms below: nginx's limit_req likewise takes a
+ * negative elapsed time for none), so that a clock's step back does not lengthen a hold. Retries
+ * and the reset count on the store's clock, where nothing leaks until it passes `last_leak`. Then
+ * admit when the request's c slots fit, `queue_size + c <= capacity` (and, when shaping with
+ * `max_delay`, when the wait fits it).
  *
  * Cost (see cost.hpp; 1 unless the limit is cost-weighted): a request of cost c is c requests of
  * cost 1 arriving together, and it is forwarded with the last of them. With q the level after

@@ -162,11 +162,12 @@ TEST(LeakyBucket, TimeRunningBackwardsNeverMovesLastLeakBack) {
     ASSERT_TRUE(d.allowed);
     EXPECT_EQ(b.state.last_leak, (split_ms{10'000, 0}));
     EXPECT_EQ(b.state.queue_size, 3);
-    // Nothing leaked, and the clock stands at last_leak: the third request is two slots after
-    // the head, not two slots plus the clock's 6 s step (8 s; nginx's limit_req likewise takes a
-    // negative elapsed time for none).
+    // Nothing leaked, and the hold counts as if the clock stood at last_leak: the third request
+    // is two slots after the head, not two slots plus the clock's 6 s step (8 s; nginx's
+    // limit_req likewise takes a negative elapsed time for none). The reset counts on the
+    // store's clock: the queue is empty when it reaches 10 s + 3 slots.
     EXPECT_EQ(d.delay, milliseconds(2'000));
-    EXPECT_EQ(d.reset_after, milliseconds(3'000));
+    EXPECT_EQ(d.reset_after, milliseconds(9'000));
 }
 
 TEST(LeakyBucket, RetryAfterIsTheTimeUntilTheNextSlotFrees) {
