@@ -35,10 +35,20 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using clock_type = std::chrono::steady_clock;
 
-// An arrival may be this much later than its slot: timer and thread scheduling on a loaded
-// two-core machine. The 1-second window checks are stricter: flowRate + 1 per window holds only
-// while release jitter stays under one slot.
-constexpr auto late_tolerance = 500ms;
+// An arrival may be this much later than its slot; never earlier, which expect_on_slots checks
+// exactly (a release before its slot is the defect these tests exist for). Late: timers and
+// threads of a loaded two-core machine, in CI also under sanitizers (5-20x slower), and host
+// stalls, which delay every release due during them: one of 1 s was recorded in a full run with
+// two sanitizer builds (limits_test.cpp, RateLimit.WorkedExampleShapeModeReleasesFivePerSecond),
+// hence that second plus half a second for the scheduling around it. This bound is the
+// "never far behind" check, and, on the last arrival, (n - 1) x T after the head, the rate over
+// the whole run: a schedule slow by more than 1.5 s over the run fails it. The long runs also
+// check that the median arrival is within one slot (expect_on_time_as_a_rule), which a slow
+// schedule fails long before and a stall cannot. There is no count per 1-second window: after a
+// stall the releases held up by it go together, and the ones behind them at their own slot
+// times, so a window can hold more than flowRate + 1 with no release early (7 against 6, in the
+// run recorded above).
+constexpr auto late_tolerance = 1500ms;
 // A rejected request is answered at once. Every rejection in these tests stands for a wait of
 // at least 1 s (the shortest: max-delay 1 s), so an answer within 1 s was not held for a slot.
 constexpr auto fast_answer = 1000ms;
@@ -242,8 +252,8 @@ TEST_P(ShapingTest, WorkedExampleMeasuredAtUpstream) {
     // The head goes at once; the 30th leaves at 29 x 200 ms = 5.8 s; then the second burst's.
     EXPECT_LT(arrivals.front() - t0, late_tolerance);
     expect_on_slots(arrivals, slot, t0, first_received(r1), late_tolerance);
-    // At most 5 + 1 in any closed 1-second window (5 slot intervals fit in one second).
-    expect_at_most_per_second(upstream_, 6);
+    // 50 arrivals: a release schedule more than ~4% slow fails this (arrivals.hpp).
+    expect_on_time_as_a_rule(arrivals, slot);
     // The first burst owns the first 30 slots.
     const auto by_target = arrivals_by_target(upstream_);
     auto last_first = clock_type::time_point::min();
@@ -261,10 +271,10 @@ TEST_P(ShapingTest, WorkedExampleMeasuredAtUpstream) {
         static_cast<int>(std::chrono::duration_cast<milliseconds>(all_decided - t0).count()));
 }
 
-// Three times flowRate for 10 s, one connection per request: the upstream never sees more than
-// flowRate + 1 in a second, and the long-run rate is flowRate. flowRate 5 rather than 10: a
-// 200 ms slot leaves the 1-second window check room for 200 ms of release jitter (a loaded
-// two-core machine has shown 110 ms), where a 100 ms slot would leave half of that.
+// Three times flowRate for 10 s, one connection per request: the upstream sees every admitted
+// request on its own slot, never before it, so the long-run rate is flowRate. flowRate 5 rather
+// than 10: a 200 ms slot leaves the median check (expect_on_time_as_a_rule, under one slot) room
+// for 200 ms of release jitter (a loaded two-core machine has shown 110 ms).
 TEST_P(ShapingTest, SustainedOverloadDrainsAtFlowRate) {
     constexpr std::int64_t capacity = 5;
     constexpr double flow_rate = 5;
@@ -322,12 +332,13 @@ TEST_P(ShapingTest, SustainedOverloadDrainsAtFlowRate) {
     ASSERT_EQ(static_cast<long long>(arrivals.size()), admitted);
     ASSERT_GE(arrivals.size(), 2u);
 
-    expect_at_most_per_second(upstream_, static_cast<std::size_t>(flow_rate) + 1);
     // The queue never empties (a request every 66 ms against one slot every 200 ms), so the
     // admitted requests leave on consecutive slots from the head's: the long-run rate is
     // flowRate, the last one (admitted - 1) x T after the head. The head was released after the
     // earliest request was sent and before the earliest answer came back.
     expect_on_slots(arrivals, slot, earliest_sent, earliest_answer, late_tolerance);
+    // About 55 arrivals over 11 s: a release schedule more than ~4% slow fails this.
+    expect_on_time_as_a_rule(arrivals, slot);
     // How many: capacity at once, then one per slot leaked. Decisions lie in [first send, last
     // answer]; the bucket is saturated from the first answer to the last send, and every slot
     // leaked then is refilled within 66 ms (less the one in progress at each end).
@@ -818,8 +829,11 @@ TEST(ShapingTwoInstances, ShareOneTimelineOnRedis) {
     ASSERT_TRUE(upstream.wait_quiet(5s));
     const auto arrivals = sorted_arrivals(upstream);
     ASSERT_EQ(static_cast<long long>(arrivals.size()), admitted);
-    expect_at_most_per_second(upstream, static_cast<std::size_t>(flow_rate) + 1);
-    // One timeline: consecutive slots across both instances, from the head's.
+    // One timeline: consecutive slots across both instances, from the head's. Two timelines
+    // (each instance its own bucket) would release two requests per slot, half of them a slot
+    // or more early: the exact lower bound fails them. Not expect_on_time_as_a_rule: with 10
+    // arrivals over 1.8 s, run here also against a ThreadSanitizer sluice, a stall of under a
+    // second would delay half of them; what this test guards is the sharing, not the pace.
     expect_on_slots(arrivals, slot, t0, first_received(results), late_tolerance);
     // Both instances released some of them.
     const auto by_target = arrivals_by_target(upstream);
