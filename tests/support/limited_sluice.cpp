@@ -216,15 +216,6 @@ void traffic::run(std::uint16_t port) {
     }
 }
 
-std::size_t max_in_window(const std::vector<steady_time>& sorted, milliseconds window) {
-    std::size_t worst = 0;
-    for (auto it = sorted.begin(); it != sorted.end(); ++it) {
-        const auto end = std::upper_bound(it, sorted.end(), *it + window);
-        worst = std::max(worst, static_cast<std::size_t>(end - it));
-    }
-    return worst;
-}
-
 std::string statuses_of(const std::vector<exchange>& exchanges) {
     std::string text;
     for (const auto& e : exchanges) {

@@ -157,7 +157,4 @@ private:
 /// Every exchange's status (with its error, if any), for assertion messages.
 std::string statuses_of(const std::vector<exchange>& exchanges);
 
-/// The most arrivals (sorted ascending) that fall in any closed window [t, t + window].
-std::size_t max_in_window(const std::vector<steady_time>& sorted, std::chrono::milliseconds window);
-
 } // namespace sluice::test
