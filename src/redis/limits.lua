@@ -170,13 +170,14 @@ local function format_split(whole, fraction)
   return string.format('%d', whole) .. string.sub(decimals, 2)
 end
 
--- A stored number, or nil when it is none or not finite: Lua 5.1's tonumber also reads "nan",
--- "inf" and hex, which no sluice writes, and a NaN or an infinity would pass every comparison
--- below into the reply (NaN packed as an int64 is undefined in C). Such state is not ours: the
--- key is taken as holding none, as a key of another type is.
-local function finite_number(text)
+-- A stored number, or nil when it is none or beyond what sluice writes (an amount or a debt
+-- within 2^53 either way, a time in unix ms): Lua 5.1's tonumber also reads "nan", "inf", hex
+-- and 1e300, and such a value would pass every comparison below into the reply, where packing it
+-- as an int64 is undefined in C. Such state is not ours: the key is taken as holding none, as a
+-- key of another type is.
+local function stored_number(text)
   local number = tonumber(text)
-  if number == nil or number ~= number or number == 1 / 0 or number == -1 / 0 then
+  if number == nil or number ~= number or number > MAX_AMOUNT or number < -MAX_AMOUNT then
     return nil
   end
   return number
@@ -185,7 +186,7 @@ end
 -- A stored time as its whole ms and fraction: format_split's decimal, or any number an earlier
 -- sluice wrote (a time with a fraction was one double then: split at its point).
 local function parse_split(text)
-  local number = finite_number(text)
+  local number = stored_number(text)
   if number == nil then
     return nil, nil
   end
@@ -226,7 +227,7 @@ local function read_hash(key, field1, field2)
   if stored.err or not stored[1] or not stored[2] then
     return nil
   end
-  local a = finite_number(stored[1])
+  local a = stored_number(stored[1])
   local b, b_fraction = parse_split(stored[2])
   if a == nil or b == nil then
     return nil
@@ -603,11 +604,11 @@ local function sliding_read(key, window, now)
   if head.err == nil and head[1] ~= nil then
     base, clock = string.match(head[1], '^=(%d+):(.+)$')
   end
-  if base == nil or finite_number(clock) == nil then
+  if base == nil or stored_number(base) == nil or stored_number(clock) == nil then
     return s
   end
-  s.fresh, s.floor, s.base = false, head[1], tonumber(base)
-  s.at = max(now, finite_number(clock))
+  s.fresh, s.floor, s.base = false, head[1], stored_number(base)
+  s.at = max(now, stored_number(clock))
   s.edge = s.at - window
   local top = s.base
   if head[3] ~= nil then

@@ -820,19 +820,24 @@ TEST_F(RedisStore, TokenBucketIsAHashOfTokensAndLastRefillTime) {
     EXPECT_LE(pttl.integer, settings_.ttl.count());
 }
 
-// A stored number that is not finite ("nan", "inf": Lua's tonumber reads both, and no sluice
-// writes them) is no state of ours: the key starts afresh, as a key of another type does. A NaN
-// queue refused every request with a remaining of INT64_MIN (NaN packed as an int64), until the
-// key's ttl ran out.
+// A stored number beyond what sluice writes ("nan", "inf", 1e300: Lua's tonumber reads them all)
+// is no state of ours: the key starts afresh, as a key of another type does. A NaN queue refused
+// every request with a remaining of INT64_MIN (NaN packed as an int64), until the key's ttl ran
+// out.
 TEST_F(RedisStore, AStoredNumberThatIsNotFiniteIsNoState) {
     const auto bucket = leaky(5, 1, config::shaping_mode::police);
     command({"HSET", "nan-queue", "queue_size", "nan", "last_leak_time", "1699999999000"});
     command({"HSET", "inf-time", "queue_size", "5", "last_leak_time", "inf"});
     const auto window = windowed(config::algorithm::fixed_window, 5, milliseconds(60'000));
     command({"HSET", "inf-count", "count", "-inf", "window_start", "1699999999000"});
+    command({"HSET", "huge-queue", "queue_size", "1e300", "last_leak_time", "1699999999000"});
+    const auto sliding = windowed(config::algorithm::sliding_window, 5, milliseconds(60'000));
+    command({"ZADD", "inf-clock", "0", "=0:inf"});
     for (const auto& [key, l] : {std::pair{"nan-queue", bucket},
                                  std::pair{"inf-time", bucket},
-                                 std::pair{"inf-count", window}}) {
+                                 std::pair{"inf-count", window},
+                                 std::pair{"huge-queue", bucket},
+                                 std::pair{"inf-clock", sliding}}) {
         const auto d = acquire_one(key, l, t0);
         EXPECT_TRUE(d.allowed) << key;
         EXPECT_EQ(d.remaining, 4) << key << ": a fresh key's first request";
