@@ -29,6 +29,7 @@
 #include <exception>
 #include <optional>
 #include <random>
+#include <string_view>
 #include <utility>
 
 // The client is a small state machine around one hiredis context at a time:
@@ -913,15 +914,19 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     static void on_disconnect(const redisAsyncContext* ac, int status) {
         if (auto* self = static_cast<state*>(ac->data)) {
-            // An error reply that no command awaits (REDIS_ERR_OTHER, with the reply's text):
-            // hiredis's way of reporting a refused SUBSCRIBE, whose callback is not a command's.
-            self->handle_disconnect(status == REDIS_OK,
-                                    status != REDIS_OK && ac->err == REDIS_ERR_OTHER,
-                                    ac->errstr != nullptr ? ac->errstr : "closed");
+            // An error reply that no command awaits (REDIS_ERR_OTHER, with the reply's text) is
+            // how hiredis reports a refused SUBSCRIBE, whose callback is not a command's; but
+            // also Redis's "-ERR max number of clients reached" to a connection with nothing to
+            // set up. Only a NOPERM (an ACL without the channel) is a refusal worth waiting out.
+            const bool refused = status != REDIS_OK && ac->err == REDIS_ERR_OTHER &&
+                                 ac->errstr != nullptr &&
+                                 std::string_view(ac->errstr).starts_with("NOPERM");
+            self->handle_disconnect(
+                status == REDIS_OK, refused, ac->errstr != nullptr ? ac->errstr : "closed");
         }
     }
 
-    void handle_disconnect(bool clean, bool error_reply, const std::string& why) {
+    void handle_disconnect(bool clean, bool refused, const std::string& why) {
         ac_ = nullptr;
         if (phase_ == phase::setting_up) {
             // Redis closed it before the set-up was done (protected mode, maxclients, a
@@ -944,7 +949,7 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (phase_ != phase::connected) {
             return;
         }
-        if (!channel_.empty() && !subscribed_ && error_reply) {
+        if (!channel_.empty() && !subscribed_ && refused) {
             // Redis refused the SUBSCRIBE (an ACL without the channel: NOPERM), and hiredis
             // drops a subscribed connection on an error reply. Retrying at the usual pace would
             // open a connection every half second for nothing: retry rarely, and say why. (A

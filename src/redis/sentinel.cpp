@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <charconv>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <utility>
 
 // The watcher is one coroutine on the control thread, `run`, looping: wait until the next round
 // is due, ask the Sentinels in order (from the last to answer), act on the answer, set the next
@@ -226,6 +228,20 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
         refused_in_round_.reset();
         const std::vector<std::string> command{"SENTINEL", "get-master-addr-by-name", opts_.master};
         const auto first = first_;
+        // The first answer passed over for naming the node refused meanwhile: taken after all
+        // when no Sentinel names another (a failover's new primary refused by ROLE before its
+        // promotion was done: every Sentinel names it).
+        std::optional<std::pair<std::size_t, config::endpoint_address>> passed_over;
+        const auto take = [&](std::size_t i, const config::endpoint_address& address) {
+            first_ = i;
+            if (epoch == epoch_) {
+                follow(address, config::format_address(opts_.nodes[i]), false);
+                if (primary() == address) {
+                    named_by_ = i;
+                }
+            }
+            listen_on(i);
+        };
         for (std::size_t k = 0; k < askers_.size(); ++k) {
             const auto i = (first + k) % askers_.size();
             auto [ec, r] = co_await askers_[i]->async_command(command);
@@ -259,16 +275,16 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
                 spdlog::debug("sentinel: {} names {}, refused meanwhile; asking the next",
                               where,
                               config::format_address(*address));
+                if (!passed_over) {
+                    passed_over.emplace(i, *address);
+                }
                 continue;
             }
-            first_ = i;
-            if (epoch == epoch_) {
-                follow(*address, where, false);
-                if (primary() == address) {
-                    named_by_ = i;
-                }
-            }
-            listen_on(i);
+            take(i, *address);
+            co_return true;
+        }
+        if (passed_over) {
+            take(passed_over->first, passed_over->second);
             co_return true;
         }
         log_throttled(sentinel_log(),

@@ -625,6 +625,29 @@ struct failover_midway {
         o.nodes = {{"127.0.0.1", cut_off.port()}, {"127.0.0.1", current.port()}};
         return o;
     }
+
+    /// `options`, with no round but those asked for, and time for a question held.
+    sentinel_options held_round_options() const {
+        auto o = options();
+        o.sentinel.command_timeout = 5s; // a held question must not time out
+        o.sentinel.connect_timeout = 500ms;
+        o.min_interval = 10ms;
+        o.recheck_interval = 60s;
+        return o;
+    }
+
+    /// Starts a round whose question to `cut_off` is held, and reports a ROLE refusal of
+    /// `old_primary` meanwhile; returns once the refusal has landed on the watcher's thread (it
+    /// is posted there: something posted after it runs after it), the question still held.
+    void refuse_while_a_round_is_out(watcher_harness& h) {
+        cut_off.hold();
+        h.watcher().rediscover();
+        ASSERT_TRUE(eventually([&] { return cut_off.held() == 1; }, 5s)) << "no round out";
+        h.watcher().refused(old_primary);
+        std::promise<void> handled;
+        h.post([&] { handled.set_value(); });
+        handled.get_future().wait();
+    }
 };
 
 // A Sentinel cut off from the others during a failover (first in the list) goes on naming the
@@ -673,29 +696,43 @@ TEST(SentinelWatcherRules, ARefusedPrimaryHasTheNextSentinelAskedFirst) {
 TEST(SentinelWatcherRules, ARefusalWhileARoundIsOutHasItAskTheNextSentinel) {
     failover_midway f;
     auto& [cut_off, current, old_primary, new_primary] = f;
-    auto o = f.options();
-    o.sentinel.command_timeout = 5s; // the held question must not time out
-    o.sentinel.connect_timeout = 500ms;
-    o.min_interval = 10ms;
-    o.recheck_interval = 60s; // no round but those asked for
-    watcher_harness h(o);
+    watcher_harness h(f.held_round_options());
     ASSERT_TRUE(eventually([&] { return h.seen().size() == 1; }, 5s));
     EXPECT_EQ(h.seen().back().first, old_primary);
 
-    cut_off.hold();
-    h.watcher().rediscover();
-    ASSERT_TRUE(eventually([&] { return cut_off.held() == 1; }, 5s)) << "no round out";
-    h.watcher().refused(old_primary);
-    // The refusal is posted to the watcher's thread: the round is still out when it lands, as
-    // the question is held until the refusal has been handled (a rediscover posted after it
-    // runs after it).
-    std::promise<void> handled;
-    h.post([&] { handled.set_value(); });
-    handled.get_future().wait();
+    f.refuse_while_a_round_is_out(h);
     cut_off.release();
     ASSERT_TRUE(eventually([&] { return h.seen().size() == 2; }, 3s))
         << "the refused primary is still followed";
     EXPECT_EQ(h.seen().back().first, new_primary);
+}
+
+// A refusal while a round is out, of the node every Sentinel names (a new primary that ROLE
+// refused before its promotion was done): the round takes the answer it passed over rather than
+// end as if no Sentinel knew the primary, with a warning saying so and the backoff after it.
+TEST(SentinelWatcherRules, ARoundWhoseEveryAnswerNamesTheRefusedNodeTakesIt) {
+    test::captured_log log; // declared first: it outlives the watcher's thread
+    failover_midway f;
+    f.current.name(f.old_primary);
+    watcher_harness h(f.held_round_options());
+    ASSERT_TRUE(eventually([&] { return h.seen().size() == 1; }, 5s));
+
+    f.refuse_while_a_round_is_out(h);
+    const auto asked = [&] {
+        return f.cut_off.asked() + f.current.asked();
+    };
+    const auto before = asked();
+    f.cut_off.release();
+    // The held round asks both; a later one, which begins once it has ended (whichever way it
+    // ended), asks one more.
+    ASSERT_TRUE(eventually(
+        [&] {
+            h.watcher().rediscover();
+            return asked() >= before + 3;
+        },
+        5s));
+    EXPECT_TRUE(log.lines_with("no Sentinel named the primary").empty()) << log.text();
+    EXPECT_EQ(h.watcher().primary(), f.old_primary);
 }
 
 // A Sentinel naming no host (here a unix socket path, which the client would connect to and send
