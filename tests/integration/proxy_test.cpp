@@ -609,14 +609,21 @@ TEST(Proxy, SlowUpstreamGives504AfterTheTimeout) {
     EXPECT_LT(elapsed, 2500ms) << "the 3 s upstream delay must not be waited out";
 }
 
-// An upstream that stops taking a request (its socket buffers full) is given upstream.timeout
-// for it once: the 504 of that timeout, on the connection the request began on. A timeout is
-// no sign of a stale pooled connection (a stale one fails at once, with a reset), and taking it
-// for one sent the request again on a new connection, which doubled the wait before a 502.
-TEST(Proxy, AnUpstreamThatStopsReadingARequestGets504AfterOneTimeout) {
-    // Answers the first request of its connection, then reads nothing more until the test ends.
-    std::promise<void> test_over;
-    one_connection_server upstream([over = test_over.get_future().share()](int fd) {
+/// An upstream that answers the first request of its one connection, then reads nothing more
+/// (its socket buffers fill) until it is destroyed.
+class upstream_that_stops_reading {
+public:
+    ~upstream_that_stops_reading() { over_.set_value(); } // server_'s thread then ends
+
+    std::string url() const { return server_.url(); }
+
+    /// Connections made to it after the first, never accepted.
+    unsigned pending_connections() const { return server_.pending_connections(); }
+
+private:
+    std::promise<void> over_;
+    /// After over_, whose future it holds.
+    one_connection_server server_{[over = over_.get_future().share()](int fd) {
         fd_stream stream(fd);
         stream.timeout(10s);
         std::string head;
@@ -628,16 +635,30 @@ TEST(Proxy, AnUpstreamThatStopsReadingARequestGets504AfterOneTimeout) {
         }
         stream.write_all("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", ec);
         over.wait_for(10s);
-    });
-    // Before the upstream is destroyed: its thread ends once this is set.
-    const std::shared_ptr<void> end_of_test(nullptr, [&](void*) { test_over.set_value(); });
+    }};
+};
+
+/// A config forwarding to `upstream` with upstream.timeout 1 s and request bodies up to
+/// `read_whole` read whole before they go (0: streamed from their first block).
+sluice_config stopping_upstream_config(const upstream_that_stops_reading& upstream,
+                                       std::uint64_t read_whole) {
     sluice_config config;
     config.upstream_url = upstream.url();
     config.upstream_timeout = "1s";
+    config.request_buffer_size = read_whole;
+    return config;
+}
+
+// An upstream that stops taking a request (its socket buffers full) is given upstream.timeout
+// for it once: the 504 of that timeout, on the connection the request began on. A timeout is
+// no sign of a stale pooled connection (a stale one fails at once, with a reset), and taking it
+// for one sent the request again on a new connection, which doubled the wait before a 502.
+TEST(Proxy, AnUpstreamThatStopsReadingARequestGets504AfterOneTimeout) {
+    upstream_that_stops_reading upstream;
     // Read whole first, then written upstream with the header in one write: far more than the
     // loopback socket buffers of a connection whose reader stopped can take.
     constexpr std::uint64_t body_size = 32 * mib;
-    config.request_buffer_size = body_size;
+    auto config = stopping_upstream_config(upstream, body_size);
     config.max_body_size = body_size;
     sluice_process sluice(config);
 
@@ -655,6 +676,35 @@ TEST(Proxy, AnUpstreamThatStopsReadingARequestGets504AfterOneTimeout) {
     EXPECT_EQ(response.status, 504u) << response.body;
     EXPECT_GE(waited, 900ms) << "the write's timeout, less the time of the body's last read";
     EXPECT_EQ(upstream.pending_connections(), 0u) << "no second connection for a retry";
+}
+
+// The same upstream part-way through a body that streams (request-buffer-size 0): the write
+// that it takes nothing of for upstream.timeout ends the request with a 504 too (it was a 502),
+// and the client, whose body is partly unread, gets Connection: close.
+TEST(Proxy, AnUpstreamThatStopsReadingABodyPartWayGets504) {
+    upstream_that_stops_reading upstream;
+    sluice_process sluice(stopping_upstream_config(upstream, 0));
+
+    http_connection client(sluice.port(), 10s);
+    client.send("GET", "/first");
+    ASSERT_EQ(client.read_response().status, 200u) << "the connection to be reused";
+    constexpr std::uint64_t body_size = 64 * mib;
+    client.send_raw(
+        format_request("POST", "/upload", {{"Content-Length", std::to_string(body_size)}}));
+    // Sent from a thread of its own: it blocks once sluice stops reading, and ends with an error
+    // once sluice has answered and closed.
+    std::thread sender([&client] {
+        try {
+            client.send_pattern_body(7, body_size, false);
+        } catch (const std::exception&) {
+        }
+    });
+    error_code ec;
+    const auto response = client.try_read_response(ec);
+    sender.join();
+    ASSERT_TRUE(response) << ec.message();
+    EXPECT_EQ(response->status, 504u) << response->body;
+    EXPECT_EQ(response->header("Connection"), "close") << "the body is partly unread";
 }
 
 } // namespace
