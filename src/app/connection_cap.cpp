@@ -6,6 +6,17 @@
 
 namespace sluice::app {
 
+std::uint64_t descriptors_set_aside(const config::config& cfg, std::size_t workers) noexcept {
+    std::uint64_t redis = 0;
+    if (cfg.rate_limit.store == config::store_kind::redis) {
+        redis = cfg.rate_limit.redis.topology == config::redis_topology::cluster
+                    ? cluster_connections_per_worker
+                    : 1;
+    }
+    return static_cast<std::uint64_t>(workers) * (cfg.upstream.max_connections + redis) +
+           reserved_descriptors;
+}
+
 std::uint64_t connection_cap(const config::config& cfg,
                              std::size_t workers,
                              std::uint64_t& descriptor_limit,
@@ -29,8 +40,7 @@ std::uint64_t connection_cap(const config::config& cfg,
     if (cfg.server.max_connections > 0) {
         return cfg.server.max_connections;
     }
-    const auto reserve =
-        static_cast<std::uint64_t>(workers) * cfg.upstream.max_connections + reserved_descriptors;
+    const auto reserve = descriptors_set_aside(cfg, workers);
     return descriptor_limit > reserve + min_connection_cap ? descriptor_limit - reserve
                                                            : min_connection_cap;
 }

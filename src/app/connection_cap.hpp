@@ -11,17 +11,30 @@
 
 namespace sluice::app {
 
-/// Descriptors kept for everything but client connections, beyond the upstream's: Redis and
-/// Sentinel connections, the admin listener's 64, the listening sockets, logs, DNS lookups.
+/// Descriptors kept for everything but client connections, beyond the upstream's and the
+/// workers' Redis connections: the freed-slot subscriber and the Sentinels, the admin listener's
+/// 64, the listening sockets, logs, DNS lookups.
 inline constexpr std::uint64_t reserved_descriptors = 256;
+
+/// Redis connections one worker may hold with `cluster`: one to each primary it sends to, and up
+/// to 16 to nodes outside the map (cluster_client's max_other_nodes). The primaries are not
+/// known before the map is read: 48 are reckoned, more than most clusters have.
+inline constexpr std::uint64_t cluster_connections_per_worker = 64;
+
+/**
+ * The descriptors set aside for all but client connections: for each worker its
+ * `upstream.max-connections` and its Redis connections (1, or cluster_connections_per_worker;
+ * none on the memory store), and `reserved_descriptors` for the process.
+ */
+std::uint64_t descriptors_set_aside(const config::config& cfg, std::size_t workers) noexcept;
 
 /// The fewest client connections a derived cap allows, however low the descriptor limit.
 inline constexpr std::uint64_t min_connection_cap = 16;
 
 /**
  * The client connections sluice holds at once: `server.max-connections` when set; otherwise
- * what the descriptor limit leaves once `workers` x `upstream.max-connections` and
- * `reserved_descriptors` are set aside (at least `min_connection_cap`), so that a flood of
+ * what the descriptor limit leaves once `descriptors_set_aside` are (at least
+ * `min_connection_cap`), so that a flood of
  * client connections never takes the descriptors an upstream connection, a Redis reconnect or a
  * health probe needs. Raises the soft descriptor limit to the hard one first (as nginx's
  * worker_rlimit_nofile, and Go's runtime, do): a service manager's soft 1024 would otherwise cap
