@@ -101,10 +101,20 @@ void histogram::render(std::string& out, const std::string& name, const std::str
     render_histogram(out, name, labels, bounds, buckets_, static_cast<double>(load(sum_us_)) / 1e6);
 }
 
-void add_amount(counter& c, std::uint64_t n) noexcept {
-    auto now = c.load(std::memory_order_relaxed);
-    while (!c.compare_exchange_weak(now, saturating_add(now, n), std::memory_order_relaxed)) {
+namespace {
+
+// `a += n`, stopping at T's bounds rather than wrapping.
+template <typename T>
+void add_saturating(std::atomic<T>& a, T n) noexcept {
+    auto now = a.load(std::memory_order_relaxed);
+    while (!a.compare_exchange_weak(now, saturating_add(now, n), std::memory_order_relaxed)) {
     }
+}
+
+} // namespace
+
+void add_amount(counter& c, std::uint64_t n) noexcept {
+    add_saturating(c, n);
 }
 
 void amount_histogram::observe(std::int64_t amount) noexcept {
@@ -114,10 +124,7 @@ void amount_histogram::observe(std::int64_t amount) noexcept {
     }
     bump(buckets_[i]);
     // Saturating, as add_amount: settlements of 2^53 each would wrap it after 1,024.
-    auto sum = sum_.load(std::memory_order_relaxed);
-    while (
-        !sum_.compare_exchange_weak(sum, saturating_add(sum, amount), std::memory_order_relaxed)) {
-    }
+    add_saturating(sum_, amount);
 }
 
 void amount_histogram::render(std::string& out,

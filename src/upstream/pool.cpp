@@ -4,7 +4,6 @@
 #include "sluice/core/errc.hpp"
 #include "sluice/core/log_throttle.hpp"
 #include "sluice/io/coarse_clock.hpp"
-#include "sluice/io/connect_in_turn.hpp"
 
 #include <boost/asio/ip/address.hpp>
 

@@ -72,6 +72,16 @@ protected:
         return o;
     }
 
+    /// A client subscribed to "slots" (its messages dropped), reconnecting within 10 to 20 ms.
+    std::unique_ptr<client> make_subscriber(client_options o) {
+        o.reconnect_min = 10ms;
+        o.reconnect_max = 20ms;
+        auto c = std::make_unique<client>(executor{ioc_.get_executor()}, std::move(o));
+        c->subscribe("slots", [](const std::string&) {});
+        c->start();
+        return c;
+    }
+
     std::unique_ptr<client> make_client(client_options o) {
         auto c = std::make_unique<client>(executor{ioc_.get_executor()}, std::move(o));
         c->start();
@@ -898,12 +908,7 @@ TEST_F(RedisClient, ASubscriptionLostBeforeItsConfirmationIsRetriedAtOnce) {
         pollfd gone{client, POLLRDHUP, 0};
         (void)::poll(&gone, 1, 10'000);
     });
-    auto o = options_for(server.port());
-    o.reconnect_min = 10ms;
-    o.reconnect_max = 20ms;
-    auto subscriber = std::make_unique<client>(executor{ioc_.get_executor()}, o);
-    subscriber->subscribe("slots", [](const std::string&) {});
-    subscriber->start();
+    auto subscriber = make_subscriber(options_for(server.port()));
     // Within 30 times the longest backoff; a refusal's wait is 30 s.
     EXPECT_TRUE(test::run_until(
         ioc_, [&] { return subscriber->subscription_count() == 1; }, 3s))
@@ -924,11 +929,7 @@ TEST_F(RedisClient, ARefusedSubscriptionSaysWhyAndIsRetriedRarely) {
     auto o = options();
     o.username = "deaf";
     o.password = "secret";
-    o.reconnect_min = 10ms;
-    o.reconnect_max = 20ms;
-    auto subscriber = std::make_unique<client>(executor{ioc_.get_executor()}, o);
-    subscriber->subscribe("slots", [](const std::string&) {});
-    subscriber->start();
+    auto subscriber = make_subscriber(o);
     ASSERT_TRUE(test::run_until(
         ioc_, [&] { return !log.lines_with("cannot subscribe to slots").empty(); }, 5s))
         << log.text();
