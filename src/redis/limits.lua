@@ -595,34 +595,48 @@ end
 -- The key's log brought to `now`, read without writing: {fresh, floor (the member to replace),
 -- base, top (the newest total, base when none weighs), newest_at, at, edge (at - window), trim
 -- (entries left the window), clear (the log weighs nothing: its totals start from 0 again)}.
--- No floor (absent, another algorithm's sorted set, another type) is no state.
+-- No floor (absent, another algorithm's sorted set, another type) is no state, and so is an entry
+-- read here that is not a number sluice writes (stored_number): a log it rewrites afresh.
+local function fresh_log(window, now)
+  return { fresh = true, base = 0, top = 0, at = now, edge = now - window, trim = false,
+           clear = false }
+end
+
 local function sliding_read(key, window, now)
-  local s = { fresh = true, base = 0, top = 0, at = now, edge = now - window, trim = false,
-              clear = false }
   local head = redis.pcall('ZRANGE', key, 0, 1, 'WITHSCORES')
   local base, clock
   if head.err == nil and head[1] ~= nil then
     base, clock = string.match(head[1], '^=(%d+):(.+)$')
   end
   if base == nil or stored_number(base) == nil or stored_number(clock) == nil then
-    return s
+    return fresh_log(window, now)
   end
-  s.fresh, s.floor, s.base = false, head[1], stored_number(base)
-  s.at = max(now, stored_number(clock))
+  local s = { fresh = false, floor = head[1], base = stored_number(base),
+              at = max(now, stored_number(clock)), trim = false, clear = false }
   s.edge = s.at - window
   local top = s.base
   if head[3] ~= nil then
-    if tonumber(head[4]) <= s.edge then
+    local oldest_at = stored_number(head[4])
+    if oldest_at == nil then
+      return fresh_log(window, now)
+    end
+    if oldest_at <= s.edge then
       -- What has left the window no longer counts: base rises to the newest such total.
       local left = redis.call('ZREVRANGEBYSCORE', key, format_number(s.edge), '(-inf', 'LIMIT', 0, 1)
-      local total = tonumber(left[1])
+      local total = stored_number(left[1])
+      if total == nil then
+        return fresh_log(window, now)
+      end
       if total > s.base then
         s.base = total
       end
       s.trim = true
     end
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    top, s.newest_at = tonumber(newest[1]), tonumber(newest[2])
+    top, s.newest_at = stored_number(newest[1]), stored_number(newest[2])
+    if top == nil or s.newest_at == nil then
+      return fresh_log(window, now)
+    end
   end
   if top <= s.base then
     s.clear, s.base, top = true, 0, 0
@@ -633,12 +647,15 @@ end
 
 -- The time of the first entry whose total reaches `target` (it exists: the newest's is top).
 -- Totals grow with rank (rank 0 is the floor); entries that left the window but are not yet
--- removed total at most base, below any target.
+-- removed total at most base, below any target. An entry between the two that sliding_read
+-- checked and that is not a number of ours counts as reaching it: the sooner retry is the one a
+-- client could be refused at again, never one that admits early. Its time is a score, ordered
+-- between the two checked.
 local function first_reaching(key, target)
   local lo, hi = 1, redis.call('ZCARD', key) - 1
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    if tonumber(redis.call('ZRANGE', key, mid, mid)[1]) >= target then
+    if (stored_number(redis.call('ZRANGE', key, mid, mid)[1]) or MAX_AMOUNT) >= target then
       hi = mid
     else
       lo = mid + 1
@@ -677,9 +694,9 @@ local function sliding_write(key, window, s, amount, reset)
     if s.top > MAX_AMOUNT - amount then
       local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
       for i = 1, #entries, 2 do
-        local total = tonumber(entries[i])
+        local total = stored_number(entries[i])
         redis.call('ZREM', key, entries[i])
-        if total > s.base then
+        if total ~= nil and total > s.base then
           redis.call('ZADD', key, entries[i + 1], total_member(total - s.base))
         end
       end
@@ -748,18 +765,27 @@ function sliding_window.give_back(key, p, _, now, amount, total, at)
   -- given back is at most that, so that the lowered totals stay above the earlier ones.
   local weight = total
   if rank > 1 then
-    weight = total - tonumber(redis.call('ZRANGE', key, rank - 1, rank - 1)[1])
+    local before = stored_number(redis.call('ZRANGE', key, rank - 1, rank - 1)[1])
+    if before == nil then
+      return -- not a log of ours
+    end
+    weight = total - before
   end
   if amount < weight then
     weight = amount
   end
   local later = redis.call('ZRANGE', key, rank + 1, -1, 'WITHSCORES')
+  for i = 1, #later, 2 do
+    if stored_number(later[i]) == nil then
+      return -- not a log of ours
+    end
+  end
   redis.call('ZREM', key, member)
   for i = 1, #later, 2 do
     redis.call('ZREM', key, later[i])
   end
   for i = 1, #later, 2 do
-    redis.call('ZADD', key, later[i + 1], total_member(tonumber(later[i]) - weight))
+    redis.call('ZADD', key, later[i + 1], total_member(stored_number(later[i]) - weight))
   end
 end
 

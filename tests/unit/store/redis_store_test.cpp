@@ -632,6 +632,27 @@ TEST_F(RedisStore, ADelayBeyondTheLimitsOwnBoundIsABadReply) {
     EXPECT_EQ(decide_with(1).ec, errc::bad_reply);
 }
 
+// A delay out of bound says the state of that request's key is not what sluice writes; the
+// batch's other requests were decided on their own keys and stand.
+TEST_F(RedisStore, ADelayBeyondItsBoundFailsItsRequestAloneNotTheBatch) {
+    const auto l = leaky(10, 1);
+    EXPECT_TRUE(acquire_one("delay", l, t0).allowed); // the store's own library, loaded
+    // Two requests in one call: the first's delay breaks the bound (10 slots of 1 s), the
+    // second's does not.
+    stand_in_for_limits("return \"" + lua_packed_reply(11'002) + lua_packed_reply(9'000) + "\"");
+    store_->set_time_override_for_test(t0);
+    std::vector<awaitable<outcome>> tasks;
+    tasks.push_back(store_->acquire(one("corrupt", l)));
+    tasks.push_back(store_->acquire(one("sound", l)));
+    const auto results = test::run_together(ioc_, std::move(tasks));
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[0].ec, errc::bad_reply);
+    EXPECT_TRUE(results[0].decisions.empty());
+    ASSERT_FALSE(results[1].ec) << results[1].ec.message();
+    ASSERT_EQ(results[1].decisions.size(), 1u);
+    EXPECT_EQ(results[1].decisions[0].delay, 9'000ms);
+}
+
 // A batch whose reply is refused (malformed, an error, a delay out of bound) may hold
 // CONCURRENCY slots in Redis all the same: the script ran. They are released as their requests'
 // would be, not left to count against their key for a whole lease with no request behind them.
@@ -820,10 +841,10 @@ TEST_F(RedisStore, TokenBucketIsAHashOfTokensAndLastRefillTime) {
     EXPECT_LE(pttl.integer, settings_.ttl.count());
 }
 
-// A stored number beyond what sluice writes ("nan", "inf", 1e300: Lua's tonumber reads them all)
-// is no state of ours: the key starts afresh, as a key of another type does. A NaN queue refused
-// every request with a remaining of INT64_MIN (NaN packed as an int64), until the key's ttl ran
-// out.
+// A stored number beyond what sluice writes ("nan", "inf", 1e300: Lua's tonumber reads them all),
+// or a sliding window's entry that is no number, is no state of ours: the key starts afresh, as a
+// key of another type does. A NaN queue refused every request with a remaining of INT64_MIN (NaN
+// packed as an int64), until the key's ttl ran out.
 TEST_F(RedisStore, AStoredNumberThatIsNotFiniteIsNoState) {
     const auto bucket = leaky(5, 1, config::shaping_mode::police);
     command({"HSET", "nan-queue", "queue_size", "nan", "last_leak_time", "1699999999000"});
@@ -833,11 +854,17 @@ TEST_F(RedisStore, AStoredNumberThatIsNotFiniteIsNoState) {
     command({"HSET", "huge-queue", "queue_size", "1e300", "last_leak_time", "1699999999000"});
     const auto sliding = windowed(config::algorithm::sliding_window, 5, milliseconds(60'000));
     command({"ZADD", "inf-clock", "0", "=0:inf"});
+    // A log with a sound floor whose entries are not ours: a member that is no number, an entry
+    // timed at infinity. Lua compared nil and failed the whole batch.
+    command({"ZADD", "bad-entry", "-inf", "=0:1699999999000", "1699999999500", "abc"});
+    command({"ZADD", "inf-entry", "-inf", "=0:1699999999000", "inf", "0000000000000002"});
     for (const auto& [key, l] : {std::pair{"nan-queue", bucket},
                                  std::pair{"inf-time", bucket},
                                  std::pair{"inf-count", window},
                                  std::pair{"huge-queue", bucket},
-                                 std::pair{"inf-clock", sliding}}) {
+                                 std::pair{"inf-clock", sliding},
+                                 std::pair{"bad-entry", sliding},
+                                 std::pair{"inf-entry", sliding}}) {
         const auto d = acquire_one(key, l, t0);
         EXPECT_TRUE(d.allowed) << key;
         EXPECT_EQ(d.remaining, 4) << key << ": a fresh key's first request";
