@@ -145,6 +145,20 @@ milliseconds delay_bound(const config::limit& l) noexcept {
     return bucket_ceil_ms(bound_ms + 1.0); // saturates
 }
 
+bool delays_within_bounds(std::string_view packed,
+                          std::size_t field,
+                          const checks& request_checks,
+                          std::size_t stride) noexcept {
+    for (const auto& c : request_checks) {
+        const auto delay = field_at(packed, field + 4);
+        if (delay < 0 || delay > delay_bound(*c.limit).count()) {
+            return false;
+        }
+        field += stride;
+    }
+    return true;
+}
+
 void decisions_at(std::string_view packed,
                   std::size_t field,
                   const checks& request_checks,

@@ -292,29 +292,18 @@ inline std::chrono::milliseconds duration_at(std::string_view packed, std::size_
 std::chrono::milliseconds delay_bound(const config::limit& l) noexcept;
 
 /**
- * Whether every delay in the reply is within [0, delay_bound] of its limit. Redis's reply is
- * input like any other: a delay beyond it would overflow the hold's end (now + delay) or hold a
- * request for years. One that breaks the bound says the script, or the state it read, is not
- * what this store wrote (a clock set back past a stored time could do it too), so it is
- * treated as the malformed reply it is, bad_reply and the failure mode, rather than clamped
- * into a decision taken from a state we have reason to doubt. `Requests` as for
- * write_decide_call.
+ * Whether every delay in one request's reply (its fields from `field` on, `stride` per key) is
+ * within [0, delay_bound] of its limit. Redis's reply is input like any other: a delay beyond it
+ * would overflow the hold's end (now + delay) or hold a request for years. One that breaks the
+ * bound says the script, or the state it read, is not what this store wrote, so that request is
+ * treated as the malformed reply it is, bad_reply and the failure mode, rather than clamped into
+ * a decision taken from a state we have reason to doubt. The batch's other requests, decided on
+ * their own state, stand.
  */
-template <typename Requests>
-bool delays_within_bounds(std::string_view packed, const Requests& requests) noexcept {
-    std::size_t field = 0;
-    for (const auto& r : requests) {
-        const std::size_t stride = r.give_backs ? reply_fields + token_fields : reply_fields;
-        for (const auto& c : *r.request_checks) {
-            const auto delay = field_at(packed, field + 4);
-            if (delay < 0 || delay > delay_bound(*c.limit).count()) {
-                return false;
-            }
-            field += stride;
-        }
-    }
-    return true;
-}
+bool delays_within_bounds(std::string_view packed,
+                          std::size_t field,
+                          const checks& request_checks,
+                          std::size_t stride) noexcept;
 
 /// Writes into `out` the decisions of one request, from the reply's fields starting at `field`,
 /// `stride` per key.

@@ -542,7 +542,7 @@ void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
 }
 
 void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
-    if (!ec && (!well_formed(r, b.reply_size) || !delays_within_bounds(r.str, b.waiters))) {
+    if (!ec && !well_formed(r, b.reply_size)) {
         ec = errc::bad_reply;
     }
     if (ec) {
@@ -589,12 +589,18 @@ void redis_store::answer(batch& b, error_code ec, const redis::reply& r) {
         const auto& request_checks = *w.request_checks;
         auto& out = *w.out;
         const std::size_t stride = w.give_backs ? reply_fields + token_fields : reply_fields;
+        ++request_number;
+        if (!delays_within_bounds(r.str, field, request_checks, stride)) {
+            field += request_checks.size() * stride;
+            refuse_delay(b, w, request_number);
+            continue;
+        }
         decisions_at(r.str, field, request_checks, stride, out);
         if (w.give_backs) {
             *w.give_backs = give_backs_at(r.str, field, request_checks, out, stride);
         }
         field += request_checks.size() * stride;
-        take_slots(request_checks, out, b.lease_prefix, ++request_number);
+        take_slots(request_checks, out, b.lease_prefix, request_number);
         std::move(w.handler)();
     }
 }
@@ -606,21 +612,48 @@ void redis_store::release_slots_of_failed(const batch& b) {
     if (b.lease_prefix.empty()) {
         return;
     }
-    const auto now = std::chrono::steady_clock::now();
     std::size_t request_number = 0;
     for (const auto& w : b.waiters) {
-        ++request_number;
-        for (const auto& c : *w.request_checks) {
-            if (c.limit->algo == config::algorithm::concurrency) {
-                // Named as take_slots would have named it.
-                releasing_.push_back(
-                    {c.key, b.lease_prefix + std::to_string(request_number), now + c.limit->lease});
-            }
-        }
+        queue_release_of_slots(*w.request_checks, b.lease_prefix, ++request_number);
     }
     if (!releasing_.empty()) {
         post_flush(release_posted_, &redis_store::flush_releases);
     }
+}
+
+void redis_store::queue_release_of_slots(const checks& request_checks,
+                                         std::string_view lease_prefix,
+                                         std::size_t request_number) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& c : request_checks) {
+        if (c.limit->algo == config::algorithm::concurrency) {
+            // Named as take_slots would have named it.
+            releasing_.push_back({c.key,
+                                  std::string(lease_prefix) + std::to_string(request_number),
+                                  now + c.limit->lease});
+        }
+    }
+}
+
+void redis_store::refuse_delay(const batch& b, batch_waiter& w, std::size_t request_number) {
+    if (metrics_ != nullptr) {
+        metrics::bump(metrics_->redis_errors_total);
+    }
+    log_throttled(malformed_replies_,
+                  spdlog::level::warn,
+                  "redis store: the limits script gave a delay beyond its limit's bound: the "
+                  "state of {} is not what sluice writes; that request follows the failure mode",
+                  w.request_checks->empty() ? std::string{}
+                                            : log_excerpt(w.request_checks->front().key));
+    queue_release_of_slots(*w.request_checks, b.lease_prefix, request_number);
+    if (!releasing_.empty()) {
+        post_flush(release_posted_, &redis_store::flush_releases);
+    }
+    if (w.part) {
+        resume(w.handler, *w.out, undecided(errc::bad_reply));
+        return;
+    }
+    resume(w.handler, *w.out, fail(*w.request_checks, errc::bad_reply));
 }
 
 void redis_store::stop() {

@@ -355,6 +355,17 @@ private:
      * a lease never taken frees nothing.
      */
     void release_slots_of_failed(const batch& b);
+    /// Queues for `flush_releases` the CONCURRENCY slots the script may have leased to the
+    /// `request_number`-th request of the batch whose lease prefix is `lease_prefix`.
+    void queue_release_of_slots(const checks& request_checks,
+                                std::string_view lease_prefix,
+                                std::size_t request_number);
+    /**
+     * Completes a request of a well-formed reply whose delay breaks its limit's bound
+     * (limits_call::delays_within_bounds): counted as a Redis error, logged (throttled), its
+     * slots released, and its outcome the failure mode's, as a malformed reply's is.
+     */
+    void refuse_delay(const batch& b, batch_waiter& w, std::size_t request_number);
     /// Keeps the give-backs of `run` that Redis could not be reached for, to be sent again
     /// (`resend_unsent_releases`) until their leases lapse; at most `max_unsent_releases`.
     void keep_unsent(std::vector<slot_release> run);

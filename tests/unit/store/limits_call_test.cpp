@@ -194,8 +194,7 @@ TEST(LimitsCall, ADelayOutsideWhatItsLimitCanGiveIsRefused) {
         return reply_of({1, 0, 0, 0, delay, 0});
     };
     const auto within = [&](const checks& c, std::int64_t delay) {
-        const std::vector<request> requests{{&c, false}};
-        return delays_within_bounds(with_delay(delay), requests);
+        return delays_within_bounds(with_delay(delay), 0, c, reply_fields);
     };
     EXPECT_TRUE(within(on_shaped, 0));
     EXPECT_TRUE(within(on_shaped, 10'201));
