@@ -8,7 +8,9 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 
 namespace sluice::http::detail {
 namespace {
@@ -62,11 +64,21 @@ make_local_response(const local_reply& reply, const reply_context& context, bool
     }
     if (context.limits.decision != nullptr) {
         set_rate_limit_headers(
-            res, context.limits.name, *context.limits.decision, context.limits.x_ratelimit);
+            res, context.limits.name, as_of_now(context.limits), context.limits.x_ratelimit);
     }
     res.keep_alive(keep_alive);
     res.prepare_payload();
     return res;
+}
+
+limiter::decision as_of_now(const rate_limit_context& limits) noexcept {
+    auto d = *limits.decision;
+    if (limits.decided_at != coarse_clock::time_point{}) {
+        const auto since =
+            std::chrono::duration_cast<milliseconds>(coarse_clock::now() - limits.decided_at);
+        d.reset_after = std::max(d.reset_after - since, milliseconds{0});
+    }
+    return d;
 }
 
 awaitable<error_code> write_local_reply(timed_stream& stream,

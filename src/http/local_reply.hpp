@@ -5,6 +5,7 @@
 // body, close gracefully (local_reply.cpp).
 
 #include "http/message_types.hpp"
+#include "sluice/io/coarse_clock.hpp"
 #include "sluice/io/timed_stream.hpp"
 #include "sluice/limiter/decision.hpp"
 
@@ -27,7 +28,17 @@ struct rate_limit_context {
     std::string_view name;
     const limiter::decision* decision = nullptr;
     bool x_ratelimit = false;
+    /// When the store decided (coarse_clock): a reset is a moment, and a response that leaves
+    /// after a hold or an upstream's wait states it as what is left of it then.
+    coarse_clock::time_point decided_at{};
 };
+
+/**
+ * The decision of `limits` as a response leaving now states it: its reset less the time since
+ * the store decided, never below 0 (a held request's response leaves a hold and an upstream's
+ * wait later), its other values as decided. `limits.decision` must not be null.
+ */
+limiter::decision as_of_now(const rate_limit_context& limits) noexcept;
 
 /// A response sluice makes itself (429, 4xx for bad requests, 502/503/504).
 struct local_reply {

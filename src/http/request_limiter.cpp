@@ -516,7 +516,8 @@ void request_limiter::settle() {
     if (v_.headers_from >= 0) {
         fields_ = {rule_name_,
                    &outcome_.decisions[static_cast<std::size_t>(v_.headers_from)],
-                   cfg.rate_limit.x_ratelimit_headers};
+                   cfg.rate_limit.x_ratelimit_headers,
+                   coarse_clock::now()};
     }
 }
 
@@ -561,6 +562,7 @@ held_decision request_limiter::suspend() {
     h.word = word_;
     h.waited = waited_;
     h.dry_run_rejected = dry_run_rejected_;
+    h.decided_at = fields_.decided_at;
     // Its slots and reservations are the held record's now: nothing to give back or settle here.
     store_ = nullptr;
     return h;
@@ -599,7 +601,8 @@ void request_limiter::resume(worker_context& w,
         static_cast<std::size_t>(v_.headers_from) < outcome_.decisions.size()) {
         fields_ = {rule_name_,
                    &outcome_.decisions[static_cast<std::size_t>(v_.headers_from)],
-                   cfg.rate_limit.x_ratelimit_headers};
+                   cfg.rate_limit.x_ratelimit_headers,
+                   held.decided_at};
     }
 }
 

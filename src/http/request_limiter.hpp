@@ -94,6 +94,8 @@ struct held_decision {
     std::string_view word;
     bool waited = false;
     bool dry_run_rejected = false;
+    /// When the store decided (rate_limit_context::decided_at).
+    coarse_clock::time_point decided_at{};
 };
 
 /// The request as the limiter sees it.

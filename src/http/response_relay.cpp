@@ -166,7 +166,7 @@ void strip_and_add_limits(forward_args& a, response_head& res) {
         append_rate_limit_lines(res,
                                 a.scratch.lines,
                                 a.reply.limits.name,
-                                *a.reply.limits.decision,
+                                as_of_now(a.reply.limits),
                                 a.reply.limits.x_ratelimit);
     }
 }

@@ -688,6 +688,20 @@ TEST_P(ShapingTest, RetryAfterAndRateLimitTruthfulShape) {
     const auto rejected = get(sluice->port(), "/truth");
     const auto r3 = clock_type::now();
     expect_truthful_rejection(rejected, make_bracket(s1, r1, s3, r3), slot_ms, 3);
+
+    // held_a leaves its hold at L + T with the queue empty at L + 2T: its RateLimit states the
+    // T left then (4 s, at most 5 with the coarse clock's few ms), not the 2T it was decided
+    // with (8 s, or 7). At least what is left when its answer arrives.
+    const auto released = held_a.read_response();
+    const auto ra = clock_type::now();
+    EXPECT_EQ(released.status, 200u);
+    const auto held_reset = reset_of(released);
+    ASSERT_TRUE(held_reset) << released.header("RateLimit").value_or("<none>");
+    EXPECT_LE(*held_reset, 5);
+    const auto ms = [](clock_type::duration d) {
+        return std::chrono::duration<double, std::milli>(d).count();
+    };
+    EXPECT_GE(*held_reset, ceil_seconds(ms(s1 - ra) + 2 * slot_ms - 10));
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, ShapingTest, testing::Values("memory", "redis"), param_name);

@@ -42,6 +42,32 @@ TEST(LocalReply, RejectionCarriesItsBodyRetryAfterAndRateLimitFields) {
     EXPECT_EQ(res[bhttp::field::content_length], std::to_string(reply.body.size()));
 }
 
+// A reset is a moment: a response that leaves a hold (or an upstream's wait) after the decision
+// states what is left of it then. The coarse clock's readings may differ from the true time by a
+// few ms either way, far inside the second of rounding the headers show.
+TEST(LocalReply, AResetIsStatedAsWhatIsLeftOfItWhenTheResponseLeaves) {
+    using namespace std::chrono_literals;
+    limiter::decision d;
+    d.limit = 5;
+    d.remaining = 2;
+    d.reset_after = 8'000ms;
+    rate_limit_context limits{"api", &d, false, coarse_clock::now() - 3s};
+    const auto aged = as_of_now(limits);
+    EXPECT_LE(aged.reset_after, 5'000ms);
+    EXPECT_GT(aged.reset_after, 4'900ms);
+    EXPECT_EQ(aged.remaining, 2) << "only the reset moves";
+    limits.decided_at = coarse_clock::now() - 9s;
+    EXPECT_EQ(as_of_now(limits).reset_after, 0ms) << "a reset passed is none, never negative";
+    limits.decided_at = {};
+    EXPECT_EQ(as_of_now(limits).reset_after, 8'000ms) << "no decision time: as decided";
+    // And so on the wire.
+    reply_context context;
+    context.limits = {"api", &d, false, coarse_clock::now() - 3s};
+    const auto res =
+        make_local_response({bhttp::status::service_unavailable, {}, 1}, context, true);
+    EXPECT_EQ(res["RateLimit"], R"("api";r=2;t=5)");
+}
+
 TEST(LocalReply, WithoutABodyTheStatusIsNamedAndNothingElseIsAdded) {
     reply_context context;
     const auto res = make_local_response({bhttp::status::bad_gateway, {}, 0}, context, false);
