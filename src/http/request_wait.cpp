@@ -237,6 +237,12 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
             r.limiter.settle_store_decision();
         }
         if (r.limiter.result().what != verdict::kind::queued) {
+            // Admitted, it took the slot it was woken for; otherwise (another limit refused it,
+            // the store failed) that slot is still free, and the next waiter's.
+            if (r.limiter.result().what != verdict::kind::allowed &&
+                r.limiter.result().what != verdict::kind::delayed) {
+                ticket.give_up();
+            }
             break;
         }
         if (c.w.outlasts_drain(wait_end)) {
@@ -244,6 +250,7 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
             co_return slot_wait::drained;
         }
         if (r.limiter.wait_key() != ticket_key) {
+            ticket.give_up(); // a wake-up it was given is the old line's
             ticket_key = r.limiter.wait_key();
             ticket = c.w.waiters->join(ticket_key, c.stream.get_executor(), wake);
         } else if (ticket.rearm()) { // keeps its place in the line

@@ -53,13 +53,9 @@ void slot_waiters::ticket::give_up() {
     }
     auto* owner = owner_;
     std::string key = node_->key;
-    bool busy = false;
-    {
-        std::lock_guard lock(owner->mutex_);
-        busy = node_->busy;
-    }
-    leave();
-    if (busy) {
+    // Read as it leaves, under one lock: a notify between a reading and the leaving would wake
+    // this waiter (idle when read) and the wake-up would leave with it.
+    if (leave()) {
         owner->notify(key);
     }
 }
@@ -78,12 +74,13 @@ bool slot_waiters::ticket::rearm() {
     return false;
 }
 
-void slot_waiters::ticket::leave() noexcept {
+bool slot_waiters::ticket::leave() noexcept {
     if (owner_ == nullptr) {
-        return;
+        return false;
     }
     node_->wake = nullptr; // a wake-up already posted finds nothing to run
     std::lock_guard lock(owner_->mutex_);
+    const bool busy = node_->busy;
     const auto found = owner_->lines_.find(node_->key);
     if (found != owner_->lines_.end()) {
         auto& waiters = found->second->waiters;
@@ -98,22 +95,44 @@ void slot_waiters::ticket::leave() noexcept {
     }
     owner_ = nullptr;
     node_.reset();
+    return busy;
 }
 
 slot_waiters::ticket
 slot_waiters::join(std::string key, const io_executor& ex, std::function<void()> wake) {
     auto n = std::make_shared<node>(node{ex, std::move(wake), false, std::move(key)});
-    std::lock_guard lock(mutex_);
-    auto& l = lines_.try_emplace(n->key).first->second;
-    if (!l) {
-        l = std::make_unique<line>();
+    bool woken = false;
+    {
+        std::lock_guard lock(mutex_);
+        auto& l = lines_.try_emplace(n->key).first->second;
+        if (!l) {
+            l = std::make_unique<line>();
+        }
+        l->waiters.push_back(n);
+        ++size_;
+        // A slot freed while every waiter was busy is the newcomer's to try: left as a retry,
+        // it would wait for a busy waiter to be refused, and one that is admitted takes none.
+        if (l->retries > 0) {
+            --l->retries;
+            n->busy = true;
+            woken = true;
+        }
     }
-    l->waiters.push_back(n);
-    ++size_;
+    if (woken) {
+        post_wake(n);
+    }
     ticket t;
     t.owner_ = this;
     t.node_ = std::move(n);
     return t;
+}
+
+void slot_waiters::post_wake(const std::shared_ptr<node>& n) {
+    net::post(n->ex, [weak = std::weak_ptr<node>(n)] {
+        if (const auto locked = weak.lock(); locked && locked->wake) {
+            locked->wake();
+        }
+    });
 }
 
 bool slot_waiters::notify(std::string_view key) {
@@ -141,11 +160,7 @@ bool slot_waiters::notify(std::string_view key) {
             return true;
         }
     }
-    net::post(chosen->ex, [weak = std::weak_ptr<node>(chosen)] {
-        if (const auto n = weak.lock(); n && n->wake) {
-            n->wake();
-        }
-    });
+    post_wake(chosen);
     return true;
 }
 

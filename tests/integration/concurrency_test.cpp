@@ -217,6 +217,61 @@ TEST_P(ConcurrencyTest, MaxDelayBoundsTheWaitForASlot) {
               1);
 }
 
+// A waiter woken for a freed slot that another of its limits then refuses passes the slot on:
+// the next waiter goes upstream at once, not at its own recheck (every second at the default
+// lease). One slot (global); a token bucket per X-Client settled by the response's X-Usage. a1
+// holds the slot and its response puts client a in debt; a2 (client a) and b1 (client b) wait,
+// in that order. When a1 ends, a2 is woken and refused (429): b1 must follow within 250 ms of
+// a1's answer, where the lost wake-up left it to its recheck, some 900 ms after it began to
+// wait. (Memory store: its settlement lands before the slot's release, so a2's refusal is
+// certain; the line is the same code on both stores.)
+TEST(ConcurrencyWakeUps, AWokenWaiterRefusedByAnotherLimitPassesTheSlotOn) {
+    recording_upstream upstream([](const recorded_request& request) {
+        response_plan plan;
+        plan.delay = 600ms;
+        if (const auto usage = request.header("X-Reply-Usage")) {
+            plan.headers.emplace_back("X-Usage", *usage);
+        }
+        return plan;
+    });
+    const std::string rules = "  rules:\n"
+                              "    - name: slow\n"
+                              "      match: { path: /slow }\n"
+                              "      limits:\n"
+                              "        - { algorithm: CONCURRENCY, limit: 1, key: [global] }\n"
+                              "        - algorithm: TOKEN_BUCKET\n"
+                              "          capacity: 10\n"
+                              "          refillRate: 100r/h\n"
+                              "          key: [header:X-Client]\n"
+                              "          cost: { request: 1, response: header:X-Usage }\n";
+    sluice_process sluice(compose_yaml(upstream.url(), rules));
+    const auto admin = admin_port(sluice);
+    http_connection a1(sluice.port(), 10s);
+    a1.send("GET", "/slow", {{"X-Client", "a"}, {"X-Reply-Usage", "100"}});
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& st) { return st.headers_received >= 1; }, 5s));
+    http_connection a2(sluice.port(), 10s);
+    a2.send("GET", "/slow", {{"X-Client", "a"}});
+    ASSERT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_held_requests") == 1; }, 5s));
+    http_connection b1(sluice.port(), 10s);
+    b1.send("GET", "/slow", {{"X-Client", "b"}});
+    ASSERT_TRUE(eventually(
+        [&] { return metric_or_zero(scrape_metrics(admin), "sluice_held_requests") == 2; }, 5s));
+
+    const auto first = a1.read_response();
+    EXPECT_EQ(first.status, 200u) << first.body;
+    const auto refused = a2.read_response();
+    EXPECT_EQ(refused.status, 429u) << refused.body;
+    const auto second = b1.read_response();
+    EXPECT_EQ(second.status, 200u) << second.body;
+    const auto requests = upstream.requests();
+    ASSERT_EQ(requests.size(), 2u);
+    EXPECT_LT(ms(requests[1].arrival - first.received), 250ms)
+        << "the slot a2 was woken for stayed free";
+    RecordProperty("gap_ms", static_cast<int>(ms(requests[1].arrival - first.received).count()));
+}
+
 // A client that leaves in the middle of its response gives its slot back at once: the next
 // request goes upstream without waiting for the abandoned response's end.
 TEST_P(ConcurrencyTest, AClientLeavingMidResponseFreesItsSlotAtOnce) {

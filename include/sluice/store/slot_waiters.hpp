@@ -25,8 +25,10 @@ namespace sluice::store {
  * so that no wake-up goes to a waiter that is deciding already and may be admitted by that
  * decision, while another waits on. A slot that frees while every waiter is busy is kept as a
  * retry for the line: the next busy waiter that finds no slot (`rearm`) takes it and tries once
- * more at once, so no freed slot is lost to a decision made just before it freed. A refused
- * waiter `rearm`s and keeps its place. A request that arrives while others wait joins the line
+ * more at once, so no freed slot is lost to a decision made just before it freed; a waiter that
+ * joins meanwhile is woken for it at once. A refused waiter `rearm`s and keeps its place; one
+ * that ends its wait without the slot (another limit refused it, the store failed) gives up,
+ * passing its wake-up on. A request that arrives while others wait joins the line
  * instead of trying (`waiting`), so a slot goes to the oldest waiter of this instance. A ticket
  * leaves the line when destroyed.
  */
@@ -58,7 +60,8 @@ public:
 
     private:
         friend class slot_waiters;
-        void leave() noexcept;
+        /// Leaves the line; whether it was busy (woken, or deciding) as it left.
+        bool leave() noexcept;
         slot_waiters* owner_ = nullptr;
         std::shared_ptr<node> node_;
     };
@@ -83,6 +86,9 @@ public:
     std::size_t size() const;
 
 private:
+    /// Runs `n`'s wake-up on its executor, unless its ticket has left by then.
+    static void post_wake(const std::shared_ptr<node>& n);
+
     mutable std::mutex mutex_;
     // Keyed by text a client chooses: a keyed hash (keyed_hash.hpp).
     std::unordered_map<std::string, std::unique_ptr<line>, keyed_string_hash, std::equal_to<>>

@@ -129,6 +129,20 @@ TEST_F(SlotWaiters, AWokenWaiterThatGivesUpPassesItsWakeUpOn) {
     EXPECT_EQ(waiters_.size(), 1u);
 }
 
+// A slot that freed while every waiter was busy is a newcomer's to try at once: left as a retry,
+// it waited for a busy waiter to be refused, and a waiter that was admitted took none, so the
+// slot stayed free until the newcomer's recheck.
+TEST_F(SlotWaiters, ANewcomerIsWokenForARetryLeftWhileEveryWaiterWasBusy) {
+    auto a = join("k", "a");
+    waiters_.notify("k"); // a woken: busy
+    waiters_.notify("k"); // a second slot frees: kept as a retry
+    EXPECT_EQ(run(), std::vector<std::string>{"a"});
+    auto b = join("k", "b");
+    a = {}; // admitted: it leaves with one slot, the other is b's
+    EXPECT_EQ(run(), std::vector<std::string>{"b"});
+    EXPECT_FALSE(b.rearm()) << "the retry was b's wake-up, not a second one";
+}
+
 // What Redis announces for a call that freed slots ("<count>:<key>", src/redis/slots.lua) wakes
 // up to <count> waiters of that key; anything else wakes nobody.
 TEST_F(SlotWaiters, RedisAnnouncementsWakeUpToTheirCount) {
