@@ -59,6 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::optional<error_code> header_ec;
     while (true) {
         if (in_pieces) {
+            if (progress.scanned == 0) {
+                (void)take_empty_lines(buffer); // as read_header, before the request's first byte
+            }
             header_progress fresh;
             const auto answer = check_header_block(buffer, header_limit, progress);
             if (answer != check_header_block(buffer, header_limit, fresh)) {

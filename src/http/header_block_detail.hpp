@@ -29,6 +29,15 @@ struct header_progress {
 };
 
 /**
+ * Takes the empty lines (CRLF, or a bare LF) before a request line out of the front of `buffer`,
+ * as RFC 9112 2.2 asks a server to (a client may end a POST body with a CRLF it does not count,
+ * and an answer of 400 to it would be read as the answer to its next request); a peer sending
+ * nothing else meets the header timeout. True when what is left is a lone CR, which may start
+ * one more: read on before judging it. Only before a request's first byte.
+ */
+bool take_empty_lines(beast::flat_buffer& buffer);
+
+/**
  * What the buffer says about the request header, looking on from `progress` (updated):
  * complete (and free of obsolete line folding: else bad_value), over `limit` bytes with its
  * blank line, however it came (header_limit), not a request at all (bad_method, bad_version:

@@ -56,7 +56,9 @@ awaitable<error_code> read_header(timed_stream& stream,
                                   std::string* copy) {
     header_progress progress;
     std::optional<error_code> ec;
-    while (!(ec = check_header_block(buffer, limit, progress))) {
+    // Empty lines are taken out only before the request's first byte (nothing scanned yet).
+    while ((progress.scanned == 0 && take_empty_lines(buffer)) ||
+           !(ec = check_header_block(buffer, limit, progress))) {
         const auto room = std::clamp<std::uint64_t>(limit + 4 - buffer.size(), 512, 16 * 1024);
         auto [read_ec, n] = co_await stream.async_read_some(buffer.prepare(room));
         buffer.commit(n);

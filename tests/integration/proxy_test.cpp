@@ -286,6 +286,24 @@ TEST(Proxy, PipelinedRequestsGetResponsesInOrder) {
     }
 }
 
+// A CRLF a client sends after a body it counted without it, before its next request, is an
+// empty line RFC 9112 2.2 asks a server to ignore: both requests are served on the connection.
+// sluice answered 400 to it at once, which the client read as the answer to its next request.
+TEST(Proxy, AnEmptyLineBeforeARequestLineIsIgnored) {
+    recording_upstream upstream;
+    sluice_process sluice(config_for(upstream));
+    http_connection connection(sluice.port());
+    connection.send_raw(format_request("POST", "/first", {{"Content-Length", "5"}}, "hello") +
+                        "\r\n");
+    const auto first = connection.read_response();
+    EXPECT_EQ(first.status, 200u);
+    connection.send_raw("\r\n" + format_request("GET", "/second"));
+    const auto second = connection.read_response();
+    EXPECT_EQ(second.status, 200u);
+    EXPECT_EQ(second.header("X-Upstream-Target"), "/second");
+    EXPECT_EQ(upstream.requests().size(), 2u);
+}
+
 TEST(Proxy, PipelinedRequestsWithBodiesKeepTheirBoundaries) {
     recording_upstream upstream([](const recorded_request&) {
         response_plan plan;

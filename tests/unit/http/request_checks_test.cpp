@@ -66,6 +66,21 @@ TEST(TakeHeader, WaitsForMoreOfAPlausibleRequest) {
     EXPECT_EQ(take("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), error_code{});
 }
 
+// RFC 9112 2.2: empty lines before a request line are ignored (a CRLF a client sent after a POST
+// body it did not count), however many and however they came; a lone CR waits for its LF.
+TEST(TakeHeader, IgnoresEmptyLinesBeforeTheRequestLine) {
+    EXPECT_EQ(take("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), error_code{});
+    EXPECT_EQ(take("\r\n\n\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), error_code{});
+    EXPECT_FALSE(take("\r\n"));
+    EXPECT_FALSE(take("\r\n\r"));
+    EXPECT_EQ(take("\r\rGET / HTTP/1.1\r\n"), error_code(bhttp::error::bad_method));
+    parsed_request r;
+    auto buffer = buffer_of("\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\nrest");
+    ASSERT_EQ(take_header(buffer, *r.parser, 16 * 1024), error_code{});
+    EXPECT_EQ(r.parser->get().target(), "/x");
+    EXPECT_EQ(buffer.size(), 4u) << "the next request's bytes stay";
+}
+
 // A header that comes a byte per read is judged looking at each read's bytes alone (a long
 // request line trickled would otherwise be scanned again from its start every time), and gets
 // the same answer, as soon, as when each prefix is judged from its start.
