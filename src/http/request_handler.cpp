@@ -283,7 +283,7 @@ std::optional<resumed_hold> resume_hold(connection_state& c, request_memory& m) 
     r.cfg = held->cfg;
     prepare_parser(r);
     const auto ec = take_header(c.buffer, r.parser, r.cfg->server.max_header_bytes, &m.header);
-    c.entry.idle = false;
+    worker_context::mark_busy(c.entry);
     if (!ec || *ec || check_header(c, r, *ec, false)) {
         return std::nullopt;
     }
@@ -339,7 +339,7 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     } else {
         ec = co_await read_header(c.stream, c.buffer, r.parser, limit, &m.header);
     }
-    c.entry.idle = false;
+    worker_context::mark_busy(c.entry);
     // One `early` and one answer for every end before the limiter, the refusal's included: each
     // would be a slot of its own in this frame, which every request in flight holds.
     auto early = check_header(c, r, ec);

@@ -240,7 +240,7 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
     auto& pool = *worker.requests;
     auto e = ending::keep;
     while (e == ending::keep && (!worker.draining || c.held)) {
-        c.entry.idle = true;
+        worker.mark_idle(c.entry);
         const auto& server = worker.config->server;
         const auto idle_timeout = c.entry.served
                                       ? server.idle_timeout
@@ -315,16 +315,16 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
     close_connection(*conn);
 }
 
-// At server.max-connections: closes this worker's oldest idle connection, one that has not sent a
+// At server.max-connections: closes this worker's longest idle connection, one that has not sent a
 // request yet first (what a flood of silent connections is made of), else any waiting for its
 // next request; false when none is idle. Its wait ends at once (cancelled) and it closes.
 bool close_an_idle_connection(worker_context& worker) noexcept {
-    for (const bool served : {false, true}) {
-        for (auto& s : worker.sessions) {
-            if (s.idle && s.served == served && s.waits_until == steady_clock::time_point{}) {
+    for (auto& idle : worker.idle_sessions) {
+        for (auto& s : idle) {
+            if (s.waits_until == steady_clock::time_point{}) {
                 error_code ignored;
                 s.stream->socket().cancel(ignored);
-                s.idle = false; // not chosen again before it closes
+                worker_context::mark_busy(s); // not chosen again before it closes
                 return true;
             }
         }
@@ -345,7 +345,7 @@ void start_session(tcp_socket socket, worker_context& worker) {
                       spdlog::level::warn,
                       "server.max-connections ({}) reached: {}",
                       worker.max_connections,
-                      room ? "closing the oldest idle connection for a new one"
+                      room ? "closing the longest idle connection for a new one"
                            : "no connection is idle: closing the new one");
         if (!room) {
             count_closed(worker);

@@ -128,7 +128,7 @@ TEST(HostileInput, AtMaxConnectionsANewConnectionClosesTheOldestSilentOne) {
     EXPECT_TRUE(silent[0]->wait_closed(5s)) << "the oldest silent connection was kept";
     const auto text = scrape_metrics(admin);
     EXPECT_EQ(metric_or_zero(text, "sluice_connections_over_cap_total"), 1.0) << text;
-    EXPECT_TRUE(sluice.wait_for_log("server.max-connections (3) reached: closing the oldest idle "
+    EXPECT_TRUE(sluice.wait_for_log("server.max-connections (3) reached: closing the longest idle "
                                     "connection for a new one",
                                     5s))
         << sluice.log_text();

@@ -46,9 +46,15 @@ struct session_entry
     explicit session_entry(timed_stream& s) noexcept
         : stream(&s) {}
 
+    using idle_hook_type = boost::intrusive::list_member_hook<
+        boost::intrusive::link_mode<boost::intrusive::auto_unlink>>;
+
     timed_stream* stream;
-    /// Waiting for (the header of) the next request: nothing would be lost by closing it.
+    /// Waiting for (the header of) the next request: nothing would be lost by closing it. Set
+    /// through `worker_context::mark_idle` and `mark_busy`, which keep the idle lists.
     bool idle = true;
+    /// Its place in its worker's list of idle connections (`worker_context::idle_sessions`).
+    idle_hook_type idle_hook;
     /// A request of it has been answered: its wait for the next is `server.idle-timeout`; a new
     /// connection's for its first, `server.header-timeout` (a client that connects and says
     /// nothing holds a descriptor no longer than a slow header would).
@@ -65,6 +71,13 @@ struct session_entry
 
 using session_list =
     boost::intrusive::list<session_entry, boost::intrusive::constant_time_size<false>>;
+
+using idle_session_list =
+    boost::intrusive::list<session_entry,
+                           boost::intrusive::member_hook<session_entry,
+                                                         session_entry::idle_hook_type,
+                                                         &session_entry::idle_hook>,
+                           boost::intrusive::constant_time_size<false>>;
 
 /// Bodies pass through a buffer of this size; a request or response is never held whole.
 inline constexpr std::size_t relay_buffer_size = 32 * 1024;
@@ -173,7 +186,7 @@ struct worker_context {
     /// Every worker by index, this one included; set with `balancer`.
     std::span<const worker_ref> workers;
     /// Client connections open at once, process-wide (`server.max-connections`, or what the
-    /// descriptor limit leaves): a connection that comes at it closes this worker's oldest idle
+    /// descriptor limit leaves): a connection that comes at it closes this worker's longest idle
     /// one, or is closed itself when none is idle.
     std::uint64_t max_connections = UINT64_MAX;
     /// WebSocket upgrades being forwarded and tunnels open on this worker
@@ -194,6 +207,25 @@ struct worker_context {
     }
 
     session_list sessions;
+    /// The idle sessions, longest idle first: [0] those that have sent no request yet, [1] those
+    /// waiting for their next. At server.max-connections a new connection takes the place of
+    /// the first one found here, in constant time (a walk over every session cost each
+    /// connection over the cap a scan of up to a worker's share of the cap).
+    idle_session_list idle_sessions[2];
+
+    /// The session waits for (the header of) its next request: last of its idle list.
+    void mark_idle(session_entry& s) noexcept {
+        s.idle_hook.unlink();
+        s.idle = true;
+        idle_sessions[s.served ? 1 : 0].push_back(s);
+    }
+
+    /// The session has a request again (or is being closed): off the idle lists.
+    static void mark_busy(session_entry& s) noexcept {
+        s.idle = false;
+        s.idle_hook.unlink();
+    }
+
     /// Called once, on the worker's executor, when a drain has begun and the last session has
     /// ended: the moment to stop what would otherwise keep the io_context busy (a Redis
     /// client's connection, say). May be empty.
