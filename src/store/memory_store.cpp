@@ -155,6 +155,28 @@ struct memory_store::impl {
                       limits.max_keys);
     }
 
+    /**
+     * `insert`, or, when the key cannot be held (out of memory; a key no table holds), its
+     * charge dropped as an eviction would drop it, with a warning (`what` says whose charge):
+     * where it is called, what came before it is committed already and nothing may fail (a
+     * settlement, noexcept, ended the process; an admission lost the slots it had taken).
+     */
+    void insert_or_drop(
+        shard& s, const hashed_key& key, pending& p, double now, const char* what) noexcept {
+        try {
+            insert(s, key, p, now);
+        } catch (const std::exception& e) {
+            try { // the line allocates too, and memory may be what ran out
+                log_throttled(lost_charge_warning,
+                              spdlog::level::warn,
+                              "memory store: {} on a key it cannot hold is dropped: {}",
+                              what,
+                              e.what());
+            } catch (...) {
+            }
+        }
+    }
+
     void insert(shard& s, const hashed_key& key, pending& p, double now) {
         if (s.entries.size() >= s.max_keys) {
             make_room(s, now);
@@ -177,7 +199,7 @@ struct memory_store::impl {
     slot_waiters* waiters = nullptr;
     std::vector<shard> shards;
     log_throttle full_warning{std::chrono::minutes(1)};
-    log_throttle lost_debt_warning{std::chrono::minutes(1)};
+    log_throttle lost_charge_warning{std::chrono::minutes(1)};
 };
 
 memory_store::memory_store(const sluice::clock& clock,
@@ -260,7 +282,10 @@ outcome memory_store::acquire_now(const checks& request_checks) {
         }
         for (std::size_t i = 0; i < writes.size(); ++i) {
             if (writes[i].existing == nullptr) {
-                impl_->insert(*writes[i].owner, keys[i], writes[i], now);
+                // The existing keys' charges stand: an admission's charge on a new key that
+                // cannot be held is dropped, and its request goes on (a slot taken there is
+                // released to no key, as an evicted key's is).
+                impl_->insert_or_drop(*writes[i].owner, keys[i], writes[i], now, "an admission");
             }
         }
         for (std::size_t i = 0; i < request_checks.size(); ++i) {
@@ -324,22 +349,8 @@ void memory_store::settle(std::span<const settlement> adjustments) noexcept {
             owner.idle_floor_ms = std::min(owner.idle_floor_ms, p.idle_at_ms);
             owner.entries.touch(*found);
         } else {
-            // A charge on a forgotten key: its debt must be remembered. When it cannot be (out
-            // of memory; a key no table holds), it is dropped, as an eviction would drop it: a
-            // settlement comes as a request ends, where nothing may fail (an exception here,
-            // noexcept, ended the process).
-            try {
-                impl_->insert(owner, key, p, now);
-            } catch (const std::exception& e) {
-                try { // the line allocates too, and memory may be what ran out
-                    log_throttled(impl_->lost_debt_warning,
-                                  spdlog::level::warn,
-                                  "memory store: a settlement's charge on a key it no longer "
-                                  "held is dropped: {}",
-                                  e.what());
-                } catch (...) {
-                }
-            }
+            // A charge on a forgotten key: its debt must be remembered.
+            impl_->insert_or_drop(owner, key, p, now, "a settlement's charge");
         }
     }
 }

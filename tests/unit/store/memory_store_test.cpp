@@ -60,6 +60,28 @@ TEST(MemoryStore, ASettlementThatCannotBeKeptIsDroppedNotFatal) {
         << "a key it could hold keeps its debt";
 }
 
+// An admission whose new key cannot be held (a key no table holds; out of memory alike) keeps
+// what it charged on its other keys and comes back with its slots, so that they are released:
+// the insert's exception came after those charges and took the outcome with it, leaving a
+// CONCURRENCY slot taken for good.
+TEST(MemoryStore, AnAdmissionWhoseNewKeyCannotBeHeldKeepsItsSlots) {
+    manual_clock clock;
+    memory_store store(clock);
+    config::limit slots;
+    slots.algo = config::algorithm::concurrency;
+    slots.limit_count = 1;
+    const auto bucket = leaky(10, 1);
+    store.release(store.acquire_now(one("slots", slots)).slots); // "slots" exists, its slot free
+    const checks request{check{"slots", &slots}, check{std::string(70'000, 'k'), &bucket}};
+    const auto out = store.acquire_now(request);
+    ASSERT_EQ(out.decisions.size(), 2u);
+    EXPECT_TRUE(out.decisions[0].allowed && out.decisions[1].allowed);
+    ASSERT_EQ(out.slots.size(), 1u);
+    EXPECT_FALSE(store.acquire_now(one("slots", slots)).decisions[0].allowed) << "its slot";
+    store.release(out.slots);
+    EXPECT_TRUE(store.acquire_now(one("slots", slots)).decisions[0].allowed) << "given back";
+}
+
 TEST(MemoryStore, KeysAreIndependent) {
     manual_clock clock;
     memory_store store(clock);
