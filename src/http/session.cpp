@@ -305,7 +305,10 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
             co_return;
         }
     }
-    if (e == ending::linger) {
+    // A connection the drain ends after a response that promised it would stay open (the drain
+    // began while the response went out) may hold its client's next request unread: a close
+    // would then send a reset, and the kernel would drop what of the response it still held.
+    if (e == ending::linger || (e == ending::keep && worker.draining)) {
         co_await lingering_close(stream);
     } else if (e == ending::reset) {
         // SO_LINGER {1, 0}: the close sends a reset, which the client reads as an error.

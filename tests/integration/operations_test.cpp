@@ -6,12 +6,14 @@
 #include "integration_util.hpp"
 #include "support/admin_client.hpp"
 #include "support/limit_probe.hpp"
+#include "support/limited_sluice.hpp"
 #include "support/redis_server.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -601,6 +603,56 @@ TEST(OperationsDrain, SigtermAnswersHeldAndInFlightRequestsThenExitsZero) {
     EXPECT_EQ(WEXITSTATUS(*status), 0);
     EXPECT_EQ(upstream.requests().size(), static_cast<std::size_t>(held + 1));
     EXPECT_EQ(sluice.log_text().find("drain timeout"), std::string::npos);
+}
+
+// A drain that begins while a response goes out on a keep-alive connection (its header said the
+// connection stays) ends that connection once the response is over with a lingering close: the
+// client's next request, sent meanwhile and unread, made the plain close a reset, which cut off
+// what of the response the kernel still held and ended the connection with ECONNRESET. One
+// worker; a 32 MiB response, which the socket buffers cannot hold, read only once the drain has
+// begun (the listener refuses connections: the worker closed it and began the drain in one step).
+TEST(OperationsDrain, AResponseGoingOutWhenTheDrainBeginsArrivesWholeThenTheConnectionEnds) {
+    constexpr std::uint64_t size = 32 << 20;
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.kind = response_plan::body_kind::pattern;
+        plan.pattern_size = size;
+        return plan;
+    });
+    sluice_process sluice(compose_yaml(upstream.url(), roomy_fallback_yaml(), "  workers: 1\n"));
+    auto client = fd_stream::connect_loopback(sluice.port());
+    client.write_all("GET /big HTTP/1.1\r\nHost: a\r\n\r\n");
+    // The response's head, before the drain: it keeps the connection.
+    std::string received;
+    std::array<char, 64 * 1024> chunk;
+    while (received.find("\r\n\r\n") == std::string::npos) {
+        received.append(chunk.data(), client.read_some(boost::asio::buffer(chunk)));
+    }
+    const auto head_end = received.find("\r\n\r\n") + 4;
+    ASSERT_EQ(received.find("Connection: close"), std::string::npos)
+        << received.substr(0, head_end);
+    std::uint64_t body = received.size() - head_end;
+
+    sluice.send_signal(SIGTERM);
+    ASSERT_TRUE(eventually(
+        [&] {
+            try {
+                fd_stream::connect_loopback(sluice.port());
+                return false;
+            } catch (const boost::system::system_error& e) {
+                return e.code() == boost::asio::error::connection_refused;
+            }
+        },
+        5s));
+    client.write_all("GET /next HTTP/1.1\r\nHost: a\r\n\r\n");
+    error_code ec;
+    while (!ec) {
+        body += client.read_some(boost::asio::buffer(chunk), ec);
+    }
+    EXPECT_EQ(body, size) << "the response was cut off";
+    EXPECT_EQ(ec, boost::asio::error::eof) << "the connection ended with " << ec.message();
+    client.close();
+    EXPECT_TRUE(sluice.wait_exit(10s));
 }
 
 TEST(OperationsLogging, JsonLogLinesParseWithTheAccessFields) {
