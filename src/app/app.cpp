@@ -160,6 +160,11 @@ private:
     void publish(const config_ptr& cfg);
     void reload();
     void begin_drain();
+    /// Warns when an explicit server.max-connections leaves too few descriptors for the rest.
+    void warn_if_cap_exceeds_descriptors(const config::config& cfg, std::size_t workers) const;
+    /// After a reload: the client connection cap `cfg` gives (it changes with
+    /// upstream.max-connections when the cap is derived), posted to every worker.
+    void apply_connection_cap(const config::config& cfg);
     void worker_finished();
 
     awaitable<void> handle_signals();
@@ -196,6 +201,10 @@ private:
     signal_set signals_{control_.get_executor(), SIGINT, SIGTERM, SIGHUP};
     steady_timer sweep_timer_{control_.get_executor()};
     steady_timer drain_timer_{control_.get_executor()};
+    /// The descriptor limit once raised at start, and the client connection cap it gave: a
+    /// reload that changes what is set aside for upstream connections recomputes the cap.
+    std::uint64_t descriptor_limit_ = 0;
+    std::uint64_t connection_cap_ = 0;
     bool draining_ = false;
     std::atomic<bool> draining_flag_{false}; // draining_, readable from the admin's readiness
     std::size_t running_ = 0;
@@ -433,6 +442,8 @@ void application::start_workers() {
     std::uint64_t descriptors = 0;
     std::uint64_t raised_from = 0;
     const auto max_connections = connection_cap(cfg, count, descriptors, raised_from);
+    descriptor_limit_ = descriptors;
+    connection_cap_ = max_connections;
     if (raised_from != 0) {
         spdlog::info("descriptor limit raised from {} to {}", raised_from, descriptors);
     }
@@ -441,6 +452,7 @@ void application::start_workers() {
                  cfg.server.max_connections > 0 ? "server.max-connections"
                                                 : "what the descriptor limit leaves",
                  descriptors);
+    warn_if_cap_exceeds_descriptors(cfg, count);
     for (std::size_t i = 0; i < count; ++i) {
         auto w = std::make_unique<worker>(i);
         const executor ex = w->ioc.get_executor();
@@ -526,6 +538,37 @@ void application::publish(const config_ptr& cfg) {
     }
 }
 
+void application::warn_if_cap_exceeds_descriptors(const config::config& cfg,
+                                                  std::size_t workers) const {
+    if (app::cap_exceeds_descriptors(cfg, workers, descriptor_limit_)) {
+        spdlog::warn("server.max-connections ({}) and what is set aside for the rest ({}: "
+                     "upstream.max-connections and Redis per worker, and {} for the process) "
+                     "pass the descriptor limit ({}): at the cap, connections would fail for "
+                     "want of a descriptor rather than close an idle client connection",
+                     cfg.server.max_connections,
+                     app::descriptors_set_aside(cfg, workers),
+                     app::reserved_descriptors,
+                     descriptor_limit_);
+    }
+}
+
+void application::apply_connection_cap(const config::config& cfg) {
+    warn_if_cap_exceeds_descriptors(cfg, workers_.size());
+    const auto cap = app::connection_cap_under(cfg, workers_.size(), descriptor_limit_);
+    if (cap == connection_cap_) {
+        return;
+    }
+    connection_cap_ = cap;
+    spdlog::info("client connections: at most {} at once now (what the descriptor limit {} "
+                 "leaves with upstream.max-connections {})",
+                 cap,
+                 descriptor_limit_,
+                 cfg.upstream.max_connections);
+    for (auto& w : workers_) {
+        net::post(w->ioc, [raw = w.get(), cap] { raw->context.max_connections = cap; });
+    }
+}
+
 void application::reload() {
     config::config loaded;
     try {
@@ -554,6 +597,7 @@ void application::reload() {
     setup_logging(next->logging);
     config_ = next;
     publish(next);
+    apply_connection_cap(*next);
     start_slot_announcements();
     spdlog::info("configuration reloaded from {}", command_.config_path);
 }

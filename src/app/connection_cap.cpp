@@ -37,12 +37,26 @@ std::uint64_t connection_cap(const config::config& cfg,
     } else {
         descriptor_limit = 1024;
     }
+    return connection_cap_under(cfg, workers, descriptor_limit);
+}
+
+std::uint64_t connection_cap_under(const config::config& cfg,
+                                   std::size_t workers,
+                                   std::uint64_t descriptor_limit) {
     if (cfg.server.max_connections > 0) {
         return cfg.server.max_connections;
     }
     const auto reserve = descriptors_set_aside(cfg, workers);
     return descriptor_limit > reserve + min_connection_cap ? descriptor_limit - reserve
                                                            : min_connection_cap;
+}
+
+bool cap_exceeds_descriptors(const config::config& cfg,
+                             std::size_t workers,
+                             std::uint64_t descriptor_limit) noexcept {
+    const auto reserve = descriptors_set_aside(cfg, workers);
+    return cfg.server.max_connections > 0 &&
+           (reserve >= descriptor_limit || cfg.server.max_connections > descriptor_limit - reserve);
 }
 
 } // namespace sluice::app

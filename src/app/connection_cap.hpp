@@ -32,6 +32,22 @@ std::uint64_t descriptors_set_aside(const config::config& cfg, std::size_t worke
 inline constexpr std::uint64_t min_connection_cap = 16;
 
 /**
+ * The client connections `cfg` allows at once under `descriptor_limit`: `server.max-connections`
+ * when set, otherwise what the limit leaves once `descriptors_set_aside` are (at least
+ * `min_connection_cap`). A reload that changes `upstream.max-connections` changes it.
+ */
+std::uint64_t connection_cap_under(const config::config& cfg,
+                                   std::size_t workers,
+                                   std::uint64_t descriptor_limit);
+
+/// Whether an explicit `server.max-connections` and what `descriptors_set_aside` reaches past
+/// `descriptor_limit`: at the cap, connects would then fail (EMFILE) rather than close an idle
+/// client connection.
+bool cap_exceeds_descriptors(const config::config& cfg,
+                             std::size_t workers,
+                             std::uint64_t descriptor_limit) noexcept;
+
+/**
  * The client connections sluice holds at once: `server.max-connections` when set; otherwise
  * what the descriptor limit leaves once `descriptors_set_aside` are (at least
  * `min_connection_cap`), so that a flood of

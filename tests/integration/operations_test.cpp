@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -498,6 +499,33 @@ TEST(OperationsReload, AChangedStoreStaysAsItRunsUntilRestart) {
         << sluice.log_text();
     EXPECT_EQ(get(admin, "/readyz").status, 200u) << "still the memory store";
     EXPECT_EQ(get(sluice.port(), "/r").status, 200u);
+}
+
+// The client connection cap, derived from the descriptor limit, sets aside each worker's
+// upstream.max-connections: a reload that raises it lowers the cap (else the upstream's connects
+// would fail with EMFILE at the cap), and says so.
+TEST(OperationsReload, AChangedUpstreamMaxConnectionsMovesADerivedClientCap) {
+    recording_upstream upstream;
+    const auto yaml = [&](int upstream_connections) {
+        auto text = compose_yaml(upstream.url(), roomy_fallback_yaml(), "  workers: 1\n");
+        const std::string url_line = "  url: \"" + upstream.url() + "\"\n";
+        text.insert(text.find(url_line) + url_line.size(),
+                    fmt::format("  max-connections: {}\n", upstream_connections));
+        return text;
+    };
+    sluice_process sluice(yaml(256));
+    ASSERT_TRUE(sluice.wait_for_log("descriptor limit", 5s)) << sluice.log_text();
+    const auto log = sluice.log_text();
+    const auto at = log.find("; descriptor limit ", log.find("client connections: at most"));
+    ASSERT_NE(at, std::string::npos) << log;
+    const auto limit = std::stoull(log.substr(at + std::strlen("; descriptor limit ")));
+    ASSERT_GT(limit, 700u + 256u + 16u) << "too few descriptors to tell";
+
+    replace_file(sluice.config_path(), yaml(700));
+    sluice.send_signal(SIGHUP);
+    EXPECT_TRUE(sluice.wait_for_log(
+        fmt::format("client connections: at most {} at once now", limit - 700 - 256), 10s))
+        << sluice.log_text();
 }
 
 TEST(OperationsReload, InvalidConfigIsReportedAndTheOldOneStays) {
