@@ -449,20 +449,37 @@ void prepare_upstream_head(forward_args& a, bool upgrade) {
         // strip_hop_by_hop took the client's: these are the hop's own, to the upstream.
         a.scratch.lines += "Connection: Upgrade\r\nUpgrade: websocket\r\n";
     }
-    // One pass: Expect out, and is there a Host?
+    // One pass: Expect out, is there a Host, and is the framing spelled as it is sent? sluice
+    // frames the body itself: a field that says so otherwise than the plain way (`CHUNKED`,
+    // `Content-Length: 005`, which request_checks let through as HTTP allows) is written plainly,
+    // so that an upstream that reads it strictly frames the body as sluice does.
     bool has_host = false;
+    bool respell_framing = false;
     for (auto it = req.begin(); it != req.end();) {
-        if (it->name() == bhttp::field::expect) {
+        const auto name = it->name();
+        if (name == bhttp::field::expect) {
             it = req.erase(it);
-        } else {
-            has_host = has_host || it->name() == bhttp::field::host;
-            ++it;
+            continue;
         }
+        // An empty Host (HTTP/1.0 allows it) is none: the upstream's goes in its place.
+        has_host = has_host || (name == bhttp::field::host && !it->value().empty());
+        respell_framing = respell_framing ||
+                          (name == bhttp::field::transfer_encoding && it->value() != "chunked") ||
+                          (name == bhttp::field::content_length &&
+                           (it->value().size() > 1 && it->value().front() == '0'));
+        ++it;
     }
     if (!has_host) {
         // HTTP/1.0 allows a request without Host; the HTTP/1.1 request we send does not.
         req.set(bhttp::field::host,
                 upstream_host_field(a.config.upstream.host, a.config.upstream.port));
+    }
+    if (respell_framing) {
+        if (a.parser.chunked()) {
+            req.set(bhttp::field::transfer_encoding, "chunked");
+        } else if (const auto length = a.parser.content_length()) {
+            req.set(bhttp::field::content_length, std::to_string(*length));
+        }
     }
     // HTTP/1.1 keeps the connection by default, and strip_hop_by_hop left no Connection field.
     req.version(11);

@@ -304,6 +304,34 @@ TEST(Proxy, AnEmptyLineBeforeARequestLineIsIgnored) {
     EXPECT_EQ(upstream.requests().size(), 2u);
 }
 
+// sluice frames a request's body itself: the framing field goes upstream spelled plainly, so that
+// an upstream reading `chunked` case-sensitively, or refusing a length with leading zeros, frames
+// the body as sluice does. An HTTP/1.0 request's empty Host is none: the upstream's goes in its
+// place (an empty one gets 400 from nginx).
+TEST(Proxy, FramingFieldsAndAnEmptyHostGoUpstreamPlainly) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.kind = response_plan::body_kind::echo;
+        return plan;
+    });
+    sluice_process sluice(config_for(upstream));
+    http_connection connection(sluice.port());
+    connection.send_raw("POST /upper HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n"
+                        "5\r\nhello\r\n0\r\n\r\n");
+    EXPECT_EQ(connection.read_response().body, "hello");
+    connection.send_raw("POST /zeros HTTP/1.1\r\nHost: a\r\nContent-Length: 005\r\n\r\nhello");
+    EXPECT_EQ(connection.read_response().body, "hello");
+    http_connection old(sluice.port());
+    old.send_raw("GET /old HTTP/1.0\r\nHost:\r\n\r\n");
+    EXPECT_EQ(old.read_response().status, 200u);
+
+    const auto requests = upstream.requests();
+    ASSERT_EQ(requests.size(), 3u);
+    EXPECT_EQ(requests[0].header("Transfer-Encoding"), "chunked");
+    EXPECT_EQ(requests[1].header("Content-Length"), "5");
+    EXPECT_EQ(requests[2].header("Host"), "127.0.0.1:" + std::to_string(upstream.port()));
+}
+
 TEST(Proxy, PipelinedRequestsWithBodiesKeepTheirBoundaries) {
     recording_upstream upstream([](const recorded_request&) {
         response_plan plan;
