@@ -128,11 +128,11 @@ void read_parameters(mapping& m, limit& out, const std::string& algo_name, bool 
     }
 }
 
-/// What is wrong with a `json:PATH` whose PATH parse_json_path refused.
-std::string json_path_error(const std::string& text) {
+/// What is wrong with a `json:PATH` whose PATH parse_json_path refused (`node`).
+std::string json_path_error(const YAML::Node& node) {
     return "must name a dotted path into a JSON body after 'json:' (such as "
            "json:usage.total_tokens: no empty segment, at most " +
-           std::to_string(max_json_path_segments) + " segments), got " + quoted(text);
+           std::to_string(max_json_path_segments) + " segments), got " + describe(node);
 }
 
 std::optional<key_part>
@@ -147,8 +147,9 @@ parse_key_part(problems& report, const YAML::Node& item, const std::string& path
     if (text.rfind("header:", 0) == 0) {
         const auto name = text.substr(7);
         if (!is_token(name)) {
-            report.add(
-                item.Mark(), path, "must name an HTTP header after 'header:', got " + quoted(text));
+            report.add(item.Mark(),
+                       path,
+                       "must name an HTTP header after 'header:', got " + describe(item));
             return std::nullopt;
         }
         return key_part{key_part::kind::header, name, {}};
@@ -156,7 +157,7 @@ parse_key_part(problems& report, const YAML::Node& item, const std::string& path
     if (text.rfind("json:", 0) == 0) {
         auto json = parse_json_path(std::string_view(text).substr(5));
         if (!json) {
-            report.add(item.Mark(), path, json_path_error(text));
+            report.add(item.Mark(), path, json_path_error(item));
             return std::nullopt;
         }
         return key_part{key_part::kind::json, {}, std::move(*json)};
@@ -264,7 +265,7 @@ void read_cost_source(mapping& m, std::string_view name, bool number_allowed, co
     if (text.rfind("header:", 0) == 0) {
         const auto header = text.substr(7);
         if (!is_token(header)) {
-            m.error(name, "must name an HTTP header after 'header:', got " + quoted(text));
+            m.error(name, "must name an HTTP header after 'header:', got " + describe(node));
             return;
         }
         out = {cost_source::kind::header, 0, header, {}};
@@ -273,7 +274,7 @@ void read_cost_source(mapping& m, std::string_view name, bool number_allowed, co
     if (text.rfind("json:", 0) == 0) {
         auto json = parse_json_path(std::string_view(text).substr(5));
         if (!json) {
-            m.error(name, json_path_error(text));
+            m.error(name, json_path_error(node));
             return;
         }
         out = {cost_source::kind::json, 0, {}, std::move(*json)};

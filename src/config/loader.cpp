@@ -41,10 +41,11 @@ void read_listen(mapping& m, endpoint_address& out) {
     if (!m.read("listen", text, false)) {
         return;
     }
-    auto parsed = detail::parse_listen(text);
+    const auto node = m.get("listen");
+    auto parsed = detail::parse_listen(text, detail::echo_of(node));
     if (!parsed.value) {
         m.error("listen",
-                "must be host:port, [v6]:port or :port, got " + detail::quoted(text) + ": " +
+                "must be host:port, [v6]:port or :port, got " + detail::describe(node) + ": " +
                     parsed.error);
         return;
     }
@@ -96,13 +97,14 @@ void read_upstream(mapping& root, upstream_settings& out) {
     if (!m.has("url")) {
         m.require("url", "e.g. url: http://127.0.0.1:9000");
     } else if (m.read("url", out.url, false)) {
-        auto parsed = detail::parse_upstream_url(out.url);
+        const auto node = m.get("url");
+        auto parsed = detail::parse_upstream_url(out.url, detail::echo_of(node));
         if (parsed.value) {
             out.host = parsed.value->host;
             out.port = parsed.value->port;
         } else {
             m.error("url",
-                    "must be http://host[:port], got " + detail::quoted(out.url) + ": " +
+                    "must be http://host[:port], got " + detail::describe(node) + ": " +
                         parsed.error);
         }
     }
@@ -127,21 +129,23 @@ constexpr std::size_t max_config_bytes = 16 * 1024 * 1024;
 /**
  * The content of the regular file at `path`, read with POSIX calls for the true errno, and no
  * more of it than `max_bytes` and one read beyond (the caller reports a larger file). Fails
- * with a message naming the file and the OS error. O_NONBLOCK: opening a FIFO must not wait for
- * a writer (a reload would hang); only a regular file is read (not /dev/zero, not a pipe).
+ * with a message naming the file as `shown` and the OS error. O_NONBLOCK: opening a FIFO must
+ * not wait for a writer (a reload would hang); only a regular file is read (not /dev/zero, not a
+ * pipe).
  */
-detail::parsed<std::string> read_regular_file(const std::string& path, std::size_t max_bytes) {
+detail::parsed<std::string>
+read_regular_file(const std::string& path, std::size_t max_bytes, const std::string& shown) {
     using result = detail::parsed<std::string>;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        return result::fail("cannot open " + detail::quoted(path) + ": " + std::strerror(errno));
+        return result::fail("cannot open " + shown + ": " + std::strerror(errno));
     }
 
     struct stat status {};
 
     if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode)) {
         ::close(fd);
-        return result::fail(detail::quoted(path) + " is not a regular file");
+        return result::fail(shown + " is not a regular file");
     }
     std::string content;
     std::array<char, 4096> buffer{};
@@ -159,7 +163,7 @@ detail::parsed<std::string> read_regular_file(const std::string& path, std::size
     }
     ::close(fd);
     if (error != 0) {
-        return result::fail("cannot read " + detail::quoted(path) + ": " + std::strerror(error));
+        return result::fail("cannot read " + shown + ": " + std::strerror(error));
     }
     return {std::move(content), {}};
 }
@@ -177,7 +181,9 @@ void read_password_file(mapping& m, std::string& password, std::string& path) {
         m.error("password-file", "and 'password' are both set: keep one");
         return;
     }
-    auto content = read_regular_file(path, max_secret_bytes);
+    // The path too may come from a variable.
+    const auto shown = detail::describe(m.get("password-file"));
+    auto content = read_regular_file(path, max_secret_bytes, shown);
     if (!content.value) {
         m.error("password-file", content.error);
         return;
@@ -185,8 +191,7 @@ void read_password_file(mapping& m, std::string& password, std::string& path) {
     auto& secret = *content.value;
     if (secret.size() > max_secret_bytes) {
         m.error("password-file",
-                detail::quoted(path) + " is larger than " + std::to_string(max_secret_bytes) +
-                    " bytes");
+                shown + " is larger than " + std::to_string(max_secret_bytes) + " bytes");
         return;
     }
     if (secret.ends_with("\r\n")) {
@@ -195,7 +200,7 @@ void read_password_file(mapping& m, std::string& password, std::string& path) {
         secret.pop_back();
     }
     if (secret.empty()) {
-        m.error("password-file", detail::quoted(path) + " is empty");
+        m.error("password-file", shown + " is empty");
         return;
     }
     password = std::move(secret);
@@ -216,17 +221,18 @@ void check_redis_host(mapping& m, const std::string& host) {
     if (key::ip_address::parse(host) || detail::is_host_name(host)) {
         return;
     }
+    const auto shown = detail::describe(m.get("host"));
     const auto colon = host.rfind(':');
     if (colon != std::string::npos && host.find(':') == colon &&
         host.find('/') == std::string::npos) {
         m.error("host",
-                detail::quoted(host) + " names a port: give the host alone, and the port in "
-                                       "rate-limit.redis.port");
+                shown + " names a port: give the host alone, and the port in "
+                        "rate-limit.redis.port");
         return;
     }
     m.error("host",
-            detail::quoted(host) + " is not a host name, an IP address or a unix socket's path "
-                                   "(no scheme: redis://... is not read)");
+            shown + " is not a host name, an IP address or a unix socket's path "
+                    "(no scheme: redis://... is not read)");
 }
 
 /**
@@ -249,12 +255,12 @@ read_nodes(mapping& m, std::string_view name, std::uint16_t default_port) {
             m.report().add(items[i].Mark(), path, detail::must_be("host[:port]", items[i]));
             continue;
         }
-        const auto& text = items[i].Scalar();
-        auto parsed = detail::parse_node_address(text, default_port);
+        const auto visibility = detail::echo_of(items[i]);
+        auto parsed = detail::parse_node_address(items[i].Scalar(), default_port, visibility);
         if (!parsed.value) {
             m.report().add(items[i].Mark(),
                            path,
-                           detail::quoted(text) + " is not host[:port]: " + parsed.error);
+                           detail::describe(items[i]) + " is not host[:port]: " + parsed.error);
             continue;
         }
         auto address = *parsed.value;
@@ -264,7 +270,11 @@ read_nodes(mapping& m, std::string_view name, std::uint16_t default_port) {
                        address.host.begin(),
                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
         if (std::find(out.begin(), out.end(), address) != out.end()) {
-            m.report().add(items[i].Mark(), path, format_address(address) + " is listed twice");
+            m.report().add(items[i].Mark(),
+                           path,
+                           (visibility == detail::echo::shown ? format_address(address)
+                                                              : detail::describe(items[i])) +
+                               " is listed twice");
             continue;
         }
         out.push_back(std::move(address));
@@ -581,7 +591,7 @@ config load_file(const std::string& path, const environment& env) {
     if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
         throw config_error(path + ": is a directory: name the configuration file in it");
     }
-    auto text = read_regular_file(path, max_config_bytes);
+    auto text = read_regular_file(path, max_config_bytes, detail::quoted(path));
     if (!text.value) {
         throw config_error(path + ": " + text.error);
     }

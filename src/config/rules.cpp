@@ -22,13 +22,14 @@ void read_path(mapping& m, rule& r) {
     if (!m.read("path", r.path, false)) {
         return;
     }
+    const auto node = m.get("path");
     if (r.path.front() != '/') {
-        m.error("path", "must start with '/', got " + quoted(r.path));
+        m.error("path", "must start with '/', got " + describe(node));
         return;
     }
     if (r.path.find_first_of(" \t?#") != std::string::npos) {
         m.error("path",
-                "must be a path only (no spaces, query or fragment), got " + quoted(r.path));
+                "must be a path only (no spaces, query or fragment), got " + describe(node));
         return;
     }
     // Requests are matched by their normalized path, so a pattern that normalization would change
@@ -37,7 +38,8 @@ void read_path(mapping& m, rule& r) {
     if (normal != r.path) {
         m.error("path",
                 "would never match: request paths are normalized first" +
-                    (normal ? "; write " + quoted(*normal) : std::string()));
+                    (normal && echo_of(node) == echo::shown ? "; write " + quoted(*normal)
+                                                            : std::string()));
         return;
     }
     const auto stars = std::count(r.path.begin(), r.path.end(), '*');
@@ -78,10 +80,13 @@ void read_methods(mapping& m, rule& r) {
             return static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
         });
         if (upper != item.Scalar()) {
+            // The suggestion would show a hidden value too, in upper case.
             m.report().add(item.Mark(),
                            path,
-                           "HTTP methods are case-sensitive, got " + quoted(item.Scalar()) +
-                               "; did you mean " + quoted(upper) + "?");
+                           "HTTP methods are case-sensitive, got " + describe(item) +
+                               (echo_of(item) == echo::shown
+                                    ? "; did you mean " + quoted(upper) + "?"
+                                    : std::string("; write it in upper case")));
             continue;
         }
         r.methods.push_back(upper);
@@ -159,7 +164,7 @@ std::vector<rule> parse_rules(mapping& rate_limit) {
             if (!fresh) {
                 rate_limit.report().add(items[i]["name"].Mark(),
                                         path + ".name",
-                                        "duplicate rule name " + quoted(r.name) +
+                                        "duplicate rule name " + describe(items[i]["name"]) +
                                             " (first at line " + std::to_string(it->second) + ")");
             }
         }

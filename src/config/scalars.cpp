@@ -57,7 +57,8 @@ bool is_plain_decimal(std::string_view text) {
  */
 parsed<endpoint_address> parse_authority(std::string_view text,
                                          std::optional<std::uint16_t> default_port,
-                                         std::uint16_t min_port) {
+                                         std::uint16_t min_port,
+                                         echo e) {
     using result = parsed<endpoint_address>;
     endpoint_address out;
     std::string_view port_text;
@@ -70,7 +71,7 @@ parsed<endpoint_address> parse_authority(std::string_view text,
         const auto host = text.substr(1, close - 1);
         const auto address = key::ip_address::parse(host);
         if (!address) {
-            return result::fail(quoted(host) + " is not an IPv6 address");
+            return result::fail(quoted(host, e, "the host") + " is not an IPv6 address");
         }
         out.host = std::string(host);
         const auto rest = text.substr(close + 1);
@@ -90,7 +91,8 @@ parsed<endpoint_address> parse_authority(std::string_view text,
             return result::fail("the host is missing");
         }
         if (!is_host_name(host)) {
-            return result::fail(quoted(host) + " is not a host name or IPv4 address");
+            return result::fail(quoted(host, e, "the host") +
+                                " is not a host name or IPv4 address");
         }
         out.host = std::string(host);
         port_text = has_port ? text.substr(colon + 1) : std::string_view{};
@@ -340,25 +342,26 @@ std::optional<std::uint64_t> parse_size(std::string_view text) noexcept {
     return mantissa * scale;
 }
 
-parsed<endpoint_address> parse_listen(std::string_view text) {
+parsed<endpoint_address> parse_listen(std::string_view text, echo e) {
     // ":8080" is every IPv4 interface, as in Go's net.Listen and nginx's `listen`.
     if (text.starts_with(':')) {
         std::string any = "0.0.0.0";
         any.append(text);
-        return parse_authority(any, std::nullopt, 0);
+        return parse_authority(any, std::nullopt, 0, e);
     }
-    return parse_authority(text, std::nullopt, 0);
+    return parse_authority(text, std::nullopt, 0, e);
 }
 
-parsed<endpoint_address> parse_node_address(std::string_view text, std::uint16_t default_port) {
+parsed<endpoint_address>
+parse_node_address(std::string_view text, std::uint16_t default_port, echo e) {
     if (text.starts_with('/')) {
         return parsed<endpoint_address>::fail(
             "a unix socket is not allowed here: the nodes are reached over TCP");
     }
-    return parse_authority(text, default_port, 1);
+    return parse_authority(text, default_port, 1, e);
 }
 
-parsed<endpoint_address> parse_upstream_url(std::string_view text) {
+parsed<endpoint_address> parse_upstream_url(std::string_view text, echo e) {
     using result = parsed<endpoint_address>;
     if (starts_with_nocase(text, "https://")) {
         return result::fail("https is not supported: sluice speaks plain HTTP to its upstream");
@@ -374,10 +377,13 @@ parsed<endpoint_address> parse_upstream_url(std::string_view text) {
         return result::fail("user information ('user@') is not supported");
     }
     if (!path.empty() && path != "/") {
-        return result::fail("must not have a path, query or fragment (got '" + std::string(path) +
-                            "'); requests are forwarded with their own path");
+        std::string what = "must not have a path, query or fragment";
+        if (e == echo::shown) {
+            what += " (got " + quoted(path) + ")";
+        }
+        return result::fail(what + "; requests are forwarded with their own path");
     }
-    return parse_authority(authority, 80, 1);
+    return parse_authority(authority, 80, 1, e);
 }
 
 std::string quoted(std::string_view text) {
@@ -400,6 +406,10 @@ std::string quoted(std::string_view text) {
     }
     out += '\'';
     return out;
+}
+
+std::string quoted(std::string_view text, echo e, std::string_view otherwise) {
+    return e == echo::shown ? quoted(text) : std::string(otherwise);
 }
 
 std::string format_duration(std::chrono::milliseconds d) {

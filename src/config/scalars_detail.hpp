@@ -63,20 +63,31 @@ std::optional<std::uint64_t> parse_size(std::string_view text) noexcept;
 /// "'text'".
 std::string quoted(std::string_view text);
 
+/// Whether a message may quote the text it is about: not a value substituted from an environment
+/// variable, which may be a secret (messages are logged).
+enum class echo { shown, hidden };
+
+/// `quoted(text)` when shown; when hidden, `otherwise`, which names the text without its content
+/// ("the host").
+std::string quoted(std::string_view text, echo e, std::string_view otherwise);
+
 /// A DNS name (RFC 1123 labels, at most 253 bytes) or an IPv4 literal (no brackets, no IPv6).
 bool is_host_name(std::string_view host);
 
+// The address parsers' errors quote a part of `text` only when `e` is echo::shown.
+
 /// "host:port", "[v6]:port" or ":port" (0.0.0.0) for a listening socket; port 0 means "any free
 /// port".
-parsed<endpoint_address> parse_listen(std::string_view text);
+parsed<endpoint_address> parse_listen(std::string_view text, echo e);
 
 /// A Redis node: "host", "host:port", "[v6]" or "[v6]:port", port 1..65535, `default_port` when
 /// left out. A unix socket path is refused: Cluster announces TCP addresses, Sentinel gives one.
-parsed<endpoint_address> parse_node_address(std::string_view text, std::uint16_t default_port);
+parsed<endpoint_address>
+parse_node_address(std::string_view text, std::uint16_t default_port, echo e);
 
 /// The upstream URL: http://host[:port] with an empty or "/" path. Fills host and port (default
 /// 80).
-parsed<endpoint_address> parse_upstream_url(std::string_view text);
+parsed<endpoint_address> parse_upstream_url(std::string_view text, echo e);
 
 /// A duration the way an operator writes it: "25s", "1.5s", "500ms", "5m", "2h".
 std::string format_duration(std::chrono::milliseconds d);

@@ -87,10 +87,11 @@ std::string describe(const YAML::Node& node) {
     if (node.IsMap()) {
         return "a mapping";
     }
-    if (node.Tag() == substituted_tag) {
-        return "the value of an environment variable (not shown)";
-    }
-    return quoted(node.Scalar());
+    return quoted(node.Scalar(), echo_of(node), "the value of an environment variable (not shown)");
+}
+
+echo echo_of(const YAML::Node& node) {
+    return node.Tag() == substituted_tag ? echo::hidden : echo::shown;
 }
 
 mapping::mapping(problems& report, const YAML::Node& node, const YAML::Mark& at, std::string path)

@@ -89,12 +89,17 @@ std::optional<YAML::Mark> second_document(std::string_view yaml);
 /// 1-based line of a mark (1 when unknown).
 int line_of(const YAML::Mark& at) noexcept;
 
-/// What the operator wrote, for "got ..." messages: "'abc'", "a list", "a mapping" or "nothing".
+/// What the operator wrote, for "got ..." messages: "'abc'", "a list", "a mapping", "nothing", or
+/// "the value of an environment variable (not shown)". The one way a message shows a value.
 std::string describe(const YAML::Node& node);
 
 /// The tag `check_text` gives a value it substituted environment variables into: it counts as
 /// unquoted, and `describe` never quotes it (a secret in the wrong key would be logged).
 inline constexpr std::string_view substituted_tag = "?sluice-environment";
+
+/// echo::hidden for a value `check_text` substituted environment variables into, which no
+/// message may quote (not even in part: a host, a path); echo::shown for any other.
+echo echo_of(const YAML::Node& node);
 
 /// "must be EXPECTED, got WHAT", the one shape of every type and range message.
 std::string must_be(std::string_view expected, const YAML::Node& got);

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <map>
+#include <vector>
 
 namespace sluice::config::test {
 namespace {
@@ -125,6 +128,94 @@ TEST(ConfigEnvironment, AValueFromTheEnvironmentIsNeverQuotedInAMessage) {
     EXPECT_TRUE(has_problem(
         p, 5, "rate-limit.redis.port", "got the value of an environment variable (not shown)"));
     EXPECT_EQ(p.front().find("hunter2"), std::string::npos) << p.front();
+}
+
+// Every message about a value that does not parse, not only the "got ..." of a wrong type: a
+// password put where a URL, an address, a path or a key part belongs is refused with its key and
+// line, and no part of it (not the host, not the path, not a suggestion made from it) is shown.
+TEST(ConfigEnvironment, NoMessageQuotesAnyPartOfAValueFromTheEnvironment) {
+    struct example {
+        std::string yaml;
+        std::string secret; // the value of ${S}
+        int line;
+        std::string key;
+    };
+
+    const std::string redis = base + "rate-limit:\n  redis:\n";
+    const std::string rule = base + "rate-limit:\n  rules:\n    - name: r\n      match: ";
+    const std::string fallback = base + "rate-limit:\n  fallback: { capacity: 5, flowRate: 1, ";
+    const std::vector<example> examples{
+        {"upstream:\n  url: ${S}\n", "http://user:hunter2@x", 2, "upstream.url"},
+        {"upstream:\n  url: ${S}\n", "http://hunter2_x:80", 2, "upstream.url"},
+        {"upstream:\n  url: ${S}\n", "http://x/hunter2", 2, "upstream.url"},
+        {base + "server:\n  listen: ${S}\n", "hunter2_x:8080", 4, "server.listen"},
+        {base + "server:\n  listen: ${S}\n", "[hunter2]:8080", 4, "server.listen"},
+        {redis + "    host: ${S}\n", "redis://:hunter2@db", 5, "rate-limit.redis.host"},
+        {redis + "    host: ${S}\n", "hunter2:6380", 5, "rate-limit.redis.host"},
+        {redis + "    cluster:\n      - 10.0.0.5\n      - ${S}\n",
+         "hunter2_:7000",
+         7,
+         "rate-limit.redis.cluster[1]"},
+        {redis + "    cluster:\n      - hunter2\n      - ${S}\n",
+         "hunter2",
+         7,
+         "rate-limit.redis.cluster[1]"},
+        {redis + "    sentinel:\n      master: m\n      nodes: [\"${S}\"]\n",
+         "redis://hunter2",
+         7,
+         "rate-limit.redis.sentinel.nodes[0]"},
+        {redis + "    password-file: ${S}\n",
+         "/no/such/hunter2",
+         5,
+         "rate-limit.redis.password-file"},
+        {rule + "{ path: \"${S}\" }\n      limits: []\n",
+         "hunter2",
+         6,
+         "rate-limit.rules[0].match.path"},
+        {rule + "{ path: \"${S}\" }\n      limits: []\n",
+         "/a hunter2",
+         6,
+         "rate-limit.rules[0].match.path"},
+        {rule + "{ path: \"${S}\" }\n      limits: []\n",
+         "/a//hunter2",
+         6,
+         "rate-limit.rules[0].match.path"},
+        {rule + "{ path: /a, methods: [\"${S}\"] }\n      limits: []\n",
+         "hunter2",
+         6,
+         "rate-limit.rules[0].match.methods[0]"},
+        // The second rule takes the first's name, written in the file.
+        {base + "rate-limit:\n  rules:\n    - name: r-hunter2\n      match: { path: /a }\n"
+                "      limits: []\n    - name: ${S}\n      match: { path: /b }\n      limits: []\n",
+         "r-hunter2",
+         8,
+         "rate-limit.rules[1].name"},
+        {fallback + "key: [\"header:${S}\"] }\n", "hunter2 x", 4, "rate-limit.fallback.key[0]"},
+        {fallback + "key: [\"json:${S}\"] }\n", "hunter2..x", 4, "rate-limit.fallback.key[0]"},
+        {fallback + "cost: { request: \"header:${S}\" } }\n",
+         "hunter2 x",
+         4,
+         "rate-limit.fallback.cost.request"},
+        {fallback + "cost: { request: 1, response: \"header:${S}\" } }\n",
+         "hunter2 x",
+         4,
+         "rate-limit.fallback.cost.response"},
+        {fallback + "cost: { request: 1, response: \"json:${S}\" } }\n",
+         "hunter2..x",
+         4,
+         "rate-limit.fallback.cost.response"},
+    };
+    for (const auto& e : examples) {
+        const auto p = problems_of(e.yaml, fake({{"S", e.secret}}));
+        EXPECT_TRUE(has_problem(p, e.line, e.key, "")) << e.secret;
+        for (auto line : p) {
+            // In any case: a method's suggestion would be the value in upper case.
+            std::transform(line.begin(), line.end(), line.begin(), [](unsigned char c) {
+                return static_cast<char>(std::tolower(c));
+            });
+            EXPECT_EQ(line.find("hunter2"), std::string::npos) << e.secret << ": " << line;
+        }
+    }
 }
 
 TEST(ConfigEnvironment, KeysAreNotSubstituted) {

@@ -133,43 +133,60 @@ TEST(ConfigScalars, Numbers) {
 }
 
 TEST(ConfigScalars, ListenAddresses) {
-    const auto v4 = parse_listen("0.0.0.0:8080");
+    const auto v4 = parse_listen("0.0.0.0:8080", echo::shown);
     ASSERT_TRUE(v4.value) << v4.error;
     EXPECT_EQ(v4.value->host, "0.0.0.0");
     EXPECT_EQ(v4.value->port, 8080);
-    const auto v6 = parse_listen("[::]:443");
+    const auto v6 = parse_listen("[::]:443", echo::shown);
     ASSERT_TRUE(v6.value) << v6.error;
     EXPECT_EQ(v6.value->host, "::");
     EXPECT_EQ(v6.value->port, 443);
-    const auto name = parse_listen("localhost:0");
+    const auto name = parse_listen("localhost:0", echo::shown);
     ASSERT_TRUE(name.value) << name.error;
     EXPECT_EQ(name.value->port, 0);
-    const auto any = parse_listen(":8080");
+    const auto any = parse_listen(":8080", echo::shown);
     ASSERT_TRUE(any.value) << any.error;
     EXPECT_EQ(any.value->host, "0.0.0.0");
     EXPECT_EQ(any.value->port, 8080);
-    EXPECT_FALSE(parse_listen(":").value);
-    EXPECT_FALSE(parse_listen(":99999").value);
-    EXPECT_FALSE(parse_listen("::8080").value);
-    EXPECT_FALSE(parse_listen("localhost").value);
-    EXPECT_FALSE(parse_listen("[::1]").value);
-    EXPECT_FALSE(parse_listen("[::1]8080").value);
-    EXPECT_FALSE(parse_listen("host:-1").value);
-    EXPECT_FALSE(parse_listen("bad..name:1").value);
+    EXPECT_FALSE(parse_listen(":", echo::shown).value);
+    EXPECT_FALSE(parse_listen(":99999", echo::shown).value);
+    EXPECT_FALSE(parse_listen("::8080", echo::shown).value);
+    EXPECT_FALSE(parse_listen("localhost", echo::shown).value);
+    EXPECT_FALSE(parse_listen("[::1]", echo::shown).value);
+    EXPECT_FALSE(parse_listen("[::1]8080", echo::shown).value);
+    EXPECT_FALSE(parse_listen("host:-1", echo::shown).value);
+    EXPECT_FALSE(parse_listen("bad..name:1", echo::shown).value);
 }
 
 TEST(ConfigScalars, UpstreamUrls) {
-    const auto plain = parse_upstream_url("http://127.0.0.1:9000");
+    const auto plain = parse_upstream_url("http://127.0.0.1:9000", echo::shown);
     ASSERT_TRUE(plain.value) << plain.error;
     EXPECT_EQ(plain.value->host, "127.0.0.1");
     EXPECT_EQ(plain.value->port, 9000);
-    const auto slash = parse_upstream_url("HTTP://api.internal/");
+    const auto slash = parse_upstream_url("HTTP://api.internal/", echo::shown);
     ASSERT_TRUE(slash.value) << slash.error;
     EXPECT_EQ(slash.value->host, "api.internal");
     EXPECT_EQ(slash.value->port, 80);
-    EXPECT_NE(parse_upstream_url("https://x").error.find("https is not supported"),
+    EXPECT_NE(parse_upstream_url("https://x", echo::shown).error.find("https is not supported"),
               std::string::npos);
-    EXPECT_NE(parse_upstream_url("http://x/v1").error.find("must not have a path"),
+    EXPECT_NE(parse_upstream_url("http://x/v1", echo::shown).error.find("must not have a path"),
+              std::string::npos);
+}
+
+// The path a URL must not have is quoted as any value is (a control byte written \xNN, one
+// problem to a line); a hidden value's host or path is not quoted at all.
+TEST(ConfigScalars, AddressErrorsQuoteTheirTextOnlyWhenShown) {
+    EXPECT_NE(parse_upstream_url("http://x/a\nb", echo::shown).error.find("(got '/a\\x0ab')"),
+              std::string::npos);
+    for (const auto& error : {parse_upstream_url("http://x/hunter2", echo::hidden).error,
+                              parse_upstream_url("http://hunter2_", echo::hidden).error,
+                              parse_listen("hunter2_:80", echo::hidden).error,
+                              parse_listen("[hunter2]:80", echo::hidden).error,
+                              parse_node_address("hunter2_", 6379, echo::hidden).error}) {
+        EXPECT_FALSE(error.empty());
+        EXPECT_EQ(error.find("hunter2"), std::string::npos) << error;
+    }
+    EXPECT_NE(parse_listen("hunter2_:80", echo::shown).error.find("'hunter2_' is not a host"),
               std::string::npos);
 }
 
