@@ -118,11 +118,18 @@ rule parse_rule(problems& report, const YAML::Node& node, const std::string& pat
     } else if (m.read("name", r.name, false)) {
         // A rule's name scopes its limits' keys (`rate-limit:<name>#<n>:...`) and labels its
         // metrics: the fallback's own name would share both with it, and a '#' would let two
-        // names make one scope.
+        // names make one scope. It goes into the keys as written, so a '{' would start a Redis
+        // Cluster hash tag ahead of the key's own (`hash-tag: ip`): "{api}" would put every
+        // client's keys of the rule in one slot. Header and JSON parts are percent-encoded for
+        // this reason; a name is refused instead, '}' with '{' so that one rule covers both.
         if (r.name == "fallback") {
             m.error("name", "'fallback' is the fallback limit's own name (in keys and metrics)");
         } else if (r.name.find('#') != std::string::npos) {
             m.error("name", "must not contain '#', which ends the name in its limits' keys");
+        } else if (r.name.find_first_of("{}") != std::string::npos) {
+            m.error("name",
+                    "must not contain '{' or '}', which would make a Redis Cluster hash tag in its "
+                    "limits' keys");
         } else if (r.name.size() > max_rule_name_bytes) {
             // It is in every key of its limits (the memory store counts a key's length in 16
             // bits: src/store/key_table.hpp).

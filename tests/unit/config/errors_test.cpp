@@ -604,11 +604,28 @@ TEST(ConfigErrors, RuleNamesThatWouldShareKeysAreRefused) {
                                R"(
       match: { path: /d }
       limits: []
+    - name: "{api}"
+      match: { path: /e }
+      limits: []
+    - name: "a{b"
+      match: { path: /f }
+      limits: []
+    - name: "a}b"
+      match: { path: /g }
+      limits: []
 )");
-    ASSERT_EQ(p.size(), 3u);
+    ASSERT_EQ(p.size(), 6u);
     EXPECT_TRUE(has_problem(p, 5, "rate-limit.rules[0].name", "the fallback limit's own name"));
     EXPECT_TRUE(has_problem(p, 8, "rate-limit.rules[1].name", "must not contain '#'"));
     EXPECT_TRUE(has_problem(p, 11, "rate-limit.rules[2].name", "129 bytes long; at most 128"));
+    // "{api}" would be the hash tag of every key of the rule; a lone '{' would take its tag up to
+    // the '}' that ends `hash-tag: ip`'s. A lone '}' is refused too: one rule for both braces.
+    for (const auto& [line, index] : {std::pair{17, 4}, {20, 5}, {23, 6}}) {
+        EXPECT_TRUE(has_problem(p,
+                                line,
+                                "rate-limit.rules[" + std::to_string(index) + "].name",
+                                "must not contain '{' or '}'"));
+    }
 }
 
 TEST(ConfigErrors, DuplicateKeysInOneMapping) {
