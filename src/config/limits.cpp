@@ -136,20 +136,20 @@ std::string json_path_error(const YAML::Node& node) {
 }
 
 std::optional<key_part>
-parse_key_part(problems& report, const YAML::Node& item, const std::string& path) {
+parse_key_part(problems& report, const list_item& part, const std::string& path) {
+    const auto& item = part.node;
     static const std::vector<std::string> words{"ip", "endpoint", "global"};
     const std::string expected = "ip, endpoint, global, header:NAME or json:PATH";
     if (!item.IsScalar()) {
-        report.add(item.Mark(), path, must_be(expected, item));
+        report.add(part.mark, path, must_be(expected, item));
         return std::nullopt;
     }
     const auto& text = item.Scalar();
     if (text.rfind("header:", 0) == 0) {
         const auto name = text.substr(7);
         if (!is_token(name)) {
-            report.add(item.Mark(),
-                       path,
-                       "must name an HTTP header after 'header:', got " + describe(item));
+            report.add(
+                part.mark, path, "must name an HTTP header after 'header:', got " + describe(item));
             return std::nullopt;
         }
         return key_part{key_part::kind::header, name, {}};
@@ -157,7 +157,7 @@ parse_key_part(problems& report, const YAML::Node& item, const std::string& path
     if (text.rfind("json:", 0) == 0) {
         auto json = parse_json_path(std::string_view(text).substr(5));
         if (!json) {
-            report.add(item.Mark(), path, json_path_error(item));
+            report.add(part.mark, path, json_path_error(item));
             return std::nullopt;
         }
         return key_part{key_part::kind::json, {}, std::move(*json)};
@@ -175,7 +175,7 @@ parse_key_part(problems& report, const YAML::Node& item, const std::string& path
     if (const auto near = closest(text, words); !near.empty()) {
         what += "; did you mean " + quoted(near) + "?";
     }
-    report.add(item.Mark(), path, what);
+    report.add(part.mark, path, what);
     return std::nullopt;
 }
 
@@ -224,7 +224,7 @@ void read_key(mapping& m, limit& out) {
             return same_part(p, *part);
         };
         if (std::any_of(parts.begin(), parts.end(), same)) {
-            m.report().add(items[i].Mark(), path, "appears twice");
+            m.report().add(items[i].mark, path, "appears twice");
             ok = false;
             continue;
         }

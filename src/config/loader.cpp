@@ -56,12 +56,12 @@ void read_trusted_proxies(mapping& m, std::vector<key::cidr>& out) {
     const auto items = m.read_list("trusted-proxies");
     for (std::size_t i = 0; i < items.size(); ++i) {
         const auto path = m.path_of("trusted-proxies") + "[" + std::to_string(i) + "]";
-        const auto block = items[i].IsScalar() ? key::cidr::parse(items[i].Scalar()) : std::nullopt;
+        const auto& item = items[i].node;
+        const auto block = item.IsScalar() ? key::cidr::parse(item.Scalar()) : std::nullopt;
         if (!block) {
-            m.report().add(
-                items[i].Mark(),
-                path,
-                detail::must_be("an address or CIDR block such as 10.0.0.0/8", items[i]));
+            m.report().add(items[i].mark,
+                           path,
+                           detail::must_be("an address or CIDR block such as 10.0.0.0/8", item));
             continue;
         }
         out.push_back(*block);
@@ -251,16 +251,17 @@ read_nodes(mapping& m, std::string_view name, std::uint16_t default_port) {
     std::vector<endpoint_address> out;
     for (std::size_t i = 0; i < items.size(); ++i) {
         const auto path = m.path_of(name) + "[" + std::to_string(i) + "]";
-        if (!items[i].IsScalar()) {
-            m.report().add(items[i].Mark(), path, detail::must_be("host[:port]", items[i]));
+        const auto& item = items[i].node;
+        if (!item.IsScalar()) {
+            m.report().add(items[i].mark, path, detail::must_be("host[:port]", item));
             continue;
         }
-        const auto visibility = detail::echo_of(items[i]);
-        auto parsed = detail::parse_node_address(items[i].Scalar(), default_port, visibility);
+        const auto visibility = detail::echo_of(item);
+        auto parsed = detail::parse_node_address(item.Scalar(), default_port, visibility);
         if (!parsed.value) {
-            m.report().add(items[i].Mark(),
+            m.report().add(items[i].mark,
                            path,
-                           detail::describe(items[i]) + " is not host[:port]: " + parsed.error);
+                           detail::describe(item) + " is not host[:port]: " + parsed.error);
             continue;
         }
         auto address = *parsed.value;
@@ -270,10 +271,10 @@ read_nodes(mapping& m, std::string_view name, std::uint16_t default_port) {
                        address.host.begin(),
                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
         if (std::find(out.begin(), out.end(), address) != out.end()) {
-            m.report().add(items[i].Mark(),
+            m.report().add(items[i].mark,
                            path,
                            (visibility == detail::echo::shown ? format_address(address)
-                                                              : detail::describe(items[i])) +
+                                                              : detail::describe(item)) +
                                " is listed twice");
             continue;
         }
@@ -549,7 +550,7 @@ std::optional<YAML::Node> parse_yaml(std::string_view yaml, problems& report) {
 } // namespace
 
 config load_string(std::string_view yaml, const std::string& source, const environment& env) {
-    problems report(source);
+    problems report(source, yaml);
     config cfg;
     cfg.source = source;
     const auto document = parse_yaml(yaml, report);

@@ -70,9 +70,9 @@ void read_methods(mapping& m, rule& r) {
     }
     for (std::size_t i = 0; i < items.size(); ++i) {
         const auto path = m.path_of("methods") + "[" + std::to_string(i) + "]";
-        const auto& item = items[i];
+        const auto& item = items[i].node;
         if (!is_method(item)) {
-            m.report().add(item.Mark(), path, must_be("an HTTP method such as GET", item));
+            m.report().add(items[i].mark, path, must_be("an HTTP method such as GET", item));
             continue;
         }
         auto upper = item.Scalar();
@@ -81,7 +81,7 @@ void read_methods(mapping& m, rule& r) {
         });
         if (upper != item.Scalar()) {
             // The suggestion would show a hidden value too, in upper case.
-            m.report().add(item.Mark(),
+            m.report().add(items[i].mark,
                            path,
                            "HTTP methods are case-sensitive, got " + describe(item) +
                                (echo_of(item) == echo::shown
@@ -105,14 +105,15 @@ void read_match(mapping& parent, rule& r) {
     m.finish();
 }
 
-rule parse_rule(problems& report, const YAML::Node& node, const std::string& path) {
+rule parse_rule(problems& report, const list_item& item, const std::string& path) {
+    const auto& node = item.node;
     rule r;
-    r.line = line_of(node.Mark());
+    r.line = line_of(item.mark);
     if (!node.IsMap()) {
-        report.add(node.Mark(), path, must_be("a mapping with name, match and limits", node));
+        report.add(item.mark, path, must_be("a mapping with name, match and limits", node));
         return r;
     }
-    mapping m(report, node, node.Mark(), path);
+    mapping m(report, node, item.mark, path);
     if (!m.has("name")) {
         m.require("name");
     } else if (m.read("name", r.name, false)) {
@@ -151,7 +152,7 @@ rule parse_rule(problems& report, const YAML::Node& node, const std::string& pat
     const auto items = m.read_list("limits", "a list of limits ([] exempts the path)");
     for (std::size_t i = 0; i < items.size(); ++i) {
         const auto item_path = m.path_of("limits") + "[" + std::to_string(i) + "]";
-        r.limits.push_back(parse_limit(report, items[i], items[i].Mark(), item_path));
+        r.limits.push_back(parse_limit(report, items[i].node, items[i].mark, item_path));
     }
     m.finish();
     return r;
@@ -169,9 +170,10 @@ std::vector<rule> parse_rules(mapping& rate_limit) {
         if (!r.name.empty()) {
             const auto [it, fresh] = first_line.emplace(r.name, r.line);
             if (!fresh) {
-                rate_limit.report().add(items[i]["name"].Mark(),
+                const auto name = items[i].node["name"];
+                rate_limit.report().add(name.Mark(),
                                         path + ".name",
-                                        "duplicate rule name " + describe(items[i]["name"]) +
+                                        "duplicate rule name " + describe(name) +
                                             " (first at line " + std::to_string(it->second) + ")");
             }
         }

@@ -36,6 +36,44 @@ std::string size_range(std::uint64_t min, std::uint64_t max) {
     return "a size between " + format_size(min) + " and " + format_size(max) + forms;
 }
 
+/**
+ * Where a null list item's '-' is: yaml-cpp marks the item at the token after it, so the '-' is
+ * the last thing written before that mark, past blank lines and comments. `at` itself when what
+ * stands there is no '-' (an explicit null, `- ~`, is marked right: its '-' is on its line).
+ */
+YAML::Mark dash_before(std::string_view yaml, const YAML::Mark& at) {
+    auto end = at.pos >= 0 ? std::min(static_cast<std::size_t>(at.pos), yaml.size()) : yaml.size();
+    for (;;) {
+        const auto newline = end == 0 ? std::string_view::npos : yaml.rfind('\n', end - 1);
+        const auto begin = newline == std::string_view::npos ? 0 : newline + 1;
+        auto text = yaml.substr(begin, end - begin);
+        for (std::size_t i = 0; i < text.size(); ++i) {
+            if (text[i] == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+                text = text.substr(0, i);
+                break;
+            }
+        }
+        while (!text.empty() &&
+               (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) {
+            text.remove_suffix(1);
+        }
+        if (!text.empty()) {
+            if (text.back() != '-') {
+                return at;
+            }
+            YAML::Mark dash;
+            dash.pos = static_cast<int>(begin + text.size() - 1);
+            dash.line = static_cast<int>(std::count(yaml.begin(), yaml.begin() + dash.pos, '\n'));
+            dash.column = static_cast<int>(text.size() - 1);
+            return dash;
+        }
+        if (begin == 0) {
+            return at;
+        }
+        end = begin - 1;
+    }
+}
+
 } // namespace
 
 void problems::add(const YAML::Mark& at, std::string_view key, std::string_view what) {
@@ -335,7 +373,7 @@ std::optional<std::size_t> mapping::read_choice(std::string_view name,
     return std::nullopt;
 }
 
-std::vector<YAML::Node> mapping::read_list(std::string_view name, std::string_view expected) {
+std::vector<list_item> mapping::read_list(std::string_view name, std::string_view expected) {
     const auto node = get(name);
     if (!node.IsDefined()) {
         return {};
@@ -344,7 +382,13 @@ std::vector<YAML::Node> mapping::read_list(std::string_view name, std::string_vi
         error(name, must_be(expected, node));
         return {};
     }
-    return {node.begin(), node.end()};
+    std::vector<list_item> items;
+    items.reserve(node.size());
+    for (const auto& item : node) {
+        items.push_back(
+            {item, item.IsNull() ? dash_before(report_.yaml(), item.Mark()) : item.Mark()});
+    }
+    return items;
 }
 
 void mapping::finish() {

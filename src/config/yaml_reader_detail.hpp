@@ -24,8 +24,10 @@ namespace sluice::config::detail {
 /// Every problem found so far, each one line "FILE:LINE: what".
 class problems {
 public:
-    explicit problems(std::string source)
-        : source_(std::move(source)) {}
+    /// `yaml` is the text being read (it must outlive this), for the marks yaml-cpp gets wrong.
+    problems(std::string source, std::string_view yaml)
+        : source_(std::move(source))
+        , yaml_(yaml) {}
 
     /// Records "FILE:LINE: key 'KEY': WHAT" at `at` (a 0-based yaml-cpp mark).
     void add(const YAML::Mark& at, std::string_view key, std::string_view what);
@@ -46,6 +48,8 @@ public:
 
     const std::string& source() const noexcept { return source_; }
 
+    std::string_view yaml() const noexcept { return yaml_; }
+
     /// Records that the file set `path` (a key outside lists) at 1-based `line`.
     void locate(std::string path, int line) { key_lines_.emplace(std::move(path), line); }
 
@@ -59,6 +63,7 @@ private:
     };
 
     std::string source_;
+    std::string_view yaml_;
     std::vector<entry> entries_;
     std::vector<std::string> silenced_;
     std::map<std::string, int, std::less<>> key_lines_;
@@ -100,6 +105,13 @@ inline constexpr std::string_view substituted_tag = "?sluice-environment";
 /// echo::hidden for a value `check_text` substituted environment variables into, which no
 /// message may quote (not even in part: a host, a path); echo::shown for any other.
 echo echo_of(const YAML::Node& node);
+
+/// An item of a list, and where it is: the line of its '-' for an empty item, to which yaml-cpp
+/// gives the mark of the token after it (the next item's line, or the end of the file).
+struct list_item {
+    YAML::Node node;
+    YAML::Mark mark;
+};
 
 /// "must be EXPECTED, got WHAT", the one shape of every type and range message.
 std::string must_be(std::string_view expected, const YAML::Node& got);
@@ -195,7 +207,7 @@ public:
      * The items of a list value (none when absent). A null value (`name:` with nothing after it)
      * and anything but a list are reported as "must be EXPECTED".
      */
-    std::vector<YAML::Node> read_list(std::string_view name, std::string_view expected = "a list");
+    std::vector<list_item> read_list(std::string_view name, std::string_view expected = "a list");
 
     /// Reports every key that no getter asked for. Call once, after all getters.
     void finish();

@@ -628,6 +628,61 @@ TEST(ConfigErrors, RuleNamesThatWouldShareKeysAreRefused) {
     }
 }
 
+// yaml-cpp gives an empty item (a bare '-') the mark of the token after it: the next item's line,
+// or the end of the file. Each is reported at its own '-'.
+TEST(ConfigErrors, AnEmptyListItemIsReportedAtItsOwnLine) {
+    const auto rules = problems_of(base + R"(rate-limit:
+  rules:
+    - name: a
+      match: { path: /a }
+      limits: []
+    -
+    - name: b
+      match: { path: /b, methods: [GET] }
+      limits:
+        - { capacity: 5, flowRate: 1 }
+        -
+)");
+    ASSERT_EQ(rules.size(), 2u);
+    EXPECT_TRUE(has_problem(rules, 8, "rate-limit.rules[1]", "got nothing"));
+    EXPECT_TRUE(has_problem(rules, 13, "rate-limit.rules[2].limits[1]", "got nothing"));
+
+    const auto proxies = problems_of(base + R"(server:
+  trusted-proxies:
+    - 10.0.0.0/8
+    -   # none here
+    - 192.168.0.0/16
+)");
+    ASSERT_EQ(proxies.size(), 1u);
+    EXPECT_TRUE(has_problem(proxies, 6, "server.trusted-proxies[1]", "got nothing"));
+
+    // The other lists: Redis nodes, methods, key parts; each empty item is the last of its list.
+    const auto others = problems_of(base + R"(rate-limit:
+  redis:
+    cluster:
+      - 10.0.0.5:6379
+      -
+
+  rules:
+    - name: a
+      match:
+        path: /a
+        methods:
+          - GET
+          -
+      limits:
+        - capacity: 5
+          flowRate: 1
+          key:
+            - ip
+            -
+)");
+    ASSERT_EQ(others.size(), 3u);
+    EXPECT_TRUE(has_problem(others, 7, "rate-limit.redis.cluster[1]", "got nothing"));
+    EXPECT_TRUE(has_problem(others, 15, "rate-limit.rules[0].match.methods[1]", "got nothing"));
+    EXPECT_TRUE(has_problem(others, 21, "rate-limit.rules[0].limits[0].key[1]", "got nothing"));
+}
+
 TEST(ConfigErrors, DuplicateKeysInOneMapping) {
     const auto p = problems_of(base + "rate-limit:\n  fallback:\n    capacity: 5\n    flowRate: 1\n"
                                       "    capacity: 500\n");
