@@ -103,6 +103,8 @@ struct worker {
     store::redis_store* redis = nullptr;
     std::optional<tcp_acceptor> acceptor;
     std::thread thread;
+    /// Its event loop has returned (control thread only): nothing posted to it runs any more.
+    bool finished = false;
 };
 
 using http::format_endpoint;
@@ -504,7 +506,10 @@ void application::start_workers() {
                 spdlog::critical(
                     "worker {} stopped by an exception: {}", raw->context.index, e.what());
             }
-            net::post(control_, [this] { worker_finished(); });
+            net::post(control_, [this, raw] {
+                raw->finished = true;
+                worker_finished();
+            });
         });
     }
 }
@@ -684,6 +689,30 @@ awaitable<void> application::enforce_drain_deadline() {
         co_return; // every worker finished in time
     }
     spdlog::warn("drain timeout: closing the connections still open");
+    // The Redis store's slots and settlements of the requests about to be cut go back first,
+    // for at most 1 s (each command has rate-limit.redis.timeout): cut, the slots counted
+    // against their keys on every instance until their leases lapsed.
+    if (config_->rate_limit.store == config::store_kind::redis) {
+        // Only the workers still running: a finished one runs nothing posted to it.
+        auto left = std::make_shared<std::size_t>(std::count_if(
+            workers_.begin(), workers_.end(), [](const auto& w) { return !w->finished; }));
+        for (auto& w : workers_) {
+            if (w->finished) {
+                continue;
+            }
+            net::post(w->ioc, [this, raw = w.get(), left] {
+                raw->redis->give_back_before_exit([this, left] {
+                    net::post(control_, [this, left] {
+                        if (--*left == 0) {
+                            drain_timer_.cancel();
+                        }
+                    });
+                });
+            });
+        }
+        drain_timer_.expires_after(std::chrono::seconds{1});
+        (void)co_await drain_timer_.async_wait();
+    }
     for (auto& w : workers_) {
         w->ioc.stop();
     }

@@ -656,6 +656,42 @@ void redis_store::refuse_delay(const batch& b, batch_waiter& w, std::size_t requ
     resume(w.handler, *w.out, fail(*w.request_checks, errc::bad_reply));
 }
 
+void redis_store::give_back_before_exit(std::function<void()> answered) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [name, s] : live_slots_) {
+        releasing_.push_back({s.key, s.lease_id, now + s.lease});
+    }
+    live_slots_.clear();
+    requeue_unsent_releases();
+    std::vector<std::uint16_t> cluster_slots;
+    for (const auto& r : releasing_) {
+        cluster_slots.push_back(slot_of(r.key));
+    }
+    for (const auto& a : settling_) {
+        cluster_slots.push_back(slot_of(a.key));
+    }
+    std::sort(cluster_slots.begin(), cluster_slots.end());
+    cluster_slots.erase(std::unique(cluster_slots.begin(), cluster_slots.end()),
+                        cluster_slots.end());
+    flush_releases();
+    flush_settlements();
+    if (cluster_slots.empty()) {
+        answered();
+        return;
+    }
+    // One connection per slot's node answers in order: its PING's reply comes after theirs.
+    auto left = std::make_shared<std::size_t>(cluster_slots.size());
+    auto done = std::make_shared<std::function<void()>>(std::move(answered));
+    static constexpr std::string_view ping = "*1\r\n$4\r\nPING\r\n";
+    for (const auto slot : cluster_slots) {
+        call(slot, ping, [left, done](error_code, redis::reply) {
+            if (--*left == 0) {
+                (*done)();
+            }
+        });
+    }
+}
+
 void redis_store::stop() {
     requeue_unsent_releases();
     flush_releases();

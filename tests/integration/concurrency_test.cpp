@@ -598,6 +598,37 @@ TEST_F(RedisConcurrencyTest, AGracefulStopGivesBackItsSlotsAndEndsPromptly) {
         << "the slot was left to lapse with its lease";
 }
 
+// A drain that runs out of time cuts the requests still in flight, and gives back their slots
+// first: cut with the worker, they counted against their key on every instance until their lease
+// (30 s) lapsed. drain-timeout 1 s against a 10 s upstream.
+TEST_F(RedisConcurrencyTest, ADrainThatRunsOutOfTimeGivesBackTheSlotsOfWhatItCuts) {
+    recording_upstream upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.delay = 10s;
+        return plan;
+    });
+    auto sluice = std::make_unique<sluice_process>(
+        compose_yaml(upstream.url(),
+                     redis_store_yaml(redis_->port()) + concurrency_rules(2, ""),
+                     "  drain-timeout: 1s\n"));
+    resp_client redis(redis_->port());
+    http_connection cut(sluice->port(), 20s);
+    cut.send("GET", "/slow");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+    const auto keys = redis.command({"KEYS", "rate-limit:*"});
+    ASSERT_EQ(keys.elements.size(), 1u) << keys.describe();
+    EXPECT_EQ(redis.command({"ZCARD", keys.elements[0].text}).integer, 1);
+    const auto signalled = clock_type::now();
+    sluice->send_signal(SIGTERM);
+    const auto code = sluice->wait_exit(5s);
+    ASSERT_TRUE(code.has_value()) << sluice->log_text();
+    EXPECT_EQ(redis.command({"ZCARD", keys.elements[0].text}).integer, 0)
+        << "the cut request's slot was left to lapse with its lease";
+    // The drain's 1 s, then as long as Redis takes to answer (ms), not the give-back's 1 s bound.
+    EXPECT_LT(clock_type::now() - signalled, 1800ms) << "the give-back's answer went unheard";
+}
+
 // An instance killed with SIGKILL while holding both slots loses them for at most `lease`: the
 // other instance's police-mode requests are refused until then, and admitted after.
 TEST_F(RedisConcurrencyTest, SlotsOfAKilledInstanceFreeAfterTheLease) {

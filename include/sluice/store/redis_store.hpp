@@ -183,6 +183,16 @@ public:
      */
     void stop();
 
+    /**
+     * The drain's deadline: the requests still in flight are about to be cut, nothing of theirs
+     * run again. Gives back now every CONCURRENCY slot they hold, and sends the settlements not
+     * yet sent: cut, their slots counted against their keys on every instance until their leases
+     * lapsed. `answered` runs once Redis has answered them (a PING behind them on each
+     * connection they went on, which answers after them) or failed to; at once when there is
+     * nothing to send. On the store's executor.
+     */
+    void give_back_before_exit(std::function<void()> answered);
+
     /// Requests decided by one script call at most: bounds how long one call keeps Redis busy.
     static constexpr std::size_t max_batch = 128;
 
