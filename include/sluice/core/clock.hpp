@@ -9,8 +9,10 @@ namespace sluice {
 /**
  * A source of "now" in milliseconds, injectable so that algorithm and store tests control time.
  *
- * The value's origin is the implementation's: the memory store only ever compares readings of
- * one clock, so a steady (monotonic) clock is right for it and immune to wall-clock steps.
+ * The value's origin is the implementation's: the memory store compares readings of one clock,
+ * so a steady (monotonic) clock is right for it and immune to wall-clock steps; but a
+ * FIXED_WINDOW starts at a multiple of its length from the origin, which must be Unix time's, as
+ * the Redis store's (Redis TIME), for both stores to start a window at the same moment.
  */
 class clock {
 public:
@@ -20,10 +22,20 @@ public:
     virtual double now_ms() const noexcept = 0;
 };
 
-/// `std::chrono::steady_clock`, in milliseconds with sub-millisecond precision.
+/**
+ * `std::chrono::steady_clock`, in milliseconds with sub-millisecond precision, set to Unix time
+ * when made: steady, and a FIXED_WINDOW of a minute (or a day) starts on the minute (at midnight
+ * UTC) as on Redis. It does not follow the wall clock after that (it drifts from it as the
+ * kernel slews it, by at most 0.05%).
+ */
 class steady_clock_source final : public clock {
 public:
+    steady_clock_source() noexcept;
+
     double now_ms() const noexcept override;
+
+private:
+    double unix_offset_ms_;
 };
 
 /// A clock that moves only when told to: for tests. Thread-safe.
