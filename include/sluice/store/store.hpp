@@ -127,9 +127,10 @@ public:
      *   takes from the oldest entries first; a weight above `limit` is a debt that refuses until
      *   enough of the log has left the window.
      * - CONCURRENCY: nothing (its requests cost 1).
-     * A key without state (forgotten, expired, or holding another algorithm's state, which
-     * counts as none as in `acquire`) settles a fresh state: a refund changes nothing, a charge
-     * starts from a full bucket, an empty queue or an empty window. The settlements of one call
+     * A key without state (forgotten or expired) settles a fresh state: a refund changes
+     * nothing, a charge starts from a full bucket, an empty queue or an empty window. A key
+     * holding another algorithm's state (a reload changed the limit) is left alone: that state
+     * is another limit's, whose own requests keep it. The settlements of one call
      * are applied in order, independently of each other (not all-or-none: each one is already a
      * fact about a request that ran). Call from the thread that acquired.
      */
