@@ -3,6 +3,7 @@
 // each request is request_handler.cpp's), parked while idle (`park`), closed.
 #include "sluice/http/session.hpp"
 
+#include "http/header_block_detail.hpp"
 #include "http/local_reply.hpp"
 #include "http/request_handler.hpp"
 #include "http/session_state_detail.hpp"
@@ -245,6 +246,12 @@ awaitable<void> serve(std::unique_ptr<connection> conn) {
         const auto idle_timeout = c.entry.served
                                       ? server.idle_timeout
                                       : std::min(server.idle_timeout, server.header_timeout);
+        // What a client sent after its last request and before its next one may be empty lines
+        // alone (a CRLF after a POST body it did not count): the connection is idle all the
+        // same, with its idle timeout and parked, not waiting under the header timeout.
+        if (!c.held && buffer.size() != 0) {
+            (void)detail::take_empty_lines(buffer);
+        }
         if (buffer.size() == 0) {
             // Wait for the first bytes of the next request, for at most server.idle_timeout:
             // for `idle_grace` with the coroutine, then parked without it (nginx frees an idle

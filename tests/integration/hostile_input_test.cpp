@@ -182,6 +182,12 @@ TEST(HostileInput, ASilentNewConnectionIsClosedAfterTheHeaderTimeout) {
     kept.send("GET", "/kept");
     EXPECT_EQ(kept.read_response().status, 200u);
     EXPECT_FALSE(kept.wait_closed(1500ms)) << "a kept-alive connection waited header-timeout";
+    // So does one whose client ended its last body with a CRLF it did not count (an empty line
+    // before its next request line): it waited under header-timeout, and was closed at 1 s.
+    http_connection crlf(sluice.port(), 10s);
+    crlf.send_raw(format_request("POST", "/crlf", {{"Content-Length", "5"}}, "hello") + "\r\n");
+    EXPECT_EQ(crlf.read_response().status, 200u);
+    EXPECT_FALSE(crlf.wait_closed(1500ms)) << "the CRLF made it wait header-timeout";
 }
 
 // --- 8: credentials for a proxy ------------------------------------------------------------
