@@ -74,8 +74,12 @@ make_local_response(const local_reply& reply, const reply_context& context, bool
 limiter::decision as_of_now(const rate_limit_context& limits) noexcept {
     auto d = *limits.decision;
     if (limits.decided_at != coarse_clock::time_point{}) {
+        // Less a tick: each reading lags the true time by up to a tick or two, so their
+        // difference may exceed the time passed by one, and a reset stated early is a lie.
         const auto since =
-            std::chrono::duration_cast<milliseconds>(coarse_clock::now() - limits.decided_at);
+            std::max(std::chrono::duration_cast<milliseconds>(
+                         coarse_clock::now() - limits.decided_at - coarse_clock::resolution()),
+                     milliseconds{0});
         d.reset_after = std::max(d.reset_after - since, milliseconds{0});
     }
     return d;
