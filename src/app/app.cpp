@@ -105,6 +105,9 @@ struct worker {
     std::thread thread;
     /// Its event loop has returned (control thread only): nothing posted to it runs any more.
     bool finished = false;
+    /// At the drain's deadline, its Redis store is giving back what the cut requests hold
+    /// (control thread only).
+    bool giving_back = false;
 };
 
 using http::format_endpoint;
@@ -168,6 +171,9 @@ private:
     /// upstream.max-connections when the cap is derived), posted to every worker.
     void apply_connection_cap(const config::config& cfg);
     void worker_finished();
+    /// A worker's give-back at the drain's deadline is answered (or it finished): the wait for
+    /// them ends with the last.
+    void gave_back(worker& w);
 
     awaitable<void> handle_signals();
     awaitable<void> sweep_memory_store();
@@ -208,6 +214,8 @@ private:
     std::uint64_t descriptor_limit_ = 0;
     std::uint64_t connection_cap_ = 0;
     bool draining_ = false;
+    /// Workers whose give-back at the drain's deadline is not answered yet.
+    std::size_t giving_back_ = 0;
     std::atomic<bool> draining_flag_{false}; // draining_, readable from the admin's readiness
     std::size_t running_ = 0;
     /// The workers' connection counts, and each worker's executor and context, which the
@@ -508,6 +516,7 @@ void application::start_workers() {
             }
             net::post(control_, [this, raw] {
                 raw->finished = true;
+                gave_back(*raw); // nothing more of it will answer
                 worker_finished();
             });
         });
@@ -634,6 +643,16 @@ void application::begin_drain() {
     net::co_spawn(control_, enforce_drain_deadline(), log_escaped{"drain deadline"});
 }
 
+void application::gave_back(worker& w) {
+    if (!w.giving_back) {
+        return;
+    }
+    w.giving_back = false;
+    if (--giving_back_ == 0) {
+        drain_timer_.cancel();
+    }
+}
+
 void application::worker_finished() {
     if (--running_ == 0) {
         if (admin_) {
@@ -692,26 +711,24 @@ awaitable<void> application::enforce_drain_deadline() {
     // The Redis store's slots and settlements of the requests about to be cut go back first,
     // for at most 1 s (each command has rate-limit.redis.timeout): cut, the slots counted
     // against their keys on every instance until their leases lapsed.
-    if (config_->rate_limit.store == config::store_kind::redis) {
-        // Only the workers still running: a finished one runs nothing posted to it.
-        auto left = std::make_shared<std::size_t>(std::count_if(
-            workers_.begin(), workers_.end(), [](const auto& w) { return !w->finished; }));
+    if (running_ != 0 && config_->rate_limit.store == config::store_kind::redis) {
+        // Only the workers still running: a finished one runs nothing posted to it, and one
+        // that finishes meanwhile counts as done (worker_finished).
         for (auto& w : workers_) {
             if (w->finished) {
                 continue;
             }
-            net::post(w->ioc, [this, raw = w.get(), left] {
-                raw->redis->give_back_before_exit([this, left] {
-                    net::post(control_, [this, left] {
-                        if (--*left == 0) {
-                            drain_timer_.cancel();
-                        }
-                    });
-                });
+            w->giving_back = true;
+            ++giving_back_;
+            net::post(w->ioc, [this, raw = w.get()] {
+                raw->redis->give_back_before_exit(
+                    [this, raw] { net::post(control_, [this, raw] { gave_back(*raw); }); });
             });
         }
-        drain_timer_.expires_after(std::chrono::seconds{1});
-        (void)co_await drain_timer_.async_wait();
+        if (giving_back_ != 0) {
+            drain_timer_.expires_after(std::chrono::seconds{1});
+            (void)co_await drain_timer_.async_wait();
+        }
     }
     for (auto& w : workers_) {
         w->ioc.stop();

@@ -534,6 +534,10 @@ void redis_store::send(batch_ptr b) {
 
 void redis_store::complete(batch& b, error_code ec, const redis::reply& r) {
     answer(b, ec, r);
+    if (exiting_) {
+        give_back_live_slots(); // taken by a batch answered after the give-back
+        drop_exit_hold_when_idle();
+    }
     // Kept for the next batch: only the largest, so that one outsized batch is all it holds.
     b.waiters.clear();
     if (b.waiters.capacity() > spare_waiters_.capacity()) {
@@ -656,39 +660,52 @@ void redis_store::refuse_delay(const batch& b, batch_waiter& w, std::size_t requ
     resume(w.handler, *w.out, fail(*w.request_checks, errc::bad_reply));
 }
 
+namespace {
+
+// Runs its function when the last call holding it is done with (answered, failed, or dropped
+// with its store): what give_back_before_exit waits for.
+struct exit_wait {
+    std::function<void()> answered;
+
+    explicit exit_wait(std::function<void()> f)
+        : answered(std::move(f)) {}
+
+    exit_wait(const exit_wait&) = delete;
+    exit_wait& operator=(const exit_wait&) = delete;
+
+    ~exit_wait() {
+        try {
+            answered();
+        } catch (...) { // it posts, which allocates: the control thread's bound ends the wait
+        }
+    }
+};
+
+} // namespace
+
 void redis_store::give_back_before_exit(std::function<void()> answered) {
+    exiting_ = true;
+    exit_hold_ = std::make_shared<exit_wait>(std::move(answered));
+    give_back_live_slots();
+    flush_settlements();
+    drop_exit_hold_when_idle();
+}
+
+void redis_store::give_back_live_slots() {
     const auto now = std::chrono::steady_clock::now();
     for (const auto& [name, s] : live_slots_) {
         releasing_.push_back({s.key, s.lease_id, now + s.lease});
     }
     live_slots_.clear();
     requeue_unsent_releases();
-    std::vector<std::uint16_t> cluster_slots;
-    for (const auto& r : releasing_) {
-        cluster_slots.push_back(slot_of(r.key));
-    }
-    for (const auto& a : settling_) {
-        cluster_slots.push_back(slot_of(a.key));
-    }
-    std::sort(cluster_slots.begin(), cluster_slots.end());
-    cluster_slots.erase(std::unique(cluster_slots.begin(), cluster_slots.end()),
-                        cluster_slots.end());
     flush_releases();
-    flush_settlements();
-    if (cluster_slots.empty()) {
-        answered();
-        return;
-    }
-    // One connection per slot's node answers in order: its PING's reply comes after theirs.
-    auto left = std::make_shared<std::size_t>(cluster_slots.size());
-    auto done = std::make_shared<std::function<void()>>(std::move(answered));
-    static constexpr std::string_view ping = "*1\r\n$4\r\nPING\r\n";
-    for (const auto slot : cluster_slots) {
-        call(slot, ping, [left, done](error_code, redis::reply) {
-            if (--*left == 0) {
-                (*done)();
-            }
-        });
+}
+
+void redis_store::drop_exit_hold_when_idle() {
+    // A batch in flight may yet take slots (its reply comes after the give-back): the hold is
+    // kept until it is answered, and what it took goes back then (`complete`).
+    if (in_flight_.empty()) {
+        exit_hold_.reset();
     }
 }
 

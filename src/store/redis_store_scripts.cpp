@@ -97,8 +97,14 @@ void redis_store::run_script(std::uint16_t slot,
                              const char* what,
                              const char* otherwise,
                              std::function<void(error_code)> on_failure) {
-    run_script(
-        slot, script, first_call(script), std::move(args), what, otherwise, std::move(on_failure));
+    run_script(slot,
+               script,
+               first_call(script),
+               std::move(args),
+               what,
+               otherwise,
+               std::move(on_failure),
+               exit_hold_);
 }
 
 void redis_store::run_script(std::uint16_t slot,
@@ -107,7 +113,8 @@ void redis_store::run_script(std::uint16_t slot,
                              std::vector<std::string> args,
                              const char* what,
                              const char* otherwise,
-                             std::function<void(error_code)> on_failure) {
+                             std::function<void(error_code)> on_failure,
+                             std::shared_ptr<void> hold) {
     std::string command;
     redis::command_writer w(command, 2 + args.size());
     const auto [verb, name] = redis::script_call_head(how, script);
@@ -125,7 +132,8 @@ void redis_store::run_script(std::uint16_t slot,
           args,
           what,
           otherwise,
-          on_failure = std::move(on_failure)](error_code ec, redis::reply r) mutable {
+          on_failure = std::move(on_failure),
+          hold = std::move(hold)](error_code ec, redis::reply r) mutable {
              const auto self = alive.lock();
              if (!self || !ec) {
                  return;
@@ -133,8 +141,14 @@ void redis_store::run_script(std::uint16_t slot,
              if (const auto next = (*self)->retry_as(slot, how, r)) {
                  // Redis does not know the script by this name: the same call, named the next
                  // way.
-                 (*self)->run_script(
-                     slot, *s, *next, std::move(args), what, otherwise, std::move(on_failure));
+                 (*self)->run_script(slot,
+                                     *s,
+                                     *next,
+                                     std::move(args),
+                                     what,
+                                     otherwise,
+                                     std::move(on_failure),
+                                     std::move(hold));
                  return;
              }
              // Per script and kind of failure (an error reply's kind, as in answer()): a key per

@@ -187,9 +187,10 @@ public:
      * The drain's deadline: the requests still in flight are about to be cut, nothing of theirs
      * run again. Gives back now every CONCURRENCY slot they hold, and sends the settlements not
      * yet sent: cut, their slots counted against their keys on every instance until their leases
-     * lapsed. `answered` runs once Redis has answered them (a PING behind them on each
-     * connection they went on, which answers after them) or failed to; at once when there is
-     * nothing to send. On the store's executor.
+     * lapsed. `answered` runs once every call sent for them from then on is done with (answered,
+     * failed, or sent again by another name and that one done with), and the batches in flight
+     * then are answered and what they took given back too; at once when there is nothing to
+     * send. On the store's executor.
      */
     void give_back_before_exit(std::function<void()> answered);
 
@@ -321,7 +322,8 @@ private:
     static std::string live_name(std::string_view key, std::string_view lease_id);
     /// Runs `script` with `args` (numkeys and on), named as `first_call` says and again the
     /// next way after a refusal (`retry_as`), logging a failure as "could not <what> (<error>):
-    /// <otherwise>", rate-limited; then `on_failure`, if given, with the error.
+    /// <otherwise>", rate-limited; then `on_failure`, if given, with the error. The call, and
+    /// its sending again, hold `hold` (the exit's wait: `exit_hold_`) until done with.
     void run_script(std::uint16_t slot,
                     const redis::script& script,
                     std::vector<std::string> args,
@@ -334,7 +336,8 @@ private:
                     std::vector<std::string> args,
                     const char* what,
                     const char* otherwise,
-                    std::function<void(error_code)> on_failure);
+                    std::function<void(error_code)> on_failure,
+                    std::shared_ptr<void> hold);
     /// How a call of `script` names it first: FCALL while Functions are usable (or the pause
     /// after giving them up has passed) and the script has a library, EVALSHA otherwise.
     redis::script_call first_call(const redis::script& script) noexcept;
@@ -365,6 +368,10 @@ private:
      * a lease never taken frees nothing.
      */
     void release_slots_of_failed(const batch& b);
+    /// Queues every slot still held for release and sends the releases.
+    void give_back_live_slots();
+    /// Lets go of the store's own hold on the exit's wait once no batch is in flight.
+    void drop_exit_hold_when_idle();
     /// Queues for `flush_releases` the CONCURRENCY slots the script may have leased to the
     /// `request_number`-th request of the batch whose lease prefix is `lease_prefix`.
     void queue_release_of_slots(const checks& request_checks,
@@ -433,6 +440,11 @@ private:
     std::unordered_map<std::string, slot, keyed_string_hash, std::equal_to<>> live_slots_;
     /// Slots given back this turn, sent by `flush_releases`.
     std::vector<slot_release> releasing_;
+    /// give_back_before_exit was called: slots taken after it go back at once.
+    bool exiting_ = false;
+    /// Held by every script call sent from give_back_before_exit on, and by the store while a
+    /// batch is in flight: when the last lets go, the exit's wait ends (redis_store.cpp).
+    std::shared_ptr<void> exit_hold_;
     /// Give-backs whose call could not reach Redis (its connection lost: a failover, a restart,
     /// a reset), sent again after the next reply of a decision call, until their leases lapse
     /// (then Redis has let them go). Without them a slot whose request ended, or whose deciding
