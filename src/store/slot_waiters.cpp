@@ -14,6 +14,9 @@ struct slot_waiters::node {
     std::function<void()> wake;
     /// Woken, or deciding on its own: no wake-up for it. Guarded by the registry's mutex.
     bool busy = false;
+    /// Busy for a slot announced to it (woken, or a retry taken): a slot it leaves without is
+    /// the next waiter's. Guarded by the registry's mutex.
+    bool woken = false;
     std::string key;
 };
 
@@ -68,9 +71,11 @@ bool slot_waiters::ticket::rearm() {
     const auto found = owner_->lines_.find(node_->key);
     if (found != owner_->lines_.end() && found->second->retries > 0) {
         --found->second->retries;
+        node_->woken = true;
         return true;
     }
     node_->busy = false;
+    node_->woken = false;
     return false;
 }
 
@@ -80,7 +85,7 @@ bool slot_waiters::ticket::leave() noexcept {
     }
     node_->wake = nullptr; // a wake-up already posted finds nothing to run
     std::lock_guard lock(owner_->mutex_);
-    const bool busy = node_->busy;
+    const bool woken = node_->woken;
     const auto found = owner_->lines_.find(node_->key);
     if (found != owner_->lines_.end()) {
         auto& waiters = found->second->waiters;
@@ -95,12 +100,12 @@ bool slot_waiters::ticket::leave() noexcept {
     }
     owner_ = nullptr;
     node_.reset();
-    return busy;
+    return woken;
 }
 
 slot_waiters::ticket
 slot_waiters::join(std::string key, const io_executor& ex, std::function<void()> wake) {
-    auto n = std::make_shared<node>(node{ex, std::move(wake), false, std::move(key)});
+    auto n = std::make_shared<node>(node{ex, std::move(wake), false, false, std::move(key)});
     bool woken = false;
     {
         std::lock_guard lock(mutex_);
@@ -115,15 +120,18 @@ slot_waiters::join(std::string key, const io_executor& ex, std::function<void()>
         if (l->retries > 0) {
             --l->retries;
             n->busy = true;
+            n->woken = true;
             woken = true;
         }
     }
+    // The ticket first: were the post to throw (out of memory), the ticket would still take the
+    // node out of the line.
+    ticket t;
+    t.owner_ = this;
+    t.node_ = n;
     if (woken) {
         post_wake(n);
     }
-    ticket t;
-    t.owner_ = this;
-    t.node_ = std::move(n);
     return t;
 }
 
@@ -147,6 +155,7 @@ bool slot_waiters::notify(std::string_view key) {
         for (auto& n : l.waiters) {
             if (!n->busy) {
                 n->busy = true;
+                n->woken = true;
                 chosen = n;
                 break;
             }

@@ -49,8 +49,9 @@ public:
         /// The waiter decides again on its own (not woken): no wake-up goes to it meanwhile.
         void begin_decision();
 
-        /// Leaves the line without deciding again (its client left, its max-delay passed). A
-        /// wake-up it was given goes on to the next waiter: the slot it announced is free.
+        /// Leaves the line without taking a slot (its client left, its max-delay passed, another
+        /// limit refused it). A wake-up it was given goes on to the next waiter: the slot it
+        /// announced is free. One that only decided on its own (a recheck) passes nothing on.
         void give_up();
 
         /// It found no slot: back to idle, keeping its place, so that the next `notify` of its
@@ -60,7 +61,8 @@ public:
 
     private:
         friend class slot_waiters;
-        /// Leaves the line; whether it was busy (woken, or deciding) as it left.
+        /// Leaves the line; whether a slot had been announced to it (woken, or a retry taken)
+        /// as it left.
         bool leave() noexcept;
         slot_waiters* owner_ = nullptr;
         std::shared_ptr<node> node_;

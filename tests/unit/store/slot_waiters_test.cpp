@@ -129,6 +129,19 @@ TEST_F(SlotWaiters, AWokenWaiterThatGivesUpPassesItsWakeUpOn) {
     EXPECT_EQ(waiters_.size(), 1u);
 }
 
+// A waiter that decided on its own (its recheck), with no slot announced to it, passes nothing on
+// when it gives up: a wake-up then would cost the next waiter a decision for no slot (a Redis
+// round trip), and a line of waiters refused by another limit would chain them one by one.
+TEST_F(SlotWaiters, AWaiterThatOnlyRecheckedPassesNothingOnWhenItGivesUp) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    a.begin_decision();
+    a.give_up();
+    EXPECT_TRUE(run().empty());
+    waiters_.notify("k");
+    EXPECT_EQ(run(), std::vector<std::string>{"b"}) << "b is woken for a slot that frees";
+}
+
 // A slot that freed while every waiter was busy is a newcomer's to try at once: left as a retry,
 // it waited for a busy waiter to be refused, and a waiter that was admitted took none, so the
 // slot stayed free until the newcomer's recheck.
