@@ -112,6 +112,10 @@ void log_queue::run() {
     // The batch being written; swapped with the queue's buffers, so that their memory is kept.
     std::string batch;
     std::vector<std::size_t> ends;
+    // The last write failed part-way through a line (a disk full, a file size limit): the next
+    // starts with a line end, so that its first line is not glued to the fragment (one invalid
+    // JSON line of two, and one line lost without being counted).
+    bool cut = false;
     for (;;) {
         {
             std::unique_lock lock(mutex_);
@@ -127,7 +131,12 @@ void log_queue::run() {
         }
         // One write for every line that waited, outside the lock: this is where the reader can
         // hold the thread.
-        const std::size_t written = write_all(fd_, batch);
+        if (cut) {
+            cut = write_all(fd_, "\n") != 1;
+        }
+        // Still cut (the line end did not go): the batch would join the fragment, and is lost.
+        const std::size_t written = cut ? 0 : write_all(fd_, batch);
+        cut = cut || (written != 0 && !std::binary_search(ends.begin(), ends.end(), written));
         // A line whose last byte did not go out is lost (written in part, or not at all).
         const auto lost = static_cast<std::uint64_t>(
             ends.end() - std::upper_bound(ends.begin(), ends.end(), written));

@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <future>
 #include <string>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -148,6 +150,47 @@ TEST(LogQueue, LinesAFailedWriteLostAreCounted) {
     }
     ASSERT_TRUE(queue.drain(steady_clock::now() + 10s));
     EXPECT_EQ(queue.dropped(), 10u);
+}
+
+// A write that stops part-way through a line (here at a file size limit; a disk full alike)
+// loses that line and those after it, counted; the first line written once the file takes bytes
+// again starts on a line of its own, where it was glued to the fragment. In a child process, for
+// its own file size limit.
+TEST(LogQueue, ALineCutByAFailedWriteDoesNotJoinTheNext) {
+    char path[] = "/tmp/sluice-log-queue-XXXXXX";
+    const int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    const std::string first = line(0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        std::signal(SIGXFSZ, SIG_IGN);
+        rlimit limit{};
+        ::getrlimit(RLIMIT_FSIZE, &limit);
+        rlimit low = limit;
+        low.rlim_cur = first.size() + 3; // "line 0\n" and "lin" of line 1
+        ::setrlimit(RLIMIT_FSIZE, &low);
+        log_queue queue(fd, 64 * 1024);
+        for (int i = 0; i < 3; ++i) {
+            queue.push(line(i));
+        }
+        (void)queue.drain(steady_clock::now() + 10s);
+        ::setrlimit(RLIMIT_FSIZE, &limit);
+        queue.push(line(3));
+        (void)queue.drain(steady_clock::now() + 10s);
+        ::_exit(static_cast<int>(queue.dropped()));
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 2) << "lines 1 and 2 lost, and counted";
+    std::string text(256, '\0');
+    const auto n = ::pread(fd, text.data(), text.size(), 0);
+    ASSERT_GE(n, 0);
+    text.resize(static_cast<std::size_t>(n));
+    ::close(fd);
+    ::unlink(path);
+    EXPECT_EQ(text, first + "lin\n" + line(3));
 }
 
 } // namespace
