@@ -311,8 +311,7 @@ void request_limiter::settle_costs(std::span<const std::optional<std::string>> f
     }
     costs_settled_ = true;
     // Only an admitted request was charged (a failed-open one was not decided at all).
-    if ((v_.what != verdict::kind::allowed && v_.what != verdict::kind::delayed) ||
-        outcome_.decisions.size() != limits_.size()) {
+    if (!v_.admitted() || outcome_.decisions.size() != limits_.size()) {
         return;
     }
     boost::container::small_vector<store::settlement, 1> adjustments;
@@ -524,9 +523,7 @@ void request_limiter::settle() {
 // An admitted request's cost metrics: the rule's counters for `settle_costs`, and the final
 // charges of the limits whose reservation stands (no `cost.response`: nothing to settle).
 void request_limiter::count_reservations() {
-    if (worker_ == nullptr ||
-        (v_.what != verdict::kind::allowed && v_.what != verdict::kind::delayed) ||
-        outcome_.decisions.size() != limits_.size()) {
+    if (worker_ == nullptr || !v_.admitted() || outcome_.decisions.size() != limits_.size()) {
         return;
     }
     for (std::size_t i = 0; i < limits_.size(); ++i) {

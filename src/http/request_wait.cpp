@@ -239,8 +239,7 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         if (r.limiter.result().what != verdict::kind::queued) {
             // Admitted, it took the slot it was woken for; otherwise (another limit refused it,
             // the store failed) that slot is still free, and the next waiter's.
-            if (r.limiter.result().what != verdict::kind::allowed &&
-                r.limiter.result().what != verdict::kind::delayed) {
+            if (!r.limiter.result().admitted()) {
                 ticket.give_up();
             }
             break;

@@ -620,9 +620,6 @@ void redis_store::release_slots_of_failed(const batch& b) {
     for (const auto& w : b.waiters) {
         queue_release_of_slots(*w.request_checks, b.lease_prefix, ++request_number);
     }
-    if (!releasing_.empty()) {
-        post_flush(release_posted_, &redis_store::flush_releases);
-    }
 }
 
 void redis_store::queue_release_of_slots(const checks& request_checks,
@@ -637,6 +634,9 @@ void redis_store::queue_release_of_slots(const checks& request_checks,
                                   now + c.limit->lease});
         }
     }
+    if (!releasing_.empty()) {
+        post_flush(release_posted_, &redis_store::flush_releases);
+    }
 }
 
 void redis_store::refuse_delay(const batch& b, batch_waiter& w, std::size_t request_number) {
@@ -650,9 +650,6 @@ void redis_store::refuse_delay(const batch& b, batch_waiter& w, std::size_t requ
                   w.request_checks->empty() ? std::string{}
                                             : log_excerpt(w.request_checks->front().key));
     queue_release_of_slots(*w.request_checks, b.lease_prefix, request_number);
-    if (!releasing_.empty()) {
-        post_flush(release_posted_, &redis_store::flush_releases);
-    }
     if (w.part) {
         resume(w.handler, *w.out, undecided(errc::bad_reply));
         return;

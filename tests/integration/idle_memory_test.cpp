@@ -71,11 +71,7 @@ TEST(IdleMemory, AParkedConnectionServesASlowlyArrivingRequest) {
 }
 
 TEST(IdleMemory, AParkedConnectionServesPipelinedRequestsInOrder) {
-    recording_upstream upstream([](const recorded_request&) {
-        response_plan plan;
-        plan.kind = response_plan::body_kind::echo;
-        return plan;
-    });
+    auto upstream = echo_upstream();
     sluice_process sluice(yaml_for(upstream));
     http_connection connection(sluice.port());
     park(connection, sluice);

@@ -309,11 +309,7 @@ TEST(Proxy, AnEmptyLineBeforeARequestLineIsIgnored) {
 // the body as sluice does. An HTTP/1.0 request's empty Host is none: the upstream's goes in its
 // place (an empty one gets 400 from nginx).
 TEST(Proxy, FramingFieldsAndAnEmptyHostGoUpstreamPlainly) {
-    recording_upstream upstream([](const recorded_request&) {
-        response_plan plan;
-        plan.kind = response_plan::body_kind::echo;
-        return plan;
-    });
+    auto upstream = echo_upstream();
     sluice_process sluice(config_for(upstream));
     http_connection connection(sluice.port());
     connection.send_raw("POST /upper HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n"
@@ -333,11 +329,7 @@ TEST(Proxy, FramingFieldsAndAnEmptyHostGoUpstreamPlainly) {
 }
 
 TEST(Proxy, PipelinedRequestsWithBodiesKeepTheirBoundaries) {
-    recording_upstream upstream([](const recorded_request&) {
-        response_plan plan;
-        plan.kind = response_plan::body_kind::echo;
-        return plan;
-    });
+    auto upstream = echo_upstream();
     sluice_process sluice(config_for(upstream));
 
     const std::vector<std::string> bodies = {

@@ -419,4 +419,12 @@ bool recording_upstream::pause(std::chrono::milliseconds delay) const {
     }
 }
 
+recording_upstream echo_upstream() {
+    return recording_upstream([](const recorded_request&) {
+        response_plan plan;
+        plan.kind = response_plan::body_kind::echo;
+        return plan;
+    });
+}
+
 } // namespace sluice::test

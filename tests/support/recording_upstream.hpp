@@ -188,4 +188,7 @@ private:
     std::thread acceptor_;
 };
 
+/// An upstream that answers every request with its own body (response_plan::body_kind::echo).
+recording_upstream echo_upstream();
+
 } // namespace sluice::test

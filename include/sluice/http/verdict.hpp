@@ -39,6 +39,10 @@ struct verdict {
     bool never_fits = false;
     /// The decision whose values go into the RateLimit headers, or -1 for none.
     int headers_from = -1;
+
+    /// The limits admitted the request (at once, or after a hold): what it charged stands,
+    /// its CONCURRENCY slots are taken.
+    bool admitted() const noexcept { return what == kind::allowed || what == kind::delayed; }
 };
 
 /**

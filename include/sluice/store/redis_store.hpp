@@ -372,8 +372,8 @@ private:
     void give_back_live_slots();
     /// Lets go of the store's own hold on the exit's wait once no batch is in flight.
     void drop_exit_hold_when_idle();
-    /// Queues for `flush_releases` the CONCURRENCY slots the script may have leased to the
-    /// `request_number`-th request of the batch whose lease prefix is `lease_prefix`.
+    /// Queues the CONCURRENCY slots the script may have leased to the `request_number`-th
+    /// request of the batch whose lease prefix is `lease_prefix`, and posts `flush_releases`.
     void queue_release_of_slots(const checks& request_checks,
                                 std::string_view lease_prefix,
                                 std::size_t request_number);
