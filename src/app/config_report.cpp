@@ -29,9 +29,10 @@ std::string describe_limit(const config::limit& l) {
                            l.window.count(),
                            l.dry_run ? " dry-run" : "");
     case config::algorithm::concurrency:
-        return fmt::format("CONCURRENCY limit={} {} lease={}ms{}",
+        return fmt::format("CONCURRENCY limit={} {}{} lease={}ms{}",
                            l.limit_count,
                            l.mode == config::shaping_mode::shape ? "shape" : "police",
+                           l.max_waiting ? fmt::format(" max-waiting={}", *l.max_waiting) : "",
                            l.lease.count(),
                            l.dry_run ? " dry-run" : "");
     }

@@ -360,7 +360,7 @@ void read_lease(mapping& m, limit& out, const std::string& algo_name, bool algo_
     out.lease = lease;
 }
 
-/// mode, max-delay, lease, dry-run and key.
+/// mode, max-delay, max-waiting, lease, dry-run and key.
 void read_options(mapping& m, limit& out, const std::string& algo_name, bool algo_known) {
     // The algorithms that may make a request wait: for its slot in the queue, or for a free slot.
     const bool leaky = out.algo == algorithm::leaky_bucket || out.algo == algorithm::concurrency;
@@ -382,6 +382,17 @@ void read_options(mapping& m, limit& out, const std::string& algo_name, bool alg
             m.error("max-delay", "applies only to mode: shape (police never holds a request)");
         } else if (m.read_duration("max-delay", delay, true)) {
             out.max_delay = delay;
+        }
+    }
+    if (m.has("max-waiting")) {
+        std::int64_t waiting = 0;
+        if (algo_known && out.algo != algorithm::concurrency) {
+            m.error("max-waiting", "applies only to CONCURRENCY, not " + algo_name);
+        } else if (out.mode == shaping_mode::police) {
+            m.error("max-waiting",
+                    "applies only to mode: shape (police never makes a request wait)");
+        } else if (m.read_int("max-waiting", waiting, 1, max_count)) {
+            out.max_waiting = waiting;
         }
     }
     read_lease(m, out, algo_name, algo_known);

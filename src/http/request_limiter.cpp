@@ -199,6 +199,11 @@ void count_settlement(metrics::rule_counters* counters,
     }
 }
 
+// `max-waiting`: a line of `waiting` requests is as long as `limit` lets it be.
+bool line_full(const config::limit& limit, std::size_t waiting) noexcept {
+    return limit.max_waiting && waiting >= static_cast<std::size_t>(*limit.max_waiting);
+}
+
 } // namespace
 
 void request_limiter::select_rule(const config::config& cfg, const limited_request& req) {
@@ -350,17 +355,25 @@ bool request_limiter::join_line(worker_context& w) {
     if (held_cap_reached_ || w.waiters == nullptr) {
         return false;
     }
+    int line = -1;
     for (const auto& [index, key] : queue_keys_) {
-        if (w.waiters->waiting(key)) {
-            pending_.clear();
-            v_ = {};
-            v_.what = verdict::kind::queued;
-            v_.wait_for = index;
-            waited_ = true;
-            word_ = to_string(v_.what);
-            counted_as_ = metrics::decision_kind::delayed;
-            return true;
+        const auto waiting = w.waiters->in_line(key);
+        if (line_full(limits_[static_cast<std::size_t>(index)], waiting)) {
+            return false; // decided at once: refused (429) unless a slot happens to be free
         }
+        if (waiting > 0 && line < 0) {
+            line = index;
+        }
+    }
+    if (line >= 0) {
+        pending_.clear();
+        v_ = {};
+        v_.what = verdict::kind::queued;
+        v_.wait_for = line;
+        waited_ = true;
+        word_ = to_string(v_.what);
+        counted_as_ = metrics::decision_kind::delayed;
+        return true;
     }
     return false;
 }
@@ -496,6 +509,13 @@ void request_limiter::settle() {
         v_.what = verdict::kind::rejected;
         v_.wait_for = -1;
         v_.retry_after = 1;
+    } else if (v_.what == verdict::kind::queued && !waited_ && worker_ != nullptr &&
+               worker_->waiters != nullptr &&
+               line_full(*wait_limit(), worker_->waiters->in_line(wait_key()))) {
+        // A newcomer to a full line: refused by its limit, as when every slot is taken in mode
+        // police (429, no Retry-After), and charged nothing (the store charges no refusal).
+        v_.what = verdict::kind::rejected;
+        v_.wait_for = -1;
     }
     count_reservations();
     if (v_.what != verdict::kind::delayed && v_.what != verdict::kind::queued) {

@@ -173,9 +173,10 @@ bool slot_waiters::notify(std::string_view key) {
     return true;
 }
 
-bool slot_waiters::waiting(std::string_view key) const {
+std::size_t slot_waiters::in_line(std::string_view key) const {
     std::lock_guard lock(mutex_);
-    return lines_.find(key) != lines_.end();
+    const auto found = lines_.find(key);
+    return found == lines_.end() ? 0 : found->second->waiters.size();
 }
 
 std::size_t slot_waiters::size() const {

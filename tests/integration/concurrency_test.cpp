@@ -377,6 +377,53 @@ TEST_P(ConcurrencyTest, AClientLeavingWhileWaitingGivesUpItsPlace) {
     EXPECT_EQ(metric_or_zero(scrape_metrics(admin), "sluice_held_requests"), 0.0);
 }
 
+// max-waiting bounds the line of a key: with one slot taken and two waiting, a third request
+// is refused at once (429, as in mode police: no Retry-After, the limit named, its decision's
+// fields), charged nothing and never forwarded, while the two in line are served in turn. One
+// client can thus no longer take all of max-held.
+TEST_P(ConcurrencyTest, MaxWaitingRefusesANewcomerToAFullLineAtOnce) {
+    auto upstream = slow_upstream();
+    sluice_process sluice(
+        compose_yaml(upstream.url(), rate_limit(concurrency_rules(1, "max-waiting: 2"))));
+    const auto admin = admin_port(sluice);
+    http_connection holder(sluice.port(), 10s);
+    holder.send("GET", "/slow?n=holder");
+    ASSERT_TRUE(upstream.wait_for_stats(
+        [](const upstream_stats& s) { return s.headers_received >= 1; }, 5s));
+    std::vector<std::unique_ptr<http_connection>> line;
+    for (int i = 0; i < 2; ++i) {
+        line.push_back(std::make_unique<http_connection>(sluice.port(), 10s));
+        line.back()->send("GET", "/slow?n=waiter" + std::to_string(i));
+        ASSERT_TRUE(eventually(
+            [&] {
+                return metric_or_zero(scrape_metrics(admin), "sluice_held_requests") >= i + 1.0;
+            },
+            2s));
+    }
+    const auto sent = clock_type::now();
+    http_connection newcomer(sluice.port(), 10s);
+    newcomer.send("GET", "/slow?n=newcomer");
+    const auto refused = newcomer.read_response();
+    EXPECT_EQ(refused.status, 429u) << refused.body;
+    EXPECT_LT(refused.received - sent, service_time) << "refused at once, not when a slot freed";
+    EXPECT_FALSE(refused.header("Retry-After").has_value());
+    EXPECT_NE(refused.body.find(R"("limit":"slow")"), std::string::npos) << refused.body;
+    EXPECT_EQ(refused.header("RateLimit").value_or(""), R"("slow";r=0)");
+    EXPECT_EQ(holder.read_response().status, 200u);
+    for (auto& waiter : line) {
+        EXPECT_EQ(waiter->read_response().status, 200u);
+    }
+    // Which went up, not in what order: that is SlotWaiters' to test (a waiter's recheck, every
+    // second by default, may fall as the holder's slot frees).
+    std::vector<std::string> targets;
+    for (const auto& r : upstream.requests()) {
+        targets.push_back(r.target);
+    }
+    std::sort(targets.begin(), targets.end());
+    EXPECT_EQ(targets,
+              (std::vector<std::string>{"/slow?n=holder", "/slow?n=waiter0", "/slow?n=waiter1"}));
+}
+
 // A drain (SIGTERM) answers a request waiting for a slot 503 at once, with Retry-After and
 // Connection: close: how long the wait would go on is unknown, and the worker stops at the drain's
 // deadline, which cut such a request off unanswered. The request that holds the slot finishes;

@@ -128,6 +128,10 @@ struct limit {
     /// Reject at once when the shaping delay (CONCURRENCY: the wait for a slot) would exceed
     /// this.
     std::optional<milliseconds> max_delay;
+    /// CONCURRENCY, mode shape: how many requests of one key may wait for a slot on this
+    /// instance; one that finds its key's line this long is refused (`429`). None: only
+    /// `rate-limit.max-held` bounds them, so one client may take all of it.
+    std::optional<std::int64_t> max_waiting;
     /// CONCURRENCY: a slot not renewed for this long is free (its instance died); held slots
     /// are renewed every lease / 3.
     milliseconds lease{30'000};

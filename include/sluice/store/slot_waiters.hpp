@@ -29,7 +29,7 @@ namespace sluice::store {
  * joins meanwhile is woken for it at once. A refused waiter `rearm`s and keeps its place; one
  * that ends its wait without the slot (another limit refused it, the store failed) gives up,
  * passing its wake-up on. A request that arrives while others wait joins the line
- * instead of trying (`waiting`), so a slot goes to the oldest waiter of this instance. A ticket
+ * instead of trying (`in_line`), so a slot goes to the oldest waiter of this instance. A ticket
  * leaves the line when destroyed.
  */
 class slot_waiters {
@@ -81,8 +81,8 @@ public:
     /// line (at most one per waiter). False when nobody waits, or every waiter has a retry.
     bool notify(std::string_view key);
 
-    /// Someone waits for `key`.
-    bool waiting(std::string_view key) const;
+    /// Waiters in the line of `key`: someone waits for it, and how many (`max-waiting`).
+    std::size_t in_line(std::string_view key) const;
 
     /// Waiters in every line, for tests and metrics.
     std::size_t size() const;

@@ -80,6 +80,8 @@ TEST(ConfigReport, EveryAlgorithmIsDescribedWithItsParameters) {
     l.algo = config::algorithm::concurrency;
     l.mode = config::shaping_mode::shape;
     EXPECT_EQ(describe_limit(l), "CONCURRENCY limit=7 shape lease=30000ms");
+    l.max_waiting = 20;
+    EXPECT_EQ(describe_limit(l), "CONCURRENCY limit=7 shape max-waiting=20 lease=30000ms");
 }
 
 TEST(ConfigReport, AReloadNamesTheRedisKeysThatNeedARestart) {

@@ -553,6 +553,30 @@ TEST(ConfigErrors, ModeAndMaxDelayBelongToShaping) {
     EXPECT_TRUE(has_problem(p, 10, "rate-limit.rules[0].limits[1].mode", "got 'smooth'"));
 }
 
+TEST(ConfigErrors, MaxWaitingBelongsToAShapingConcurrencyLimit) {
+    const auto p = problems_of(base + R"(rate-limit:
+  rules:
+    - name: r
+      match: { path: /r }
+      limits:
+        - { capacity: 5, flowRate: 1, max-waiting: 3 }
+        - { algorithm: CONCURRENCY, limit: 2, mode: police, max-waiting: 3 }
+        - { algorithm: CONCURRENCY, limit: 2, max-waiting: 0 }
+        - { algorithm: CONCURRENCY, limit: 2, max-waiting: many }
+)");
+    EXPECT_TRUE(has_problem(
+        p, 8, "rate-limit.rules[0].limits[0].max-waiting", "applies only to CONCURRENCY"));
+    EXPECT_TRUE(has_problem(p, 9, "rate-limit.rules[0].limits[1].max-waiting", "mode: shape"));
+    EXPECT_TRUE(has_problem(p, 10, "rate-limit.rules[0].limits[2].max-waiting", "got '0'"));
+    EXPECT_TRUE(has_problem(p, 11, "rate-limit.rules[0].limits[3].max-waiting", "many"));
+    EXPECT_EQ(p.size(), 4u);
+    const auto cfg = load(base + R"(rate-limit:
+  fallback: { algorithm: CONCURRENCY, limit: 2, max-waiting: 3 }
+)");
+    ASSERT_TRUE(cfg.rate_limit.fallback.max_waiting.has_value());
+    EXPECT_EQ(*cfg.rate_limit.fallback.max_waiting, 3);
+}
+
 TEST(ConfigErrors, FailureModeValues) {
     for (const auto& [text, mode] : {std::pair{"open", failure_mode::open},
                                      std::pair{"closed", failure_mode::closed},

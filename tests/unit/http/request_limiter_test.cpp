@@ -4,6 +4,7 @@
 #include "http/request_limiter.hpp"
 #include "sluice/core/clock.hpp"
 #include "sluice/store/memory_store.hpp"
+#include "sluice/store/slot_waiters.hpp"
 
 #include <gtest/gtest.h>
 
@@ -336,6 +337,37 @@ TEST_F(RequestLimiter, AtTheHeldCapARequestThatWouldWaitForASlotIsOverloaded) {
     EXPECT_EQ(reply.status, bhttp::status::service_unavailable);
     EXPECT_EQ(reply.retry_after, 1);
     EXPECT_EQ(held_.load(), 1) << "only the waiting request has a place";
+    worker_.metrics = nullptr;
+}
+
+// max-waiting: a request that finds its key's line full is refused by its limit (429, as in
+// mode police: no Retry-After), not queued behind it, and takes no place among the held.
+TEST_F(RequestLimiter, ARequestThatFindsItsLineFullIsRefusedNotQueued) {
+    metrics::registry registry;
+    worker_.metrics = &registry;
+    store::slot_waiters waiters;
+    net::io_context ioc;
+    worker_.waiters = &waiters;
+    auto cfg = one_slot(config::shaping_mode::shape);
+    const auto running = request(cfg, "/s"); // takes the slot
+    ASSERT_EQ(running->result().what, verdict::kind::allowed);
+    const auto first = request(cfg, "/s");
+    ASSERT_EQ(first->result().what, verdict::kind::queued);
+    const auto in_line = waiters.join(std::string(first->wait_key()), ioc.get_executor(), [] {});
+    // Without max-waiting, the next joins the line.
+    EXPECT_EQ(request(cfg, "/s")->result().what, verdict::kind::queued);
+    cfg.rate_limit.rules[0].limits[0].max_waiting = 1;
+    const auto held_before = held_.load();
+    const auto refused = request(cfg, "/s");
+    EXPECT_EQ(refused->result().what, verdict::kind::rejected);
+    EXPECT_FALSE(refused->overloaded());
+    EXPECT_EQ(refused->decision_word(), "rejected");
+    EXPECT_EQ(refused->counted_as(), metrics::decision_kind::rejected);
+    const auto reply = refused->refusal();
+    EXPECT_EQ(reply.status, bhttp::status::too_many_requests);
+    EXPECT_EQ(reply.retry_after, 0);
+    EXPECT_EQ(held_.load(), held_before) << "a refused request holds no place";
+    worker_.waiters = nullptr;
     worker_.metrics = nullptr;
 }
 

@@ -38,8 +38,8 @@ TEST_F(SlotWaiters, WakesOneWaiterPerFreedSlotInArrivalOrder) {
     auto a = join("k", "a");
     auto b = join("k", "b");
     auto c = join("k", "c");
-    EXPECT_TRUE(waiters_.waiting("k"));
-    EXPECT_FALSE(waiters_.waiting("other"));
+    EXPECT_EQ(waiters_.in_line("k"), 3u);
+    EXPECT_EQ(waiters_.in_line("other"), 0u);
     EXPECT_EQ(waiters_.size(), 3u);
     EXPECT_TRUE(waiters_.notify("k"));
     EXPECT_EQ(run(), std::vector<std::string>{"a"});
@@ -91,7 +91,7 @@ TEST_F(SlotWaiters, AWaiterThatLeftIsNeverWoken) {
     EXPECT_EQ(waiters_.size(), 1u);
     a = slot_waiters::ticket{};
     EXPECT_EQ(waiters_.size(), 0u);
-    EXPECT_FALSE(waiters_.waiting("k")) << "an empty line is forgotten";
+    EXPECT_EQ(waiters_.in_line("k"), 0u) << "an empty line is forgotten";
 }
 
 TEST_F(SlotWaiters, KeysHaveLinesOfTheirOwn) {
