@@ -230,8 +230,17 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
             co_return slot_wait::timed_out;
         }
         // Woken or not (the recheck), no wake-up may go to it while it decides: this decision
-        // may admit it, and the slot freed meanwhile would then be lost to the line.
-        ticket.begin_decision();
+        // may admit it, and the slot freed meanwhile would then be lost to the line. A recheck
+        // while a slot announced to another waiter is undecided would take it out of turn (a
+        // younger waiter's recheck, falling as the slot freed, went ahead of the older one
+        // woken for it): skipped, to the next recheck or wake-up.
+        if (!ticket.begin_decision()) {
+            if (c.w.outlasts_drain(wait_end)) {
+                ticket.give_up();
+                co_return slot_wait::drained;
+            }
+            continue;
+        }
         if (!r.limiter.try_again(c.w, r.limited(c.peer, c.peer_text))) {
             co_await r.limiter.store_decision();
             r.limiter.settle_store_decision();

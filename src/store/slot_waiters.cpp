@@ -24,6 +24,8 @@ struct slot_waiters::line {
     std::deque<std::shared_ptr<node>> waiters;
     /// Slots freed while every waiter was busy, for the next refused waiters to try again.
     std::size_t retries = 0;
+    /// Waiters that are `woken`: a slot was announced to them and they have not decided on it.
+    std::size_t announced = 0;
 };
 
 slot_waiters::slot_waiters() = default;
@@ -42,12 +44,19 @@ slot_waiters::ticket::~ticket() {
     leave();
 }
 
-void slot_waiters::ticket::begin_decision() {
+bool slot_waiters::ticket::begin_decision() {
     if (owner_ == nullptr) {
-        return;
+        return true;
     }
     std::lock_guard lock(owner_->mutex_);
+    if (!node_->woken) {
+        const auto found = owner_->lines_.find(node_->key);
+        if (found != owner_->lines_.end() && found->second->announced > 0) {
+            return false;
+        }
+    }
     node_->busy = true;
+    return true;
 }
 
 void slot_waiters::ticket::give_up() {
@@ -68,14 +77,21 @@ bool slot_waiters::ticket::rearm() {
         return false;
     }
     std::lock_guard lock(owner_->mutex_);
-    const auto found = owner_->lines_.find(node_->key);
-    if (found != owner_->lines_.end() && found->second->retries > 0) {
-        --found->second->retries;
-        node_->woken = true;
+    // A ticket in a line always has its line: it goes only with its last waiter.
+    auto& l = *owner_->lines_.find(node_->key)->second;
+    if (l.retries > 0) {
+        --l.retries;
+        if (!node_->woken) {
+            node_->woken = true;
+            ++l.announced;
+        }
         return true;
     }
+    if (node_->woken) {
+        node_->woken = false;
+        --l.announced;
+    }
     node_->busy = false;
-    node_->woken = false;
     return false;
 }
 
@@ -93,6 +109,9 @@ bool slot_waiters::ticket::leave() noexcept {
         if (it != waiters.end()) {
             waiters.erase(it);
             --owner_->size_;
+            if (woken) {
+                --found->second->announced;
+            }
         }
         if (waiters.empty()) {
             owner_->lines_.erase(found);
@@ -121,6 +140,7 @@ slot_waiters::join(std::string key, const io_executor& ex, std::function<void()>
             --l->retries;
             n->busy = true;
             n->woken = true;
+            ++l->announced;
             woken = true;
         }
     }
@@ -156,6 +176,7 @@ bool slot_waiters::notify(std::string_view key) {
             if (!n->busy) {
                 n->busy = true;
                 n->woken = true;
+                ++l.announced;
                 chosen = n;
                 break;
             }

@@ -23,14 +23,15 @@ namespace sluice::store {
  * the wake-up is posted to the waiter's executor: it never runs on the notifier's thread). A
  * waiter that decides again on its own (its periodic recheck) says so first (`begin_decision`),
  * so that no wake-up goes to a waiter that is deciding already and may be admitted by that
- * decision, while another waits on. A slot that frees while every waiter is busy is kept as a
- * retry for the line: the next busy waiter that finds no slot (`rearm`) takes it and tries once
- * more at once, so no freed slot is lost to a decision made just before it freed; a waiter that
- * joins meanwhile is woken for it at once. A refused waiter `rearm`s and keeps its place; one
- * that ends its wait without the slot (another limit refused it, the store failed) gives up,
- * passing its wake-up on. A request that arrives while others wait joins the line
- * instead of trying (`in_line`), so a slot goes to the oldest waiter of this instance. A ticket
- * leaves the line when destroyed.
+ * decision, while another waits on; and it does not decide while a slot announced to another
+ * waiter is undecided (it would take that slot out of turn). A slot that frees while every waiter
+ * is busy is kept as a retry for the line: the next busy waiter that finds no slot (`rearm`) takes
+ * it and tries once more at once, so no freed slot is lost to a decision made just before it freed;
+ * a waiter that joins meanwhile is woken for it at once. A refused waiter `rearm`s and keeps its
+ * place; one that ends its wait without the slot (another limit refused it, the store failed) gives
+ * up, passing its wake-up on. A request that arrives while others wait joins the line instead of
+ * trying (`in_line`), so a slot goes to the oldest waiter of this instance. A ticket leaves the
+ * line when destroyed.
  */
 class slot_waiters {
     struct node;
@@ -46,8 +47,11 @@ public:
         ticket& operator=(const ticket&) = delete;
         ~ticket();
 
-        /// The waiter decides again on its own (not woken): no wake-up goes to it meanwhile.
-        void begin_decision();
+        /// The waiter is about to decide again: no wake-up goes to it meanwhile. False, for a
+        /// waiter that was not woken (its own recheck), while a slot announced to another waiter
+        /// of its line has not been decided on: that slot is the other's, and this recheck,
+        /// which might take it out of turn, is skipped.
+        [[nodiscard]] bool begin_decision();
 
         /// Leaves the line without taking a slot (its client left, its max-delay passed, another
         /// limit refused it). A wake-up it was given goes on to the next waiter: the slot it

@@ -106,13 +106,34 @@ TEST_F(SlotWaiters, KeysHaveLinesOfTheirOwn) {
 TEST_F(SlotWaiters, AWaiterDecidingOnItsOwnIsNotWoken) {
     auto a = join("k", "a");
     auto b = join("k", "b");
-    a.begin_decision();
+    EXPECT_TRUE(a.begin_decision());
     EXPECT_TRUE(waiters_.notify("k"));
     EXPECT_EQ(run(), std::vector<std::string>{"b"}) << "b, not the deciding a";
     EXPECT_TRUE(waiters_.notify("k")) << "both busy: a retry for whoever finds no slot";
     a = slot_waiters::ticket{}; // a was admitted
     EXPECT_TRUE(b.rearm()) << "b found no slot, but one freed meanwhile";
     EXPECT_FALSE(b.rearm());
+}
+
+// A waiter's own recheck does not decide while a slot announced to another waiter is undecided:
+// it would take that slot out of turn. (A younger waiter's recheck that fell as the slot freed
+// went ahead of the older waiter woken for it, which then found none.)
+TEST_F(SlotWaiters, ARecheckWaitsWhileASlotAnnouncedToAnotherIsUndecided) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    waiters_.notify("k"); // a is woken
+    EXPECT_FALSE(b.begin_decision()) << "the slot is a's";
+    EXPECT_EQ(run(), std::vector<std::string>{"a"});
+    EXPECT_FALSE(b.begin_decision()) << "a has not decided yet";
+    EXPECT_TRUE(a.begin_decision()) << "a decides on the slot announced to it";
+    EXPECT_FALSE(a.rearm()); // it found none (another instance took it): back to waiting
+    EXPECT_TRUE(b.begin_decision()) << "no slot announced is undecided";
+    EXPECT_FALSE(b.rearm());
+    waiters_.notify("k");
+    EXPECT_FALSE(b.begin_decision());
+    a = slot_waiters::ticket{}; // a was admitted (its recheck, say): the slot is decided
+    EXPECT_TRUE(b.begin_decision());
+    EXPECT_TRUE(run().empty()) << "a's wake-up finds it gone";
 }
 
 // A woken waiter that gives up (its client left, its max-delay passed) passes the wake-up on.
@@ -135,7 +156,7 @@ TEST_F(SlotWaiters, AWokenWaiterThatGivesUpPassesItsWakeUpOn) {
 TEST_F(SlotWaiters, AWaiterThatOnlyRecheckedPassesNothingOnWhenItGivesUp) {
     auto a = join("k", "a");
     auto b = join("k", "b");
-    a.begin_decision();
+    EXPECT_TRUE(a.begin_decision());
     a.give_up();
     EXPECT_TRUE(run().empty());
     waiters_.notify("k");
