@@ -231,9 +231,9 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         }
         // Woken or not (the recheck), no wake-up may go to it while it decides: this decision
         // may admit it, and the slot freed meanwhile would then be lost to the line. A recheck
-        // while a slot announced to another waiter is undecided would take it out of turn (a
-        // younger waiter's recheck, falling as the slot freed, went ahead of the older one
-        // woken for it): skipped, to the next recheck or wake-up.
+        // by a waiter that is not the oldest, or while a slot announced to another waiter is
+        // undecided, could take a slot out of turn (a younger waiter's recheck that fell as the
+        // slot freed went ahead of the older one): skipped, to the next recheck or wake-up.
         if (!ticket.begin_decision()) {
             if (c.w.outlasts_drain(wait_end)) {
                 ticket.give_up();
@@ -248,7 +248,9 @@ awaitable<slot_wait> wait_for_slot(connection_state& c, request_state& r) {
         if (r.limiter.result().what != verdict::kind::queued) {
             // Admitted, it took the slot it was woken for; otherwise (another limit refused it,
             // the store failed) that slot is still free, and the next waiter's.
-            if (!r.limiter.result().admitted()) {
+            if (r.limiter.result().admitted()) {
+                ticket.admitted();
+            } else {
                 ticket.give_up();
             }
             break;

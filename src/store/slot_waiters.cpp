@@ -50,8 +50,9 @@ bool slot_waiters::ticket::begin_decision() {
     }
     std::lock_guard lock(owner_->mutex_);
     if (!node_->woken) {
-        const auto found = owner_->lines_.find(node_->key);
-        if (found != owner_->lines_.end() && found->second->announced > 0) {
+        // A ticket in a line always has its line: it goes only with its last waiter.
+        const auto& l = *owner_->lines_.find(node_->key)->second;
+        if (l.announced > 0 || l.waiters.front() != node_) {
             return false;
         }
     }
@@ -68,6 +69,19 @@ void slot_waiters::ticket::give_up() {
     // Read as it leaves, under one lock: a notify between a reading and the leaving would wake
     // this waiter (idle when read) and the wake-up would leave with it.
     if (leave()) {
+        owner->notify(key);
+    }
+}
+
+void slot_waiters::ticket::admitted() {
+    if (owner_ == nullptr) {
+        return;
+    }
+    auto* owner = owner_;
+    std::string key = node_->key;
+    // Found by its own recheck, where nothing was announced (a lapsed lease, a lost
+    // announcement): more such slots may be free, and only the oldest waiter rechecks.
+    if (!leave()) {
         owner->notify(key);
     }
 }

@@ -413,8 +413,8 @@ TEST_P(ConcurrencyTest, MaxWaitingRefusesANewcomerToAFullLineAtOnce) {
     for (auto& waiter : line) {
         EXPECT_EQ(waiter->read_response().status, 200u);
     }
-    // Which went up, not in what order: that is SlotWaiters' to test (a waiter's recheck, every
-    // second by default, may fall as the holder's slot frees).
+    // Which went up, not in what order (SlotWaiters' to test): on Redis the held gauge counts a
+    // request from before its decision, so the second waiter may join the line first.
     std::vector<std::string> targets;
     for (const auto& r : upstream.requests()) {
         targets.push_back(r.target);

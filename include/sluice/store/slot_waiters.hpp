@@ -23,8 +23,9 @@ namespace sluice::store {
  * the wake-up is posted to the waiter's executor: it never runs on the notifier's thread). A
  * waiter that decides again on its own (its periodic recheck) says so first (`begin_decision`),
  * so that no wake-up goes to a waiter that is deciding already and may be admitted by that
- * decision, while another waits on; and it does not decide while a slot announced to another
- * waiter is undecided (it would take that slot out of turn). A slot that frees while every waiter
+ * decision, while another waits on. Only the oldest waiter of a line rechecks, and not while a
+ * slot announced to another is undecided, so that no recheck takes a slot out of turn; one
+ * admitted by its recheck wakes the next (`admitted`). A slot that frees while every waiter
  * is busy is kept as a retry for the line: the next busy waiter that finds no slot (`rearm`) takes
  * it and tries once more at once, so no freed slot is lost to a decision made just before it freed;
  * a waiter that joins meanwhile is woken for it at once. A refused waiter `rearm`s and keeps its
@@ -48,10 +49,16 @@ public:
         ~ticket();
 
         /// The waiter is about to decide again: no wake-up goes to it meanwhile. False, for a
-        /// waiter that was not woken (its own recheck), while a slot announced to another waiter
-        /// of its line has not been decided on: that slot is the other's, and this recheck,
-        /// which might take it out of turn, is skipped.
+        /// waiter that was not woken (its own recheck), unless it is the oldest of its line and
+        /// no slot announced to another waiter is undecided: a slot a recheck finds is the
+        /// oldest waiter's, and a younger one's recheck, which might take it out of turn, is
+        /// skipped.
         [[nodiscard]] bool begin_decision();
+
+        /// Leaves the line with the slot. One found by the waiter's own recheck (nothing was
+        /// announced: a lapsed lease, a lost announcement) wakes the next waiter, for the
+        /// others that may be free.
+        void admitted();
 
         /// Leaves the line without taking a slot (its client left, its max-delay passed, another
         /// limit refused it). A wake-up it was given goes on to the next waiter: the slot it

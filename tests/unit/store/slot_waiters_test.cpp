@@ -115,25 +115,37 @@ TEST_F(SlotWaiters, AWaiterDecidingOnItsOwnIsNotWoken) {
     EXPECT_FALSE(b.rearm());
 }
 
-// A waiter's own recheck does not decide while a slot announced to another waiter is undecided:
-// it would take that slot out of turn. (A younger waiter's recheck that fell as the slot freed
-// went ahead of the older waiter woken for it, which then found none.)
-TEST_F(SlotWaiters, ARecheckWaitsWhileASlotAnnouncedToAnotherIsUndecided) {
+// Only the oldest waiter of a line rechecks, and not while a slot announced to another waiter is
+// undecided: a younger waiter's recheck that fell as a slot freed took it ahead of the older one
+// woken for it, which then found none.
+TEST_F(SlotWaiters, OnlyTheOldestRechecksAndNotWhileAnAnnouncedSlotIsUndecided) {
     auto a = join("k", "a");
     auto b = join("k", "b");
-    waiters_.notify("k"); // a is woken
-    EXPECT_FALSE(b.begin_decision()) << "the slot is a's";
-    EXPECT_EQ(run(), std::vector<std::string>{"a"});
-    EXPECT_FALSE(b.begin_decision()) << "a has not decided yet";
-    EXPECT_TRUE(a.begin_decision()) << "a decides on the slot announced to it";
-    EXPECT_FALSE(a.rearm()); // it found none (another instance took it): back to waiting
-    EXPECT_TRUE(b.begin_decision()) << "no slot announced is undecided";
-    EXPECT_FALSE(b.rearm());
-    waiters_.notify("k");
-    EXPECT_FALSE(b.begin_decision());
-    a = slot_waiters::ticket{}; // a was admitted (its recheck, say): the slot is decided
+    EXPECT_FALSE(b.begin_decision()) << "a is older";
+    EXPECT_TRUE(a.begin_decision());
+    waiters_.notify("k"); // a is deciding: b is woken
+    EXPECT_EQ(run(), std::vector<std::string>{"b"});
+    EXPECT_FALSE(a.rearm()); // a decided before the slot freed
+    EXPECT_FALSE(a.begin_decision()) << "the slot announced to b is b's";
+    EXPECT_TRUE(b.begin_decision()) << "b decides on the slot announced to it";
+    EXPECT_FALSE(b.rearm()); // it found none (another instance took it): back to waiting
+    EXPECT_TRUE(a.begin_decision()) << "no slot announced is undecided";
+}
+
+// A waiter admitted by its own recheck (nothing announced: a lapsed lease) wakes the next, since
+// only the oldest rechecks and such slots may be several; one admitted for a slot announced to it
+// passes nothing on.
+TEST_F(SlotWaiters, AWaiterAdmittedByItsRecheckWakesTheNext) {
+    auto a = join("k", "a");
+    auto b = join("k", "b");
+    auto c = join("k", "c");
+    EXPECT_TRUE(a.begin_decision());
+    a.admitted();
+    EXPECT_EQ(run(), std::vector<std::string>{"b"});
     EXPECT_TRUE(b.begin_decision());
-    EXPECT_TRUE(run().empty()) << "a's wake-up finds it gone";
+    b.admitted();
+    EXPECT_TRUE(run().empty()) << "b took the slot it was woken for";
+    EXPECT_EQ(waiters_.size(), 1u);
 }
 
 // A woken waiter that gives up (its client left, its max-delay passed) passes the wake-up on.
