@@ -129,6 +129,30 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
             nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->address == address; });
     }
 
+    /// Whether a redirection to `address` would connect to one node too many outside the last
+    /// map read: ASK targets, seeds and primaries a MOVED patched in share `max_other_nodes`
+    /// until a read answers. Until then, a node redirecting to ever new hosts would have the
+    /// worker connect to each (and, for MOVED, grow its map by one primary each time); the call
+    /// fails instead, and a read is asked for.
+    bool refuse_new_node(const config::endpoint_address& address, redirection::kind kind) {
+        if (known(address) || nodes_.size() - read_primaries_ < opts_.max_other_nodes) {
+            return false;
+        }
+        // One throttle each: a warning about one kind does not hide the other's.
+        static log_throttle moved_throttle{std::chrono::seconds(10)};
+        static log_throttle ask_throttle{std::chrono::seconds(10)};
+        const bool moved = kind == redirection::kind::moved;
+        log_throttled(moved ? moved_throttle : ask_throttle,
+                      spdlog::level::warn,
+                      "redis: {} named {}, and {} nodes outside the slot map are connected "
+                      "already; giving the command up",
+                      moved ? "a MOVED" : "an ASK",
+                      log_excerpt(format_address(address)),
+                      opts_.max_other_nodes);
+        refresh_soon(opts_.trouble_interval);
+        return true;
+    }
+
     static config::endpoint_address address_of(const cluster_node& n) { return {n.host, n.port}; }
 
     /// Routes by `map`: a connection per primary, and none kept for a node no longer in it.
@@ -259,23 +283,17 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         switch (to.type) {
         case redirection::kind::moved:
             add(counters_.moved, observer_.moved);
+            if (refuse_new_node(address, to.type)) {
+                finish(c, make_error_code(errc::redis_unavailable), {});
+                return;
+            }
             patch(to.slot, address);
             refresh_soon(opts_.moved_interval);
             send(c, node_for(address), false);
             return;
         case redirection::kind::ask:
             add(counters_.ask, observer_.ask);
-            if (!known(address) && nodes_.size() - routes_.size() >= opts_.max_other_nodes) {
-                // Until the next map read retires them, a node answering ASK with ever new
-                // hosts would have the worker connect to each: the call fails instead.
-                static log_throttle throttle{std::chrono::seconds(10)};
-                log_throttled(throttle,
-                              spdlog::level::warn,
-                              "redis: an ASK named {}, and {} nodes outside the slot map are "
-                              "connected already; giving the command up",
-                              log_excerpt(format_address(address)),
-                              opts_.max_other_nodes);
-                refresh_soon(opts_.trouble_interval);
+            if (refuse_new_node(address, to.type)) {
                 finish(c, make_error_code(errc::redis_unavailable), {});
                 return;
             }
@@ -331,8 +349,13 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         std::move(h)(ec, std::move(r));
     }
 
-    /// MOVED: this worker's map says so at once; the refresh brings the rest.
+    /// MOVED: this worker's map says so at once; the refresh brings the rest. Calls pipelined
+    /// to one slot are each answered MOVED: only the first changes the map.
     void patch(std::uint16_t slot, const config::endpoint_address& owner) {
+        if (const auto* now = map_ ? map_->owner_of(slot) : nullptr;
+            now != nullptr && address_of(*now) == owner) {
+            return;
+        }
         auto next = map_ ? std::make_shared<slot_map>(*map_) : std::make_shared<slot_map>();
         auto it = std::find_if(next->primaries.begin(),
                                next->primaries.end(),
@@ -466,6 +489,7 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         } else {
             retire_unnamed();
         }
+        read_primaries_ = map_->primaries.size();
         refreshed();
     }
 
@@ -550,6 +574,10 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
     std::shared_ptr<const slot_map> map_;
     /// By primary index of `map_`: its node.
     std::vector<node*> routes_;
+    /// How many primaries the map the last read installed names; each holds a node of `nodes_`
+    /// until the next read (a patch only adds primaries), and the nodes beyond them are outside
+    /// the map: `max_other_nodes` at most.
+    std::size_t read_primaries_ = 0;
     std::atomic<bool> healthy_{false};
     cluster_counters counters_;
     cluster_observer observer_;

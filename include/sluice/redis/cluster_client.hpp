@@ -35,11 +35,11 @@ struct cluster_options {
     milliseconds moved_interval{100};
     /// A call answered TRYAGAIN (its keys split by a migration) is sent again after this.
     milliseconds tryagain_delay{5};
-    /// At most this many nodes outside the map (ASK targets, seeds asked for the map) are
-    /// connected to until a map read retires them (the first read that finds no ASK named one
-    /// since the read before); an ASK to one more fails the call with
-    /// `errc::redis_unavailable`. A migration's target may be outside the map (a new primary that
-    /// owns no slot yet): it stays while ASKs name it.
+    /// At most this many nodes outside the last map read (ASK targets, seeds asked for the map,
+    /// primaries a MOVED patched in) are connected to until a map read answers; a MOVED or an ASK
+    /// to one more fails the call with `errc::redis_unavailable` and asks for a read. A node an
+    /// ASK named stays until a read finds no ASK named it since the read before (a migration's
+    /// target may be outside the map: a new primary that owns no slot yet).
     std::size_t max_other_nodes = 16;
 
     static cluster_options from_settings(const config::redis_settings& settings);

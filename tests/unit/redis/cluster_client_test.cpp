@@ -374,18 +374,27 @@ bool is_cluster_slots(const std::vector<std::string>& args) {
     return args.size() == 2 && args[0] == "CLUSTER" && args[1] == "SLOTS";
 }
 
-/// A node that owns every slot and answers anything but ASKING with an ASK to the next of three
-/// ports where nothing listens: a broken or hostile node. `options()` has it for seed.
-struct asking_node {
-    asking_node()
-        : node([this](const std::vector<std::string>& args) -> std::string {
+/// Starts `c` and runs `ioc` until it is healthy (false if not within 5 s).
+bool started_healthy(net::io_context& ioc, cluster_client& c) {
+    c.start();
+    return test::run_until(
+        ioc, [&] { return c.healthy(); }, 5s);
+}
+
+/// A node that owns every slot and answers anything but ASKING with a redirection (`kind`: ASK
+/// or MOVED) of slot n to the nth of three ports where nothing listens, round: a broken or hostile
+/// node. `options()` has it for seed.
+struct redirecting_node {
+    explicit redirecting_node(std::string kind)
+        : node([this, kind](const std::vector<std::string>& args) -> std::string {
             if (is_cluster_slots(args)) {
                 return node.whole_map();
             }
             if (args[0] == "ASKING") {
                 return "+OK\r\n";
             }
-            return fmt::format("-ASK 0 127.0.0.1:{}\r\n", nowhere[asks++ % nowhere.size()]);
+            const auto n = redirections++ % nowhere.size();
+            return fmt::format("-{} {} 127.0.0.1:{}\r\n", kind, n, nowhere[n]);
         }) {}
 
     cluster_options options() const {
@@ -394,14 +403,15 @@ struct asking_node {
         o.node.command_timeout = 2s;
         o.node.reconnect_min = 20ms;
         o.node.reconnect_max = 200ms;
-        o.trouble_interval = 2s; // no refresh before the ASKs are in
+        o.trouble_interval = 2s; // no refresh before the redirections are in
+        o.moved_interval = 2s;
         o.refresh_interval = 1s; // and the read after that one
         return o;
     }
 
     const std::vector<std::uint16_t> nowhere{
         test::free_port(), test::free_port(), test::free_port()};
-    std::atomic<std::size_t> asks{0};
+    std::atomic<std::size_t> redirections{0};
     fake_node node;
 };
 
@@ -411,13 +421,11 @@ struct asking_node {
 // forever) to every one of them.
 TEST(ClusterClientNodes, ANodeOnlyAnAskNamedIsDroppedAtTheFirstReadNoAskNamedItBefore) {
     net::io_context ioc;
-    asking_node asking;
+    redirecting_node asking("ASK");
     const auto& nowhere = asking.nowhere;
     const auto o = asking.options();
     cluster_client c(executor{ioc.get_executor()}, o);
-    c.start();
-    ASSERT_TRUE(test::run_until(
-        ioc, [&] { return c.healthy(); }, 5s));
+    ASSERT_TRUE(started_healthy(ioc, c));
     EXPECT_EQ(c.node_count(), 1u);
 
     for (std::size_t i = 0; i < nowhere.size(); ++i) {
@@ -483,9 +491,7 @@ TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
     o.node.command_timeout = 3s;
     o.node.connect_timeout = 5s;
     cluster_client c(executor{ioc.get_executor()}, o);
-    c.start();
-    ASSERT_TRUE(test::run_until(
-        ioc, [&] { return c.healthy(); }, 5s));
+    ASSERT_TRUE(started_healthy(ioc, c));
 
     auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"INCR", "first"})));
     EXPECT_FALSE(set_up) << "the set-up ended before the call";
@@ -507,14 +513,12 @@ TEST(ClusterClientNodes, AResendHeldOnANewConnectionEndsWithTheCall) {
 TEST(ClusterClientNodes, AsksToNodesOutsideTheMapAreCapped) {
     test::captured_log log; // declared first: it outlives the client
     net::io_context ioc;
-    asking_node asking;
+    redirecting_node asking("ASK");
     const auto& nowhere = asking.nowhere;
     auto o = asking.options();
     o.max_other_nodes = 2;
     cluster_client c(executor{ioc.get_executor()}, o);
-    c.start();
-    ASSERT_TRUE(test::run_until(
-        ioc, [&] { return c.healthy(); }, 5s));
+    ASSERT_TRUE(started_healthy(ioc, c));
 
     for (std::size_t i = 0; i < nowhere.size(); ++i) {
         auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"GET", "k"})));
@@ -529,6 +533,71 @@ TEST(ClusterClientNodes, AsksToNodesOutsideTheMapAreCapped) {
     ASSERT_TRUE(test::run_until(
         ioc, [&] { return c.counters().refreshes_unchanged.load() > unchanged + 1; }, 5s));
     EXPECT_EQ(c.node_count(), 1u);
+}
+
+// A MOVED naming a node the worker is not connected to counts with the ASK targets against
+// max_other_nodes until a map read answers: one more fails the call at once. Without a cap, a
+// node answering MOVED with ever new hosts had the worker connect to each and add it to its map
+// as a primary, each MOVED.
+TEST(ClusterClientNodes, MovesToNodesOutsideTheMapAreCapped) {
+    test::captured_log log; // declared first: it outlives the client
+    net::io_context ioc;
+    redirecting_node moving("MOVED");
+    auto o = moving.options();
+    o.max_other_nodes = 2;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    ASSERT_TRUE(started_healthy(ioc, c));
+
+    // Slot n is moved to the nth port: each call a new node.
+    for (std::uint16_t slot = 0; slot < moving.nowhere.size(); ++slot) {
+        auto [ec, r] = test::run_coro(ioc, c.async_formatted(slot, resp({"GET", "k"})));
+        EXPECT_EQ(ec, errc::redis_unavailable) << ec.message() << " " << r.str;
+    }
+    EXPECT_EQ(c.counters().moved.load(), moving.nowhere.size());
+    EXPECT_EQ(c.node_count(), 1u + o.max_other_nodes);
+    EXPECT_EQ(c.map()->primaries.size(), 1u + o.max_other_nodes);
+    EXPECT_EQ(c.map()->owner_of(2)->port, moving.node.address().port);
+    EXPECT_EQ(log.lines_with("a MOVED named").size(), 1u) << log.text();
+
+    // The map read it asked for gives the map as it was, and the count starts again.
+    const auto unchanged = c.counters().refreshes_changed.load();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.counters().refreshes_changed.load() > unchanged; }, 5s));
+    EXPECT_EQ(c.node_count(), 1u);
+    EXPECT_EQ(c.map()->primaries.size(), 1u);
+}
+
+// Calls pipelined to one slot are each answered MOVED: the first patches the map, the others
+// find it says so already and leave it as it is, where each copied the 16384 slots and rebuilt
+// the routes. (Here the second call is on another slot, answered with the first one's MOVED.)
+TEST(ClusterClientNodes, AMovedToTheSlotsOwnerLeavesTheMapAsItIs) {
+    net::io_context ioc;
+    fake_node target([](const std::vector<std::string>&) -> std::string { return "+OK\r\n"; });
+    fake_node* self = nullptr;
+    fake_node source([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        return fmt::format("-MOVED 0 127.0.0.1:{}\r\n", target.address().port);
+    });
+    self = &source;
+    cluster_options o;
+    o.seeds = {source.address()};
+    o.node.command_timeout = 2s;
+    o.trouble_interval = 2s; // no map read before the calls are answered
+    o.moved_interval = 2s;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    ASSERT_TRUE(started_healthy(ioc, c));
+
+    auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"SET", "k", "v"})));
+    ASSERT_FALSE(ec) << ec.message() << " " << r.str;
+    const auto patched = c.map();
+    ASSERT_EQ(patched->owner_of(0)->port, target.address().port);
+
+    auto [ec2, r2] = test::run_coro(ioc, c.async_formatted(1, resp({"SET", "k", "v"})));
+    ASSERT_FALSE(ec2) << ec2.message() << " " << r2.str;
+    EXPECT_EQ(c.counters().moved.load(), 2u);
+    EXPECT_EQ(c.map().get(), patched.get());
 }
 
 } // namespace
