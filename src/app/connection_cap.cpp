@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "app/connection_cap.hpp"
 
+#include "sluice/redis/cluster_client.hpp"
+
 #include <algorithm>
 #include <sys/resource.h>
 
 namespace sluice::app {
+
+static_assert(cluster_connections_per_worker ==
+                  redis::max_cluster_primaries + redis::default_max_other_nodes,
+              "the descriptors set aside must cover every connection a worker's cluster client "
+              "may hold");
 
 std::uint64_t descriptors_set_aside(const config::config& cfg, std::size_t workers) noexcept {
     std::uint64_t redis = 0;

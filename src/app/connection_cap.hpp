@@ -16,9 +16,10 @@ namespace sluice::app {
 /// 64, the listening sockets, logs, DNS lookups.
 inline constexpr std::uint64_t reserved_descriptors = 256;
 
-/// Redis connections one worker may hold with `cluster`: one to each primary it sends to, and up
-/// to 16 to nodes outside the map (cluster_client's max_other_nodes). The primaries are not
-/// known before the map is read: 48 are reckoned, more than most clusters have.
+/// Redis connections one worker may hold with `cluster`: one to each primary of its map, at
+/// most 48 (a map naming more is refused: redis::max_cluster_primaries), and up to 16 to nodes
+/// outside the map (cluster_client's max_other_nodes: ASK targets, seeds, primaries a MOVED
+/// names). connection_cap.cpp checks the sum.
 inline constexpr std::uint64_t cluster_connections_per_worker = 64;
 
 /**

@@ -3,8 +3,11 @@
 
 #include "sluice/core/text.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 
 namespace sluice::redis {
 namespace {
@@ -77,6 +80,20 @@ read_node(const reply& r, std::string_view asked_host, bool primary, std::string
         node.id = r.elements[2].str;
     }
     return node;
+}
+
+/// How many primaries the ranges of `r` name, for the error of a map over the cap: one pass,
+/// where looking each up among those found so far is quadratic in them.
+std::size_t distinct_primaries(const reply& r) {
+    std::unordered_set<std::string> seen;
+    for (const auto& range : r.elements) {
+        if (range.elements.size() < 3 || range.elements[2].elements.size() < 2) {
+            continue;
+        }
+        const auto& primary = range.elements[2].elements;
+        seen.insert(fmt::format("{}:{}", primary[0].str, primary[1].integer));
+    }
+    return seen.size();
 }
 
 } // namespace
@@ -152,8 +169,11 @@ slot_map_result parse_cluster_slots(const reply& r, std::string_view asked_host)
                 return n.host == primary->host && n.port == primary->port;
             });
         if (found == map.primaries.end()) {
-            if (map.primaries.size() >= cluster_slots) {
-                result.error = "more primaries than slots";
+            if (map.primaries.size() >= max_cluster_primaries) {
+                result.error = fmt::format("it names {} primaries, more than the {} a worker "
+                                           "connects to",
+                                           distinct_primaries(r),
+                                           max_cluster_primaries);
                 return result;
             }
             map.primaries.push_back(std::move(*primary));

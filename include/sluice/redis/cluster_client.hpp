@@ -22,6 +22,9 @@
 
 namespace sluice::redis {
 
+/// `cluster_options::max_other_nodes` unless set: what app/connection_cap.hpp reckons.
+inline constexpr std::size_t default_max_other_nodes = 16;
+
 struct cluster_options {
     /// Asked for the map in order when no node of the current map answers.
     std::vector<config::endpoint_address> seeds;
@@ -40,7 +43,7 @@ struct cluster_options {
     /// to one more fails the call with `errc::redis_unavailable` and asks for a read. A node an
     /// ASK named stays until a read finds no ASK named it since the read before (a migration's
     /// target may be outside the map: a new primary that owns no slot yet).
-    std::size_t max_other_nodes = 16;
+    std::size_t max_other_nodes = default_max_other_nodes;
 
     static cluster_options from_settings(const config::redis_settings& settings);
 };

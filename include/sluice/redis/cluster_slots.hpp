@@ -44,6 +44,15 @@ inline constexpr std::size_t max_node_host = 253;
  */
 bool is_node_host(std::string_view host) noexcept;
 
+/**
+ * The most primaries a slot map may name. Each worker keeps a connection to each, and the
+ * descriptors sluice sets aside for a worker's Redis connections (app/connection_cap.hpp:
+ * 64) reckon this many plus the 16 to nodes outside the map (`cluster_options::
+ * max_other_nodes`). It also keeps short the steps that look at every primary (a map read
+ * compares the old map's with the new one's).
+ */
+inline constexpr std::size_t max_cluster_primaries = 48;
+
 /// A node of the cluster as the map names it.
 struct cluster_node {
     std::string host;
@@ -85,7 +94,8 @@ struct slot_map_result {
  * each node [host, port, id?, ...]. A primary announced with an empty host is the node that was
  * asked (`asked_host`). Refused, naming the first fault: anything but that shape, a slot outside
  * 0..16383, start > end, two ranges sharing a slot, a port outside 1..65535, a primary whose host
- * is unknown ("?" or nil) or not `is_node_host`, more primaries than slots. Replicas are read for
+ * is unknown ("?" or nil) or not `is_node_host`, more than `max_cluster_primaries` primaries (the
+ * error names how many). Replicas are read for
  * their shape only (the map routes to primaries). Linear in the reply.
  */
 slot_map_result parse_cluster_slots(const reply& r, std::string_view asked_host);

@@ -600,5 +600,56 @@ TEST(ClusterClientNodes, AMovedToTheSlotsOwnerLeavesTheMapAsItIs) {
     EXPECT_EQ(c.map().get(), patched.get());
 }
 
+// A map naming more than max_cluster_primaries primaries is refused as unusable, with a
+// warning naming the count and the cap, and the map before it stays in use: it was installed,
+// a connection to each of its primaries opened by each worker.
+TEST(ClusterClientNodes, AMapNamingTooManyPrimariesIsRefusedAndTheLastOneKept) {
+    test::captured_log log; // declared first: it outlives the client
+    net::io_context ioc;
+    std::atomic<bool> split{false};
+    fake_node* self = nullptr;
+    fake_node node([&](const std::vector<std::string>& args) -> std::string {
+        if (!is_cluster_slots(args)) {
+            return "+OK\r\n";
+        }
+        if (!split) {
+            return self->whole_map();
+        }
+        // One slot each for the first primaries, the rest to the last.
+        const auto primaries = max_cluster_primaries + 1;
+        std::string map = fmt::format("*{}\r\n", primaries);
+        for (std::size_t i = 0; i < primaries; ++i) {
+            map += fmt::format("*3\r\n:{}\r\n:{}\r\n*2\r\n$9\r\n127.0.0.1\r\n:{}\r\n",
+                               i,
+                               i + 1 == primaries ? cluster_slots - 1 : i,
+                               20000 + i);
+        }
+        return map;
+    });
+    self = &node;
+    cluster_options o;
+    o.seeds = {node.address()};
+    o.refresh_interval = 100ms;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    ASSERT_TRUE(started_healthy(ioc, c));
+    const auto before = c.map();
+
+    split = true;
+    const auto failed = c.counters().refreshes_failed.load();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return c.counters().refreshes_failed.load() > failed; }, 5s));
+    EXPECT_EQ(c.map().get(), before.get());
+    EXPECT_EQ(c.node_count(), 1u);
+    EXPECT_TRUE(c.healthy());
+    // The map log says it at most once per 10 s, whatever said something before.
+    const auto warning = fmt::format("it names {} primaries, more than the {}",
+                                     max_cluster_primaries + 1,
+                                     max_cluster_primaries);
+    EXPECT_TRUE(test::run_until(
+        ioc, [&] { return !log.lines_with(warning).empty(); }, 15s))
+        << log.text();
+    EXPECT_EQ(c.map().get(), before.get());
+}
+
 } // namespace
 } // namespace sluice::redis

@@ -4,6 +4,7 @@
 #include "support/redis_server.hpp"
 #include "support/resp_client.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -150,6 +151,46 @@ TEST(ClusterSlots, MalformedRepliesAreRefusedNamingTheFault) {
     // A replica whose address is unknown is no fault: only primaries are routed to.
     EXPECT_TRUE(
         parse_cluster_slots(array_reply({range(0, 10, {node("h", 1), node("?", 2)})}), "a").map);
+}
+
+/// A map of `primaries` primaries, one slot each (127.0.0.1, ports 7000 on), the last owning the
+/// rest.
+reply map_of(std::size_t primaries) {
+    std::vector<reply> ranges;
+    for (std::size_t i = 0; i < primaries; ++i) {
+        const auto start = static_cast<std::int64_t>(i);
+        const auto end = i + 1 == primaries ? std::int64_t{cluster_slots - 1} : start;
+        ranges.push_back(
+            range(start, end, {node("127.0.0.1", 7000 + static_cast<std::int64_t>(i))}));
+    }
+    return array_reply(std::move(ranges));
+}
+
+// A worker connects to every primary of its map, and the descriptors set aside for it reckon
+// max_cluster_primaries: a map naming more is refused, naming how many it names. Up to 16384
+// were taken (a connection each, per worker).
+TEST(ClusterSlots, AMapNamingMorePrimariesThanTheCapIsRefused) {
+    const auto at_cap = parse_cluster_slots(map_of(max_cluster_primaries), "a");
+    ASSERT_TRUE(at_cap.map) << at_cap.error;
+    EXPECT_EQ(at_cap.map->primaries.size(), max_cluster_primaries);
+    EXPECT_EQ(at_cap.map->covered(), cluster_slots);
+
+    for (const std::size_t primaries : {max_cluster_primaries + 1, cluster_slots}) {
+        const auto over = parse_cluster_slots(map_of(primaries), "a");
+        EXPECT_FALSE(over.map) << primaries;
+        EXPECT_EQ(over.error,
+                  fmt::format("it names {} primaries, more than the {} a worker connects to",
+                              primaries,
+                              max_cluster_primaries));
+    }
+    // Many ranges of few primaries are no fault: a fragmented map of three.
+    std::vector<reply> ranges;
+    for (std::int64_t slot = 0; slot < 3000; ++slot) {
+        ranges.push_back(range(slot, slot, {node("127.0.0.1", 7000 + slot % 3)}));
+    }
+    const auto fragmented = parse_cluster_slots(array_reply(std::move(ranges)), "a");
+    ASSERT_TRUE(fragmented.map) << fragmented.error;
+    EXPECT_EQ(fragmented.map->primaries.size(), 3u);
 }
 
 TEST(ClusterSlots, NodeHostsAreNamesOrAddresses) {
