@@ -155,21 +155,23 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
 
     static config::endpoint_address address_of(const cluster_node& n) { return {n.host, n.port}; }
 
-    /// Routes by `map`: a connection per primary, and none kept for a node no longer in it.
+    /// Routes by `map`: a connection per primary. Nodes it does not name stay until a map read
+    /// retires them: a MOVED patches the map, and must neither free the nodes the last read
+    /// retired (still draining) nor take an ASK target's mark.
     void install(std::shared_ptr<const slot_map> map) {
         map_ = std::move(map);
         routes_.clear();
         for (const auto& p : map_->primaries) {
             routes_.push_back(&node_for(address_of(p)));
         }
-        retire_unnamed();
         update_health();
     }
 
-    /// Nodes the map does not name are stopped (replies in flight still arrive) and freed at
-    /// the next map read; a demoted primary, a seed replica or a node an ASK named holds no
-    /// connection for long. At every read, changed or not: a node answering ASK with ever new
-    /// hosts would otherwise have the worker keep a connection to each, reconnecting forever.
+    /// At each answered map read only: nodes the map does not name are stopped (replies in
+    /// flight still arrive) and freed at the next answered read; a demoted primary, a seed
+    /// replica or a node an ASK named holds no connection for long. At every read, changed or
+    /// not: a node answering ASK with ever new hosts would otherwise have the worker keep a
+    /// connection to each, reconnecting forever.
     /// A node an ASK named since the last read stays until a read finds it unasked: a migration
     /// onto a new, empty primary sends every ASK there, and retiring it at each read would make
     /// the redirected calls wait for a new connection's set-up, every read.
@@ -486,9 +488,8 @@ struct cluster_client::state : std::enable_shared_from_this<state> {
         }
         if (changed) {
             install(std::make_shared<const slot_map>(std::move(*parsed.map)));
-        } else {
-            retire_unnamed();
         }
+        retire_unnamed();
         read_primaries_ = map_->primaries.size();
         refreshed();
     }

@@ -381,6 +381,17 @@ bool started_healthy(net::io_context& ioc, cluster_client& c) {
         ioc, [&] { return c.healthy(); }, 5s);
 }
 
+/// Options with `seed` for seed and no map read but the first within 2 s: what a test that
+/// calls through the first map sees.
+cluster_options no_reads_soon(const fake_node& seed) {
+    cluster_options o;
+    o.seeds = {seed.address()};
+    o.node.command_timeout = 2s;
+    o.trouble_interval = 2s;
+    o.moved_interval = 2s;
+    return o;
+}
+
 /// A node that owns every slot and answers anything but ASKING with a redirection (`kind`: ASK
 /// or MOVED) of slot n to the nth of three ports where nothing listens, round: a broken or hostile
 /// node. `options()` has it for seed.
@@ -581,12 +592,7 @@ TEST(ClusterClientNodes, AMovedToTheSlotsOwnerLeavesTheMapAsItIs) {
         return fmt::format("-MOVED 0 127.0.0.1:{}\r\n", target.address().port);
     });
     self = &source;
-    cluster_options o;
-    o.seeds = {source.address()};
-    o.node.command_timeout = 2s;
-    o.trouble_interval = 2s; // no map read before the calls are answered
-    o.moved_interval = 2s;
-    cluster_client c(executor{ioc.get_executor()}, o);
+    cluster_client c(executor{ioc.get_executor()}, no_reads_soon(source));
     ASSERT_TRUE(started_healthy(ioc, c));
 
     auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"SET", "k", "v"})));
@@ -649,6 +655,122 @@ TEST(ClusterClientNodes, AMapNamingTooManyPrimariesIsRefusedAndTheLastOneKept) {
         ioc, [&] { return !log.lines_with(warning).empty(); }, 15s))
         << log.text();
     EXPECT_EQ(c.map().get(), before.get());
+}
+
+/// A fake node that answers every command `+OK`: a primary a call is redirected to.
+struct ok_node {
+    fake_node node{[](const std::vector<std::string>&) -> std::string {
+        return "+OK\r\n";
+    }};
+
+    std::uint16_t port() const { return node.address().port; }
+};
+
+// A MOVED rebuilds the routes only; an ASK target keeps its mark until a map read: each MOVED
+// cleared it, so that the second MOVED retired the target, and the next ASK there waited for a
+// new connection (churn through a reshard that also migrates).
+TEST(ClusterClientNodes, AMovedLeavesAnAskTargetConnected) {
+    net::io_context ioc;
+    ok_node asked;
+    ok_node moved_to;
+    fake_node* self = nullptr;
+    fake_node source([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return self->whole_map();
+        }
+        if (args[1] == "asked") {
+            return fmt::format("-ASK 0 127.0.0.1:{}\r\n", asked.port());
+        }
+        return fmt::format("-MOVED {} 127.0.0.1:{}\r\n", args[1], moved_to.port());
+    });
+    self = &source;
+    cluster_client c(executor{ioc.get_executor()}, no_reads_soon(source));
+    ASSERT_TRUE(started_healthy(ioc, c));
+
+    auto [ec, r] = test::run_coro(ioc, c.async_formatted(0, resp({"GET", "asked"})));
+    ASSERT_FALSE(ec) << ec.message() << " " << r.str;
+    // Two slots moved, one MOVED each: two patches.
+    for (const std::uint16_t slot : {1, 2}) {
+        auto [ec2, r2] =
+            test::run_coro(ioc, c.async_formatted(slot, resp({"GET", std::to_string(slot)})));
+        ASSERT_FALSE(ec2) << ec2.message() << " " << r2.str;
+    }
+    EXPECT_EQ(c.counters().moved.load(), 2u);
+    EXPECT_EQ(c.map()->owner_of(2)->port, moved_to.port());
+    EXPECT_EQ(c.node_count(), 3u) << "the source, the ASK's target, the MOVEDs' target";
+}
+
+// A primary the last map read retired is stopped, its replies still coming in, and freed at the
+// next read: a MOVED freed it at once, and the calls pipelined on it failed as unavailable
+// instead of being answered (here, redirected to the new primary).
+TEST(ClusterClientNodes, AMovedLeavesARetiredPrimaryToDrain) {
+    net::io_context ioc;
+    ok_node moved_to;
+    std::promise<void> release;
+    const std::shared_future<void> released = release.get_future().share();
+    std::atomic<bool> held{false};
+    fake_node* old_self = nullptr;
+    fake_node* new_self = nullptr;
+    // The old primary holds "GET held" until the test releases it, then sends it on.
+    fake_node old_primary([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return old_self->whole_map();
+        }
+        held = true;
+        released.wait_for(10s); // bounded, should the test end early
+        return fmt::format("-MOVED 0 127.0.0.1:{}\r\n", new_self->address().port);
+    });
+    old_self = &old_primary;
+    // The new primary owns every slot, and moves "trigger"'s slot 1 on.
+    fake_node new_primary([&](const std::vector<std::string>& args) -> std::string {
+        if (is_cluster_slots(args)) {
+            return new_self->whole_map();
+        }
+        if (args[1] == "trigger") {
+            return fmt::format("-MOVED 1 127.0.0.1:{}\r\n", moved_to.port());
+        }
+        return "+OK\r\n";
+    });
+    new_self = &new_primary;
+    cluster_options o;
+    o.seeds = {old_primary.address(), new_primary.address()};
+    o.node.command_timeout = 5s;
+    // The read held behind "GET held" on the old primary gives up soon, and the new one answers
+    // it: the old one is retired. The read after it, 2 s later, frees it.
+    o.node.connect_timeout = 300ms;
+    o.refresh_interval = 2s;
+    o.moved_interval = 5s;
+    o.trouble_interval = 5s;
+    cluster_client c(executor{ioc.get_executor()}, o);
+    ASSERT_TRUE(started_healthy(ioc, c));
+    ASSERT_EQ(c.map()->owner_of(0)->port, old_primary.address().port);
+
+    std::optional<result> held_result;
+    c.async_formatted(0, resp({"GET", "held"}), [&](error_code ec, reply r) {
+        held_result.emplace(ec, std::move(r));
+    });
+    ASSERT_TRUE(test::run_until(
+        ioc,
+        [&] { return held && c.map()->owner_of(0)->port == new_primary.address().port; },
+        10s));
+    const auto reads = [&] {
+        return c.counters().refreshes_changed.load() + c.counters().refreshes_unchanged.load();
+    };
+    const auto reads_before = reads();
+
+    auto [ec, r] = test::run_coro(ioc, c.async_formatted(1, resp({"GET", "trigger"})));
+    ASSERT_FALSE(ec) << ec.message() << " " << r.str;
+    EXPECT_EQ(c.counters().moved.load(), 1u);
+    EXPECT_FALSE(held_result) << "the held call ended before its node answered it";
+
+    release.set_value();
+    ASSERT_TRUE(test::run_until(
+        ioc, [&] { return held_result.has_value(); }, 5s));
+    const auto& [held_ec, held_reply] = *held_result;
+    EXPECT_FALSE(held_ec) << held_ec.message() << " " << held_reply.str;
+    EXPECT_EQ(held_reply.str, "OK");
+    EXPECT_EQ(c.counters().moved.load(), 2u);
+    EXPECT_EQ(reads(), reads_before) << "a map read came in between, and may free the node";
 }
 
 } // namespace
