@@ -27,7 +27,9 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <random>
 #include <string_view>
 #include <utility>
@@ -60,7 +62,9 @@
 // a deadline of its own (`async_command_until`: a cluster map read, a redirected call) keeps
 // that order's place too, and is also listed in `own_deadlines_`, which the timer watches as
 // well: one due earlier times out then, and one due later is passed over by the prefix, its
-// handler kept, until its own deadline. Such commands are few, so the list is searched.
+// handler kept, until its own deadline. A worker may have thousands of redirected calls in
+// flight, so that list is a min-heap, an answered command's entry left in it until it comes to
+// the top, and a command is found by id with a binary search (`pending_` is in id order).
 //
 // Nothing calls user code inline: completions are posted, so no handler can re-enter hiredis
 // from inside one of its callbacks or destroy the client there.
@@ -272,7 +276,24 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     void watch_own(std::uint64_t id, std::optional<steady::time_point> own) {
         if (own) {
-            own_deadlines_.emplace_back(*own, id);
+            own_deadlines_.emplace(*own, id);
+        }
+    }
+
+    /// The command `id` while it is still waiting for its reply with a handler; null otherwise.
+    pending_command* live(std::uint64_t id) {
+        const auto it = std::lower_bound(
+            pending_.begin(), pending_.end(), id, [](const pending_command& p, std::uint64_t i) {
+                return p.id < i;
+            });
+        return it != pending_.end() && it->id == id && it->handler ? &*it : nullptr;
+    }
+
+    /// Drops the earliest own deadlines of commands answered or timed out, so that the one the
+    /// timer is armed for is live: answered ones leave the heap here, not at their reply.
+    void drop_settled_own_deadlines() {
+        while (!own_deadlines_.empty() && live(own_deadlines_.top().second) == nullptr) {
+            own_deadlines_.pop();
         }
     }
 
@@ -358,11 +379,6 @@ struct client::state : std::enable_shared_from_this<client::state> {
             return;
         }
         handler_type h(std::move(pending_[index].handler));
-        if (pending_[index].own) {
-            // Answered: no longer watched, nor a reason to wake (a stopped client's exit waits
-            // for its timer).
-            std::erase_if(own_deadlines_, [id](const auto& o) { return o.second == id; });
-        }
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(index));
         if (index < expired_) {
             --expired_;
@@ -393,8 +409,11 @@ struct client::state : std::enable_shared_from_this<client::state> {
         if (expired_ < pending_.size()) {
             wake = pending_[expired_].deadline;
         }
-        for (const auto& [due, id] : own_deadlines_) {
-            wake = std::min(wake, due);
+        // An answered command's deadline is no reason to wake (a stopped client's exit waits for
+        // its timer).
+        drop_settled_own_deadlines();
+        if (!own_deadlines_.empty()) {
+            wake = std::min(wake, own_deadlines_.top().first);
         }
         if (expired_ > 0 && can_drop_stalled()) {
             wake = std::min(wake, stalled_at());
@@ -420,17 +439,13 @@ struct client::state : std::enable_shared_from_this<client::state> {
 
     void expire() {
         const auto now = steady::now();
-        std::erase_if(own_deadlines_, [&](const std::pair<steady::time_point, std::uint64_t>& o) {
-            if (o.first > now) {
-                return false;
+        while (!own_deadlines_.empty() && own_deadlines_.top().first <= now) {
+            auto* p = live(own_deadlines_.top().second);
+            own_deadlines_.pop(); // answered, failed or timed out now: no longer watched
+            if (p != nullptr) {
+                complete(handler_type(std::move(p->handler)), errc::redis_timeout);
             }
-            const auto it = std::find_if(
-                pending_.begin(), pending_.end(), [&](const auto& p) { return p.id == o.second; });
-            if (it != pending_.end() && it->handler) {
-                complete(handler_type(std::move(it->handler)), errc::redis_timeout);
-            }
-            return true; // answered, failed or timed out now: no longer watched
-        });
+        }
         while (expired_ < pending_.size() && pending_[expired_].deadline <= now) {
             auto& p = pending_[expired_];
             ++expired_;
@@ -1113,9 +1128,10 @@ struct client::state : std::enable_shared_from_this<client::state> {
     std::atomic<phase> phase_{phase::idle};
     std::deque<pending_command> pending_;
     std::size_t expired_ = 0;
-    /// (deadline, id) of the commands sent with one of their own (`async_command_until`);
-    /// removed when due, whether or not the command is still pending then.
-    std::vector<std::pair<steady::time_point, std::uint64_t>> own_deadlines_;
+    /// (deadline, id) of the commands sent with one of their own (`async_command_until`), the
+    /// earliest on top; removed when due, or when on top and no longer live.
+    using own_deadline = std::pair<steady::time_point, std::uint64_t>;
+    std::priority_queue<own_deadline, std::vector<own_deadline>, std::greater<>> own_deadlines_;
     bool deadline_armed_ = false;
     steady::time_point armed_wake_;
     std::uint64_t deadline_arms_ = 0; // tells a cancelled wait from the current one

@@ -88,6 +88,17 @@ protected:
         return c;
     }
 
+    /// Stops `c` and runs the io_context until it runs out of work (at most 10 s, and then the
+    /// test fails): how long that took.
+    steady::duration stop_and_run_out(client& c) {
+        c.stop();
+        const auto start = steady::now();
+        ioc_.restart();
+        ioc_.run_for(10s);
+        EXPECT_TRUE(ioc_.stopped());
+        return steady::now() - start;
+    }
+
     result run(client& c, std::vector<std::string> args) {
         return test::run_coro(ioc_, c.async_command(std::move(args)));
     }
@@ -757,12 +768,50 @@ TEST_F(RedisClient, AnAnsweredCommandsOwnDeadlineHoldsNoTimerAfterStop) {
     ASSERT_FALSE(ec) << ec.message();
     // In flight at the stop: it times out (the timer re-arms), and its reply ends the drain.
     c->async_command({"BLPOP", "nothing-comes", "0.3"}, [](error_code, reply) {});
-    c->stop();
+    EXPECT_LT(stop_and_run_out(*c), 5s) << "the stop waited for the answered command's deadline";
+}
+
+// Deadlines of their own end their commands in their order, not the order sent, and the ones
+// of commands answered long before wake nothing: neither while others wait, nor after a stop.
+// (They are a heap with answered entries dropped when they come to its top, where a list was
+// searched on every command and every reply.)
+TEST_F(RedisClient, OwnDeadlinesEndTheirCommandsInTheirOrder) {
+    start_server();
+    auto o = options();
+    o.command_timeout = 5s; // later than every deadline of their own but the answered ones'
+    o.stall_timeout = 10s;  // the paused server is not taken for stalled
+    auto c = make_client(o);
+    ASSERT_FALSE(std::get<0>(run(*c, {"PING"})));
+
+    constexpr int answered_count = 2000;
+    int answered = 0;
+    for (int i = 0; i < answered_count; ++i) {
+        c->async_command_until(
+            steady::now() + 30s, {"PING"}, [&](error_code ec, reply) { answered += !ec ? 1 : 0; });
+    }
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return answered == answered_count; }, 10s));
+
+    server_->pause();
+    std::vector<int> ended; // each command's tag, as it ends with a timeout
     const auto start = steady::now();
-    ioc_.restart();
-    ioc_.run_for(10s);
-    EXPECT_TRUE(ioc_.stopped());
-    EXPECT_LT(steady::now() - start, 5s) << "the stop waited for the answered command's deadline";
+    for (const int tag : {3, 1, 2}) {
+        c->async_command_until(start + tag * 100ms, {"PING"}, [&, tag](error_code ec, reply) {
+            ended.push_back(ec == errc::redis_timeout ? tag : -tag);
+        });
+    }
+    std::optional<error_code> ordinary;
+    c->async_command({"PING"}, [&](error_code ec, reply) { ordinary = ec; });
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return ended.size() == 3; }, 4s));
+    EXPECT_EQ(ended, (std::vector<int>{1, 2, 3}));
+    EXPECT_FALSE(ordinary) << "the ordinary deadline is 5 s away";
+
+    server_->resume();
+    ASSERT_TRUE(test::run_until(
+        ioc_, [&] { return ordinary.has_value(); }, 5s));
+    EXPECT_FALSE(*ordinary) << ordinary->message();
+    EXPECT_LT(stop_and_run_out(*c), 5s) << "the stop waited for an answered command's deadline";
 }
 
 TEST_F(RedisClient, RefusesCommandsBeyondMaxPending) {
