@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <mutex>
 #include <optional>
@@ -74,16 +75,19 @@ std::optional<config::endpoint_address> parse_master_address(const reply& r) {
 }
 
 std::optional<master_switch> parse_switch_master(std::string_view payload) {
-    std::vector<std::string_view> words;
-    while (!payload.empty()) {
+    // A sixth word is enough to refuse it: a message may be up to 16 MiB, and none of it past
+    // that is read.
+    std::array<std::string_view, 6> words;
+    std::size_t count = 0;
+    while (!payload.empty() && count < words.size()) {
         const auto space = payload.find(' ');
         const auto word = payload.substr(0, space);
         if (!word.empty()) {
-            words.push_back(word);
+            words[count++] = word;
         }
         payload.remove_prefix(space == std::string_view::npos ? payload.size() : space + 1);
     }
-    if (words.size() != 5) {
+    if (count != 5) {
         return std::nullopt;
     }
     const auto from_port = parse_port(words[2]);

@@ -73,6 +73,19 @@ TEST(SentinelReplies, SwitchMasterNamesOldAndNew) {
     EXPECT_FALSE(parse_switch_master("sluice 127.0.0.1 7201 127.0.0.1 7202 extra"));
 }
 
+// A message may be up to 16 MiB: one of more than five words is refused whatever follows the
+// sixth (read no further), and spaces alone after the fifth add no word.
+TEST(SentinelReplies, ASwitchMasterOfManyWordsIsRefused) {
+    const std::string valid = "sluice 127.0.0.1 7201 127.0.0.1 7202";
+    std::string words(16u << 20, ' '); // " x x x ...": 8 Mi more words
+    for (std::size_t i = 1; i < words.size(); i += 2) {
+        words[i] = 'x';
+    }
+    EXPECT_FALSE(parse_switch_master(valid + words));
+    EXPECT_FALSE(parse_switch_master(valid + " " + std::string(16u << 20, 'x')));
+    EXPECT_TRUE(parse_switch_master(valid + std::string(1u << 20, ' ')));
+}
+
 // A Sentinel's host is checked as a Cluster node's is: a unix socket path (which the client
 // would connect to and send AUTH), a control byte, a space or a huge text names no primary.
 TEST(SentinelReplies, AHostThatIsNoHostNameOrAddressNamesNoPrimary) {
