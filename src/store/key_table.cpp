@@ -76,14 +76,29 @@ key_table::node& key_table::insert(std::string_view key, std::size_t h) {
 }
 
 void key_table::erase(node& n) noexcept {
+    retired gone;
+    unlink(n, gone);
+}
+
+void key_table::unlink(node& n, retired& out) noexcept {
     node** link = &buckets_[bucket_of(hash(n.key()))];
     while (*link != &n) {
         link = &(*link)->next_;
     }
     *link = n.next_;
     unlink_recency(n);
-    destroy(&n);
+    out.push(n);
     --size_;
+}
+
+void key_table::retired::clear() noexcept {
+    while (head_ != nullptr) {
+        node* next = head_->next_;
+        destroy(head_);
+        head_ = next;
+    }
+    size_ = 0;
+    buckets_.reset();
 }
 
 void key_table::touch(node& n) noexcept {
@@ -93,9 +108,9 @@ void key_table::touch(node& n) noexcept {
     }
 }
 
-void key_table::shrink() noexcept {
+void key_table::shrink(retired& out) noexcept {
     if (size_ == 0) {
-        buckets_.reset();
+        out.buckets_ = std::move(buckets_);
         bucket_count_ = 0;
         bucket_shift_ = 64;
         return;
@@ -106,7 +121,7 @@ void key_table::shrink() noexcept {
     }
     if (count != bucket_count_) {
         try {
-            rehash(count);
+            out.buckets_ = rehash(count);
         } catch (const std::bad_alloc&) {
             // Keep the buckets there are: they still hold every key.
         }
@@ -125,7 +140,7 @@ std::size_t key_table::longest_chain_for_test() const noexcept {
     return longest;
 }
 
-void key_table::rehash(std::size_t buckets) {
+std::unique_ptr<key_table::node* []> key_table::rehash(std::size_t buckets) {
     auto fresh = std::make_unique<node*[]>(buckets); // all null
     int shift = 64;
     for (auto b = buckets; b > 1; b /= 2) {
@@ -140,9 +155,10 @@ void key_table::rehash(std::size_t buckets) {
             n = next;
         }
     }
-    buckets_ = std::move(fresh);
+    std::swap(buckets_, fresh);
     bucket_count_ = buckets;
     bucket_shift_ = shift;
+    return fresh;
 }
 
 void key_table::unlink_recency(node& n) noexcept {

@@ -28,9 +28,10 @@ struct memory_store_limits {
  * several checks locks their shards in index order (no deadlock), decides all, and commits only
  * when every enforced limit admits.
  *
- * Memory stays bounded: `sweep()` forgets every key whose state has fully reset (a drained
+ * Memory stays bounded: the sweep forgets every key whose state has fully reset (a drained
  * queue, a full token bucket, a past window), since forgetting it changes no future decision;
- * the owner (the application's control thread) calls it periodically. (A state equals a fresh
+ * the owner (the application's control thread) runs a pass of it periodically, in slices
+ * (`sweep_slice`) so that no lock is held and no handler runs for long. (A state equals a fresh
  * one only from the reading it reset at on; so that a clock stepping back behind a sweep cannot
  * find a forgotten key fresh where its state still counted, a shard that has forgotten a key
  * reads its clock as never going back: as the newest reading it has used. The steady clock the
@@ -66,8 +67,36 @@ public:
     /// Where the requests waiting for a slot of this store are (may be null: nobody waits).
     void set_waiters(slot_waiters* waiters) noexcept;
 
-    /// Forgets keys whose state has fully reset. Returns how many were forgotten. From then on,
-    /// a shard that forgot a key never reads the clock as going back (see above).
+    /// What one `sweep_slice` did.
+    struct sweep_step {
+        /// Keys forgotten (and freed).
+        std::size_t forgotten = 0;
+        /// Buckets of the shards' tables looked at.
+        std::size_t buckets = 0;
+        /// The slice ended a pass over every shard: the next begins a new one.
+        bool pass_done = false;
+    };
+
+    /// Buckets one `sweep_slice` looks at by default: about 0.1 ms of a shard's lock at 2,000,000
+    /// keys (see sweep_slice).
+    static constexpr std::size_t sweep_slice_buckets = 1024;
+
+    /**
+     * A slice of the periodic sweep: goes on with the pass under way (or begins one), forgetting
+     * keys whose state has fully reset in at most `max_buckets` buckets, then stops, so that its
+     * caller's event loop runs between slices. A shard whose idle floor (no key's state resets
+     * before it) is still ahead of the clock is passed by without looking at its table. Under a
+     * shard's lock the forgotten keys are only taken out of its table; they are freed after it
+     * is let go. A shard whose walk ends with at most `sweep_slice_buckets` keys left has its
+     * buckets shrunk (key_table::shrink: it hashes every key left again under the lock). Each slice
+     * reads the clock, so a key whose state had reset when a pass began is forgotten by its end.
+     * From then on, a shard that forgot a key never reads the clock as going back (see above).
+     * One caller at a time (the application's control thread).
+     */
+    sweep_step sweep_slice(std::size_t max_buckets = sweep_slice_buckets);
+
+    /// A whole pass at once, from the first shard (the tests'): forgets keys whose state has
+    /// fully reset. Returns how many were forgotten.
     std::size_t sweep();
 
     /// Keys currently held.

@@ -40,6 +40,11 @@ std::string key_of(int i) {
     return "rate-limit:127.0.0.1:/k1-" + std::to_string(i);
 }
 
+void shrink(key_table& t) {
+    key_table::retired gone;
+    t.shrink(gone);
+}
+
 TEST(KeyTable, FindsWhatWasInsertedAndNothingElse) {
     key_table t;
     EXPECT_EQ(look_up(t, "a"), nullptr); // no buckets yet
@@ -212,23 +217,23 @@ TEST(KeyTable, ShrinkingGivesTheBucketsOfDroppedKeysBack) {
         add(t, key_of(i)).set_idle_at_ms(i);
     }
     ASSERT_EQ(t.bucket_count(), 16'384u);
-    t.shrink(); // still full enough
+    shrink(t); // still full enough
     EXPECT_EQ(t.bucket_count(), 16'384u);
     t.erase_if([](const node& n) { return n.idle_at_ms() >= 10; });
     EXPECT_EQ(t.bucket_count(), 16'384u); // erasing alone keeps them
-    t.shrink();
+    shrink(t);
     EXPECT_EQ(t.bucket_count(), 32u); // 10 keys fill more than a quarter of 32
     for (int i = 0; i < 10; ++i) {
         EXPECT_NE(look_up(t, key_of(i)), nullptr) << i;
     }
     EXPECT_EQ(look_up(t, key_of(10)), nullptr);
     t.erase_if([](const node& n) { return n.idle_at_ms() >= 2; });
-    t.shrink();
+    shrink(t);
     EXPECT_EQ(t.bucket_count(), 16u); // never below the first allocation
     EXPECT_NE(look_up(t, key_of(1)), nullptr);
 
     t.erase_if([](const node&) { return true; });
-    t.shrink();
+    shrink(t);
     EXPECT_EQ(t.bucket_count(), 0u);
     EXPECT_EQ(look_up(t, key_of(0)), nullptr);
     node& again = add(t, key_of(0)); // and it grows again
@@ -245,9 +250,103 @@ TEST(KeyTable, ShrinkingStopsWhereAQuarterIsFilled) {
     int left = 4'000;
     t.erase_if([&left](const node&) { return left-- > 300; }); // keep 300
     ASSERT_EQ(t.size(), 300u);
-    t.shrink();
+    shrink(t);
     // Halved while 300 keys fill at most a quarter: 4096, 2048, then 1024 (300 x 4 > 1024).
     EXPECT_EQ(t.bucket_count(), 1'024u);
+}
+
+// The periodic sweep walks a table a slice at a time: each call looks at no more buckets than
+// it is given, and the walk, once done, has looked at each key once.
+TEST(KeyTable, AWalkLooksAtABoundedNumberOfBucketsAndAtEachKeyOnce) {
+    key_table t;
+    for (int i = 0; i < 1000; ++i) {
+        add(t, key_of(i));
+    }
+    ASSERT_EQ(t.bucket_count(), 1'024u);
+    key_table::walk_position pos;
+    key_table::retired gone;
+    std::size_t looked_at = 0;
+    int calls = 0;
+    while (!pos.done) {
+        const auto buckets = t.unlink_if(
+            pos, 100, [&looked_at](const node&) { return ++looked_at % 2 == 0; }, gone);
+        EXPECT_LE(buckets, 100u);
+        EXPECT_EQ(t.size() + gone.size(), 1000u);
+        ++calls;
+        if (calls == 1) {
+            EXPECT_LT(looked_at, 1000u) << "the first call looked at every bucket";
+        }
+    }
+    EXPECT_EQ(calls, 11); // 10 x 100 buckets, then 24
+    EXPECT_EQ(looked_at, 1000u);
+    EXPECT_EQ(gone.size(), 500u);
+    EXPECT_EQ(t.size(), 500u);
+    // What was taken out is still there to free later, and no longer in the table.
+    ASSERT_NE(gone.last(), nullptr);
+    const std::string last(gone.last()->key());
+    EXPECT_EQ(look_up(t, last), nullptr);
+    gone.clear();
+    EXPECT_EQ(gone.size(), 0u);
+    EXPECT_EQ(t.unlink_if(
+                  pos, 100, [](const node&) { return true; }, gone),
+              0u)
+        << "done";
+}
+
+// A walk's place is a point of the hash's space: when the table grows or shrinks between two
+// slices, the walk goes on where it was, and still looks at every key it had not reached once.
+TEST(KeyTable, AWalkGoesOnAcrossARehash) {
+    for (const bool grow : {true, false}) {
+        key_table t;
+        for (int i = 0; i < 1000; ++i) {
+            add(t, key_of(i)).set_idle_at_ms(i);
+        }
+        key_table::walk_position pos;
+        key_table::retired gone;
+        std::vector<int> seen(1000);
+        const auto note = [&seen](const node& n) {
+            ++seen[static_cast<std::size_t>(n.idle_at_ms())];
+            return false;
+        };
+        t.unlink_if(pos, 300, note, gone);
+        if (grow) {
+            for (int i = 1000; i < 3000; ++i) {
+                add(t, key_of(i)).set_idle_at_ms(-1);
+            }
+            ASSERT_EQ(t.bucket_count(), 4'096u);
+        } else {
+            t.erase_if([](const node& n) { return static_cast<int>(n.idle_at_ms()) % 8 != 0; });
+            shrink(t);
+            ASSERT_EQ(t.bucket_count(), 256u);
+        }
+        while (!pos.done) {
+            t.unlink_if(
+                pos, 300, [&note](const node& n) { return n.idle_at_ms() >= 0 && note(n); }, gone);
+        }
+        for (int i = 0; i < 1000; ++i) {
+            if (grow) {
+                EXPECT_EQ(seen[i], 1) << i;
+            } else if (i % 8 == 0) {
+                EXPECT_GE(seen[i], 1) << i; // a halving may show a walked bucket again
+            }
+        }
+    }
+}
+
+TEST(KeyTable, AShrinkLeavesTheOldBucketsToFreeLater) {
+    key_table t;
+    for (int i = 0; i < 100; ++i) {
+        add(t, key_of(i));
+    }
+    key_table::retired gone;
+    t.shrink(gone);
+    EXPECT_FALSE(gone.holds_buckets()) << "full enough: nothing replaced";
+    t.erase_if([](const node&) { return true; });
+    t.shrink(gone);
+    EXPECT_EQ(t.bucket_count(), 0u);
+    EXPECT_TRUE(gone.holds_buckets());
+    gone.clear();
+    EXPECT_FALSE(gone.holds_buckets());
 }
 
 } // namespace

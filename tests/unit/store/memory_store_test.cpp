@@ -183,6 +183,158 @@ TEST(MemoryStore, ManyClientsStayBounded) {
     }
 }
 
+/// The periodic sweep's tests: a clock, and limits whose keys reset soon or late.
+class MemoryStoreSweep : public ::testing::Test {
+protected:
+    /// Charges `count` keys named `prefix` and a number, once each.
+    static void
+    charge(memory_store& store, const std::string& prefix, int count, const config::limit& l) {
+        for (int i = 0; i < count; ++i) {
+            store.acquire_now(one(prefix + std::to_string(i), l));
+        }
+    }
+
+    /// A whole pass of slices of `max_buckets`: the keys forgotten and the buckets looked at.
+    static std::pair<std::size_t, std::size_t>
+    pass(memory_store& store, std::size_t max_buckets = memory_store::sweep_slice_buckets) {
+        std::size_t forgotten = 0;
+        std::size_t buckets = 0;
+        for (bool done = false; !done;) {
+            const auto step = store.sweep_slice(max_buckets);
+            forgotten += step.forgotten;
+            buckets += step.buckets;
+            done = step.pass_done;
+        }
+        return {forgotten, buckets};
+    }
+
+    manual_clock clock;
+    const config::limit quick = leaky(5, 5);    // idle 200 ms after a request
+    const config::limit slow = leaky(5, 0.001); // idle 1000 s after
+};
+
+// The control thread sweeps a slice at a time, so that its admin listener and its signals
+// wait for no whole pass, and no shard's lock is held through a shard: a slice looks at no more
+// buckets than it is given (the whole sweep looked at every shard's at once).
+TEST_F(MemoryStoreSweep, ASliceLooksAtNoMoreBucketsThanItsBound) {
+    memory_store store(clock, 1);
+    charge(store, "client-", 1000, quick);
+    clock.advance(1000);
+    std::size_t forgotten = 0;
+    int slices = 0;
+    for (;;) {
+        const auto step = store.sweep_slice(64);
+        ++slices;
+        EXPECT_LE(step.buckets, 64u);
+        forgotten += step.forgotten;
+        EXPECT_EQ(store.size(), 1000u - forgotten);
+        if (step.pass_done) {
+            break;
+        }
+        ASSERT_LT(slices, 1000) << "a pass that never ends";
+    }
+    EXPECT_EQ(slices, 16); // 1,024 buckets
+    EXPECT_EQ(forgotten, 1000u);
+}
+
+// A pass of slices forgets every key whose state has reset and no other, keys written between
+// its slices included: the shard's floor it ends with must not pass a key written behind it.
+TEST_F(MemoryStoreSweep, APassOfSlicesForgetsEveryResetKeyAndNoOther) {
+    memory_store store(clock, 8);
+    config::limit slots;
+    slots.algo = config::algorithm::concurrency;
+    slots.limit_count = 1;
+    charge(store, "quick-", 3000, quick);
+    charge(store, "slow-", 3000, slow);
+    const auto held = store.acquire_now(one("slots", slots)).slots; // never forgotten while held
+    ASSERT_EQ(held.size(), 1u);
+    clock.advance(1000);
+    int written = 0;
+    for (bool done = false; !done;) {
+        const auto step = store.sweep_slice(32);
+        done = step.pass_done;
+        // Between slices, a worker's request: a key that resets soon, in some shard the pass
+        // has walked already (or will).
+        store.acquire_now(one("late-" + std::to_string(written++), quick));
+    }
+    EXPECT_EQ(store.size(), 3000u + 1u + static_cast<std::size_t>(written));
+    for (int i = 0; i < 3000; i += 97) {
+        EXPECT_EQ(store.acquire_now(one("slow-" + std::to_string(i), slow)).decisions[0].remaining,
+                  3)
+            << "its first charge was kept";
+    }
+    clock.advance(1000); // the late keys have reset too
+    EXPECT_EQ(pass(store, 32).first, static_cast<std::size_t>(written));
+    EXPECT_EQ(store.size(), 3001u);
+    EXPECT_FALSE(store.acquire_now(one("slots", slots)).decisions[0].allowed) << "still held";
+    store.release(held);
+}
+
+// A key written during a shard's walk, behind it, keeps the shard's floor down to its reset:
+// the floor the walk leaves is that of the keys it kept and of every key written meanwhile, or
+// the next pass would pass the shard by and keep the key. (With one bucket of 1,024 left, the
+// key falls behind the walk but for a chance of 1 in 1,024, when the walk sees it itself.)
+TEST_F(MemoryStoreSweep, AKeyWrittenBehindAShardsWalkIsForgottenByTheNextPass) {
+    memory_store store(clock, 1);
+    charge(store, "slow-", 1000, slow);
+    clock.advance(100);
+    store.acquire_now(one("quick", quick)); // the walk has to look: a key resets at 300
+    clock.advance(1000);
+    auto step = store.sweep_slice(1023); // all of the 1,024 buckets but one
+    ASSERT_FALSE(step.pass_done);
+    store.acquire_now(one("late", quick)); // resets at 1300
+    step = store.sweep_slice(1023);
+    ASSERT_TRUE(step.pass_done);
+    clock.advance(1000);
+    EXPECT_EQ(store.sweep_slice().forgotten, 1u);
+    EXPECT_EQ(store.size(), 1000u);
+}
+
+// A shard's buckets shrink when few keys are left (a shrink hashes each again under the lock),
+// not while many are. The buckets a pass looks at are the shards' buckets.
+TEST_F(MemoryStoreSweep, BucketsShrinkOnlyWhenFewKeysAreLeft) {
+    memory_store store(clock, 1);
+    charge(store, "k-", 1500, slow);
+    charge(store, "q-", 6500, quick);
+    clock.advance(1000);
+    EXPECT_EQ(pass(store).second, 8'192u);
+    ASSERT_EQ(store.size(), 1500u); // 1,500 x 4 <= 8,192, but 1,500 keys are many
+    store.acquire_now(one("quick", quick));
+    clock.advance(1000);
+    EXPECT_EQ(pass(store).second, 8'192u) << "kept";
+    clock.set(2'000'000);            // the slow keys reset
+    charge(store, "k-", 1000, slow); // 1,000 keys left after
+    clock.advance(1000);
+    EXPECT_EQ(pass(store).second, 8'192u);
+    ASSERT_EQ(store.size(), 1000u);
+    store.acquire_now(one("quick", quick));
+    clock.advance(1000);
+    EXPECT_EQ(pass(store).second, 2'048u) << "shrunk after the last: 1,000 keys x 4 > 2,048";
+}
+
+// A shard none of whose keys can have reset yet (its idle floor is ahead of the clock) is passed
+// by without a look at its buckets: the sweep looked at every shard's table every time.
+TEST_F(MemoryStoreSweep, AShardWhoseKeysCannotHaveResetIsNotLookedAt) {
+    memory_store store(clock, 4);
+    charge(store, "slow-", 1000, slow);
+    clock.advance(100);
+    auto step = store.sweep_slice();
+    EXPECT_TRUE(step.pass_done);
+    EXPECT_EQ(step.buckets, 0u) << "no key resets before 1000 s";
+    charge(store, "quick-", 1000, quick);
+    clock.advance(1000);
+    const auto [forgotten, buckets] = pass(store); // a shard whose buckets shrink ends a slice
+    EXPECT_EQ(forgotten, 1000u);
+    EXPECT_GT(buckets, 0u);
+    // The pass left each shard the floor of the keys it kept: 1000 s from their request.
+    clock.advance(1000);
+    step = store.sweep_slice(1'000'000);
+    EXPECT_TRUE(step.pass_done);
+    EXPECT_EQ(step.buckets, 0u);
+    clock.set(1'000'100);
+    EXPECT_EQ(store.sweep(), 1000u);
+}
+
 TEST(MemoryStore, ConcurrentRequestsAdmitExactlyCapacity) {
     manual_clock clock;
     memory_store store(clock);
