@@ -360,6 +360,16 @@ struct sentinel_watcher::state : std::enable_shared_from_this<sentinel_watcher::
     // Sentinel's answer named it, moves the next round's start past that Sentinel (set, not
     // advanced, so that the reports of one refusal move it once).
     void refused(const config::endpoint_address& address) {
+        {
+            const std::lock_guard lock(mutex_);
+            // The primary a switch named refuses to be one: the primary may have moved back
+            // since (a failback whose announcement was missed), so a Sentinel that names the one
+            // switched from is no longer taken for one that has not heard of the switch; ignored
+            // for stale_hold, every answer would be, and each refusal would ask again.
+            if (last_switch_ && last_switch_->to == address && primary_ == address) {
+                last_switch_.reset();
+            }
+        }
         if (asking_) {
             // The round out may hear it named again: it asks on (ask_round). A round in progress
             // answers for now, so soon() does nothing then, and the round that ends would set

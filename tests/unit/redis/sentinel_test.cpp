@@ -566,8 +566,8 @@ private:
 };
 
 // A switch heard moves the primary; a Sentinel that then still names the address switched from
-// (it has not heard of the switch yet) is ignored, while an answer naming any other address is
-// followed, as is every switch heard.
+// (it has not heard of the switch yet) is ignored, until the primary switched to refuses to be
+// one, while an answer naming any other address is followed, as is every switch heard.
 TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
     fake_sentinel sentinel;
     const config::endpoint_address a{"127.0.0.1", 7001};
@@ -605,17 +605,28 @@ TEST(SentinelWatcherRules, AnAnswerNamingTheAddressJustSwitchedFromIsIgnored) {
     EXPECT_EQ(h.seen().size(), 2u) << "an answer naming the address switched from was followed";
     EXPECT_EQ(h.watcher().primary(), b);
 
-    // Names c: followed (asked again until a round begins after the one under way, if any).
-    sentinel.name(c);
+    // b refuses to be the primary (a data client's ROLE check): the primary failed back to a,
+    // its announcement missed. The Sentinel naming a is believed again, within stale_hold.
+    h.watcher().refused(b);
     ASSERT_TRUE(eventually(
         [&] {
             h.watcher().rediscover();
             return h.seen().size() >= 3;
         },
         5s));
-    EXPECT_EQ(h.seen().size(), 3u);
+    EXPECT_EQ(h.seen().back().first, a);
+
+    // Names c: followed (asked again until a round begins after the one under way, if any).
+    sentinel.name(c);
+    ASSERT_TRUE(eventually(
+        [&] {
+            h.watcher().rediscover();
+            return h.seen().size() >= 4;
+        },
+        5s));
+    EXPECT_EQ(h.seen().size(), 4u);
     EXPECT_EQ(h.seen().back().first, c);
-    EXPECT_EQ(h.watcher().switches(), 2u);
+    EXPECT_EQ(h.watcher().switches(), 3u);
 }
 
 /// Two Sentinels midway through a failover: the first, cut off from the others, names the old
