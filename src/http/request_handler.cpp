@@ -107,7 +107,7 @@ ending forwarded(request_state& r, const forward_result& result) {
 // decided it: see request_limiter::try_now).
 void begin_hold(connection_state& c, request_state& r) {
     r.limiter.begin_hold(c.w);
-    r.record.delay = r.limiter.result().delay;
+    r.record.delay += r.limiter.result().delay; // after a wait for a slot, if any
     metrics::bump(c.w.metrics->held_total);
 }
 
@@ -382,7 +382,11 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
                       r.cfg->rate_limit.max_held);
     }
     if (verdict.what == verdict::kind::queued) {
+        const auto wait_began = steady_clock::now();
         const auto waited = co_await wait_for_slot(c, r);
+        // The access log's delay: what the request waited in sluice, here for a slot.
+        r.record.delay =
+            std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - wait_began);
         if (waited == slot_wait::left) {
             hold_ended(c, r, hold_end::left);
             co_return ending::close;

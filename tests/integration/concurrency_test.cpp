@@ -422,6 +422,27 @@ TEST_P(ConcurrencyTest, MaxWaitingRefusesANewcomerToAFullLineAtOnce) {
     std::sort(targets.begin(), targets.end());
     EXPECT_EQ(targets,
               (std::vector<std::string>{"/slow?n=holder", "/slow?n=waiter0", "/slow?n=waiter1"}));
+    // The access log's delay is the wait for a slot: about one service time for the first in
+    // line, two for the second (each joined within a few ms of the holder's start).
+    std::vector<long> delays;
+    std::string log;
+    const auto read_delays = [&] {
+        delays.clear();
+        log = sluice.log_text();
+        for (auto at = log.find("decision=delayed"); at != std::string::npos;
+             at = log.find("decision=delayed", at + 1)) {
+            if (const auto field = log.find("delay_ms=", at); field != std::string::npos) {
+                delays.push_back(std::stol(log.substr(field + 9)));
+            }
+        }
+        return delays.size() >= 2; // the log is written by a thread of its own
+    };
+    ASSERT_TRUE(eventually(read_delays, 5s)) << log;
+    ASSERT_EQ(delays.size(), 2u) << log;
+    std::sort(delays.begin(), delays.end());
+    EXPECT_GE(delays[0], ms(service_time / 2).count()) << log;
+    EXPECT_GE(delays[1], ms(service_time * 3 / 2).count()) << log;
+    EXPECT_LT(delays[1], ms(service_time * 3).count()) << log;
 }
 
 // A drain (SIGTERM) answers a request waiting for a slot 503 at once, with Retry-After and

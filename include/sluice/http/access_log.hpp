@@ -24,6 +24,8 @@ struct access_record {
     std::string_view decision = "-";
     unsigned status = 0;                         // 0: no response was sent (the client left first)
     std::chrono::milliseconds upstream_time{-1}; // -1: not forwarded
+    /// How long the request waited in sluice before it went on: its shaping hold, and its wait
+    /// for a CONCURRENCY slot.
     std::chrono::milliseconds delay{0};
     /// How a forwarded exchange ended when not in full: "client_left" (the client went before
     /// the response was all written: sluice closed the upstream connection at once; or its
