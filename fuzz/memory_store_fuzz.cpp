@@ -17,9 +17,10 @@
 //
 // Input: a header (algorithm, capacity or limit, rate or window, mode, max-delay), then steps: a
 // signed clock step in ms (2 bytes), a fraction of a ms, and a byte whose low three bits are the
-// number of requests, bit 3 asks for a sweep first, bit 4 for a settlement first (2 more bytes: a
-// signed delta), and bits 5-6 pick the requests' cost: 1, small (1 more byte), up to the quota
-// (2 more bytes), or above it (2 more bytes).
+// number of requests, bit 3 asks for a sweep first (else bit 7 for one slice of the periodic
+// sweep's pass), bit 4 for a settlement first (2 more bytes: a signed delta), and bits 5-6 pick
+// the requests' cost: 1, small (1 more byte), up to the quota (2 more bytes), or above it (2 more
+// bytes).
 #include "sluice/core/clock.hpp"
 #include "sluice/limiter/algorithm.hpp"
 #include "sluice/limiter/cost.hpp"
@@ -202,15 +203,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto flags = in.byte();
         clock.set(std::max(0.0, clock.now_ms() + delta + fraction));
         const double reading = std::floor(clock.now_ms());
+        const bool may_forget = stored && mirror_idle_at <= reading;
         if ((flags & 8) != 0) {
             // Forgets the key exactly when its state has reset; the shard's clock then never
             // goes back.
-            const bool forgets = stored && mirror_idle_at <= reading;
             const auto forgotten = table.sweep();
-            if (forgotten != (forgets ? 1u : 0u)) {
-                fail("the sweep forgot", static_cast<double>(forgotten), forgets ? 1 : 0);
+            if (forgotten != (may_forget ? 1u : 0u)) {
+                fail("the sweep forgot", static_cast<double>(forgotten), may_forget ? 1 : 0);
             }
-            if (forgets) {
+            if (may_forget) {
+                stored = false;
+                clock_floor = std::max(clock_floor, reading);
+            }
+        } else if ((flags & 128) != 0) {
+            // One slice of the periodic pass (a bucket at most), between requests: it may
+            // forget the key only once its state has reset.
+            const auto forgotten = table.sweep_slice(1).forgotten;
+            if (forgotten > (may_forget ? 1u : 0u)) {
+                fail("a sweep slice forgot", static_cast<double>(forgotten), may_forget ? 1 : 0);
+            }
+            if (forgotten == 1) {
                 stored = false;
                 clock_floor = std::max(clock_floor, reading);
             }
