@@ -89,12 +89,12 @@ std::optional<milliseconds> settle(state& current,
     return std::nullopt;
 }
 
-bool release(state& current) noexcept {
+bool release(state& current, std::uint64_t epoch) noexcept {
     auto* s = std::get_if<concurrency_state>(&current);
     if (s == nullptr) {
         return false;
     }
-    concurrency_release(*s);
+    concurrency_release(*s, epoch);
     return s->in_flight == 0;
 }
 

@@ -17,8 +17,10 @@ decision concurrency_acquire(concurrency_state& state, const config::limit& limi
     return d;
 }
 
-void concurrency_release(concurrency_state& state) noexcept {
-    state.in_flight = std::max<std::int64_t>(state.in_flight - 1, 0);
+void concurrency_release(concurrency_state& state, std::uint64_t epoch) noexcept {
+    if (state.epoch == epoch) {
+        state.in_flight = std::max<std::int64_t>(state.in_flight - 1, 0);
+    }
 }
 
 } // namespace sluice::limiter

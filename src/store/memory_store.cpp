@@ -7,6 +7,7 @@
 #include "store/key_table.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -115,6 +116,8 @@ struct pending {
     key_table::node* existing = nullptr;
     limiter::state state;
     double idle_at_ms = 0;
+    /// CONCURRENCY: the count a slot taken here is of.
+    std::uint64_t epoch = 0;
 };
 
 } // namespace
@@ -234,6 +237,8 @@ struct memory_store::impl {
     memory_store_limits limits;
     slot_waiters* waiters = nullptr;
     std::vector<shard> shards;
+    /// The last CONCURRENCY count's epoch given (concurrency_state::epoch).
+    std::atomic<std::uint64_t> epochs{0};
     /// The periodic sweep's place (only `sweep_slice` moves it): the shard it is in, and where
     /// in that shard's table when `in_shard`.
     std::size_t sweep_shard = 0;
@@ -305,6 +310,12 @@ outcome memory_store::acquire_now(const checks& request_checks) {
             owner.entries.touch(*found); // a rejected request is use too
         }
         auto d = limiter::acquire(p.state, exists, *c.limit, now, c.cost);
+        if (auto* count = std::get_if<limiter::concurrency_state>(&p.state)) {
+            if (count->epoch == 0) { // a fresh count
+                count->epoch = impl_->epochs.fetch_add(1, std::memory_order_relaxed) + 1;
+            }
+            p.epoch = count->epoch;
+        }
         // A key holding slots is never forgotten: its slots come back by `release`.
         p.idle_at_ms = d.in_flight ? infinity : now + static_cast<double>(d.reset_after.count());
         admitted = admitted && (d.allowed || c.limit->dry_run);
@@ -335,7 +346,7 @@ outcome memory_store::acquire_now(const checks& request_checks) {
         for (std::size_t i = 0; i < request_checks.size(); ++i) {
             if (result.decisions[i].in_flight && result.decisions[i].allowed) {
                 const auto& l = *request_checks[i].limit;
-                result.slots.push_back({request_checks[i].key, {}, l.lease});
+                result.slots.push_back({request_checks[i].key, {}, l.lease, writes[i].epoch});
             }
         }
     }
@@ -348,11 +359,13 @@ void memory_store::release(std::span<const slot> taken) noexcept {
         auto& owner = impl_->shards[impl_->shard_index(key)];
         {
             std::lock_guard lock(owner.mutex);
-            // Gone only when evicted from a full store: that key's count started over already.
+            // Gone only when evicted from a full store: that key's count started over already,
+            // and a count begun since (or after another algorithm's state) has an epoch of its
+            // own, which this slot's release leaves alone.
             if (auto* found = owner.entries.find(key.key, key.hash); found != nullptr) {
                 // Changed in place: taken out and put back, which allocates nothing.
                 auto state = found->take_state();
-                const bool idle = limiter::release(state);
+                const bool idle = limiter::release(state, s.epoch);
                 found->set_state(std::move(state));
                 if (idle) {
                     found->set_idle_at_ms(-infinity);

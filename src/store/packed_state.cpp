@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "store/packed_state.hpp"
 
+#include "sluice/core/saturate.hpp"
+
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -40,7 +42,7 @@ limiter::state unpack(const packed_state& packed, std::uint8_t kind) {
     case sliding:
         return *packed.sliding;
     case concurrency:
-        return concurrency_state{packed.count};
+        return concurrency_state{packed.count, saturating_cast<std::uint64_t>(packed.ms)};
     default:
         return leaky_bucket_state{packed.count, {packed.ms, packed.ms_fraction}};
     }
@@ -71,6 +73,7 @@ void pack(limiter::state&& state, packed_state& packed, std::uint8_t& kind) {
             using T = std::decay_t<decltype(s)>;
             if constexpr (std::is_same_v<T, concurrency_state>) {
                 packed.count = s.in_flight;
+                packed.ms = static_cast<double>(s.epoch); // exact: the store counts them from 1
             } else if constexpr (std::is_same_v<T, leaky_bucket_state>) {
                 packed.count = s.queue_size;
                 packed.ms = s.last_leak.whole;

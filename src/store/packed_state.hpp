@@ -28,7 +28,8 @@ struct packed_state {
         limiter::sliding_window_state* sliding;
     };
 
-    /// The whole ms of last_leak or last_refill, or window_start_ms; 0 for the others.
+    /// The whole ms of last_leak or last_refill, or window_start_ms; a CONCURRENCY count's epoch;
+    /// 0 for the others.
     double ms = 0;
 
     /// The fraction of a ms of last_leak or last_refill; 0 for the others.

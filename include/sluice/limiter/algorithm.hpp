@@ -61,8 +61,9 @@ std::optional<milliseconds> settle(state& current,
                                    double now_ms,
                                    std::int64_t delta) noexcept;
 
-/// CONCURRENCY: gives back a slot `acquire` took. A state of another algorithm (the limit changed
-/// on reload) is left as it is. True when the key then holds no slot (nothing to remember).
-bool release(state& current) noexcept;
+/// CONCURRENCY: gives back a slot `acquire` took in the count `epoch` (concurrency_state). A
+/// state of another algorithm (the limit changed on reload), or another count, is left as it is.
+/// True when the key then holds no slot (nothing to remember).
+bool release(state& current, std::uint64_t epoch) noexcept;
 
 } // namespace sluice::limiter

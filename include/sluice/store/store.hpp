@@ -39,6 +39,8 @@ struct slot {
     std::string lease_id;
     /// How long the slot stays taken unless renewed (Redis; the limit's `lease`).
     std::chrono::milliseconds lease{0};
+    /// Memory store: the key's count the slot was taken in (limiter::concurrency_state::epoch).
+    std::uint64_t epoch = 0;
 };
 
 using slots = boost::container::small_vector<slot, 1>;

@@ -36,16 +36,24 @@ TEST(Concurrency, ReleaseFreesOneSlotAndNeverGoesBelowZero) {
     state current;
     EXPECT_TRUE(acquire(current, false, l, 0).allowed);
     EXPECT_FALSE(acquire(current, true, l, 0).allowed);
-    EXPECT_TRUE(release(current)) << "the key holds no slot any more";
+    EXPECT_TRUE(release(current, 0)) << "the key holds no slot any more";
     EXPECT_TRUE(acquire(current, true, l, 0).allowed);
-    EXPECT_TRUE(release(current));
-    EXPECT_TRUE(release(current));
+    EXPECT_TRUE(release(current, 0));
+    EXPECT_TRUE(release(current, 0));
     EXPECT_EQ(std::get<concurrency_state>(current).in_flight, 0);
+}
+
+// A slot of an earlier count of the key (another epoch) gives nothing back to this one.
+TEST(Concurrency, ASlotOfAnotherCountGivesNothingBack) {
+    state current = concurrency_state{1, 7};
+    EXPECT_FALSE(release(current, 6));
+    EXPECT_EQ(std::get<concurrency_state>(current).in_flight, 1);
+    EXPECT_TRUE(release(current, 7));
 }
 
 TEST(Concurrency, ReleasingAnotherAlgorithmsStateChangesNothing) {
     state current = token_bucket_state{3, 0};
-    EXPECT_FALSE(release(current));
+    EXPECT_FALSE(release(current, 0));
     EXPECT_EQ(std::get<token_bucket_state>(current).tokens, 3);
 }
 

@@ -82,6 +82,24 @@ TEST(MemoryStore, AnAdmissionWhoseNewKeyCannotBeHeldKeepsItsSlots) {
     EXPECT_TRUE(store.acquire_now(one("slots", slots)).decisions[0].allowed) << "given back";
 }
 
+// A slot taken before the key held another algorithm's state (two reloads: CONCURRENCY, then a
+// bucket, then CONCURRENCY again) gives nothing back to the count begun since: it lowered that
+// count, letting one request more in than the limit. Redis's leases have names, and do not.
+TEST(MemoryStore, ASlotOfAnEarlierCountOfItsKeyGivesNothingBackToTheNext) {
+    manual_clock clock;
+    memory_store store(clock);
+    config::limit slots;
+    slots.algo = config::algorithm::concurrency;
+    slots.limit_count = 1;
+    const auto before = store.acquire_now(one("k", slots)).slots;
+    ASSERT_EQ(before.size(), 1u);
+    EXPECT_TRUE(store.acquire_now(one("k", leaky(10, 1))).decisions[0].allowed); // reloaded
+    ASSERT_EQ(store.acquire_now(one("k", slots)).slots.size(), 1u); // and back: a new count
+    store.release(before);
+    EXPECT_FALSE(store.acquire_now(one("k", slots)).decisions[0].allowed)
+        << "the new count's slot is still taken";
+}
+
 TEST(MemoryStore, KeysAreIndependent) {
     manual_clock clock;
     memory_store store(clock);
