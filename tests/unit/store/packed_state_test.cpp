@@ -44,6 +44,7 @@ TEST(PackedState, EveryAlgorithmComesBackAsItWent) {
         token_bucket_state{-3, 42.5},
         fixed_window_state{std::numeric_limits<std::int64_t>::max(), 3'600'000},
         concurrency_state{std::numeric_limits<std::int64_t>::min()},
+        concurrency_state{3, (std::uint64_t{1} << 53) - 1}, // an epoch, exact up to 2^53
         sliding_window_state{{{100, 1}, {250.5, 4}}, 1, 300},
     };
     for (const auto& s : states) {
