@@ -22,6 +22,7 @@
 #include <boost/beast/websocket/stream.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -554,6 +555,46 @@ TEST(WebSocket, ARefusedUpgradeIsAnOrdinaryResponse) {
     const auto refused = upstream.requests().at(0);
     EXPECT_EQ(lower_header(refused.headers, "Upgrade"), "websocket");
     EXPECT_EQ(lower_header(refused.headers, "Connection"), "upgrade");
+}
+
+// What a client sends right behind an upgrade the upstream refuses is read as HTTP, as any bytes
+// behind a request are: a pipelined request is served in turn on the same connection, and
+// WebSocket frames sent in hope of the switch are a malformed request (400, the connection
+// closed) that never reaches the upstream.
+TEST(WebSocket, BytesSentBehindARefusedUpgradeAreReadAsHttp) {
+    recording_upstream upstream([](const recorded_request& r) {
+        response_plan plan;
+        if (r.target == "/forbidden") {
+            plan.status = 403;
+            plan.body = "no websockets here";
+        }
+        return plan;
+    });
+    sluice_process sluice(config_for(upstream));
+
+    http_connection pipelined(sluice.port());
+    pipelined.send_raw(upgrade_request("/forbidden") + format_request("GET", "/after", {}));
+    auto response = pipelined.read_response();
+    EXPECT_EQ(response.status, 403u);
+    response = pipelined.read_response();
+    EXPECT_EQ(response.status, 200u);
+    EXPECT_EQ(response.body, "ok");
+
+    http_connection hopeful(sluice.port());
+    hopeful.send_raw(upgrade_request("/forbidden") + client_frame(1, "GET /smuggled HTTP/1.1"));
+    response = hopeful.read_response();
+    EXPECT_EQ(response.status, 403u);
+    response = hopeful.read_response();
+    EXPECT_EQ(response.status, 400u);
+    EXPECT_FALSE(response.keep_alive);
+
+    ASSERT_TRUE(upstream.wait_for_count(3, 10s));
+    std::vector<std::string> targets;
+    for (const auto& r : upstream.requests()) {
+        targets.push_back(r.target);
+    }
+    std::sort(targets.begin(), targets.end());
+    EXPECT_EQ(targets, (std::vector<std::string>{"/after", "/forbidden", "/forbidden"}));
 }
 
 // Only a bodyless WebSocket GET of HTTP/1.1 is an upgrade: the others reach the upstream as
