@@ -54,7 +54,7 @@ std::string format_access(const access_record& r, config::logging_settings::form
         out += fmt::format(R"("status":{},"upstream_ms":{},"delay_ms":{},"end":")",
                            r.status,
                            r.upstream_time.count(),
-                           r.delay.count());
+                           (r.delay + r.slot_wait).count());
         out += r.end; // one of a few fixed words
         out += '"';
         return out;
@@ -76,7 +76,7 @@ std::string format_access(const access_record& r, config::logging_settings::form
                        r.status == 0 ? std::string("-") : std::to_string(r.status),
                        r.upstream_time.count() < 0 ? std::string("-")
                                                    : std::to_string(r.upstream_time.count()),
-                       r.delay.count(),
+                       (r.delay + r.slot_wait).count(),
                        r.end);
     return out;
 }

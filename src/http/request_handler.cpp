@@ -107,7 +107,7 @@ ending forwarded(request_state& r, const forward_result& result) {
 // decided it: see request_limiter::try_now).
 void begin_hold(connection_state& c, request_state& r) {
     r.limiter.begin_hold(c.w);
-    r.record.delay += r.limiter.result().delay; // after a wait for a slot, if any
+    r.record.delay = r.limiter.result().delay;
     metrics::bump(c.w.metrics->held_total);
 }
 
@@ -384,8 +384,7 @@ awaitable<ending> handle_request(connection_state& c, request_memory& m) {
     if (verdict.what == verdict::kind::queued) {
         const auto wait_began = steady_clock::now();
         const auto waited = co_await wait_for_slot(c, r);
-        // The access log's delay: what the request waited in sluice, here for a slot.
-        r.record.delay =
+        r.record.slot_wait =
             std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - wait_began);
         if (waited == slot_wait::left) {
             hold_ended(c, r, hold_end::left);

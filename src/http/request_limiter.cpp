@@ -352,30 +352,48 @@ void request_limiter::settle_costs(std::span<const std::optional<std::string>> f
 }
 
 bool request_limiter::join_line(worker_context& w) {
-    if (held_cap_reached_ || w.waiters == nullptr) {
+    if (w.waiters == nullptr) {
         return false;
     }
+    // Where others wait for a slot of one of its keys, the next slot to free is theirs: the
+    // request is not decided (a decision would take that slot out of turn, from a line that,
+    // full, would then seldom get one), it joins the line, or is refused at once.
     int line = -1;
+    int full = -1;
     for (const auto& [index, key] : queue_keys_) {
         const auto waiting = w.waiters->in_line(key);
-        if (line_full(limits_[static_cast<std::size_t>(index)], waiting)) {
-            return false; // decided at once: refused (429) unless a slot happens to be free
+        if (full < 0 && line_full(limits_[static_cast<std::size_t>(index)], waiting)) {
+            full = index;
         }
         if (waiting > 0 && line < 0) {
             line = index;
         }
     }
-    if (line >= 0) {
-        pending_.clear();
-        v_ = {};
-        v_.what = verdict::kind::queued;
-        v_.wait_for = line;
-        waited_ = true;
-        word_ = to_string(v_.what);
-        counted_as_ = metrics::decision_kind::delayed;
+    if (line < 0) {
+        return false;
+    }
+    pending_.clear();
+    v_ = {};
+    if (held_cap_reached_ || full >= 0) {
+        // At max-held it has no place to wait in (503, uncharged, as settle says); with
+        // max-waiting, no place in its key's line (429, as in mode police). Not decided: no
+        // RateLimit fields.
+        held_.reset();
+        v_.what = verdict::kind::rejected;
+        v_.refused_by = held_cap_reached_ ? line : full;
+        overloaded_ = held_cap_reached_;
+        v_.retry_after = overloaded_ ? 1 : 0;
+        word_ = overloaded_ ? "overloaded" : to_string(v_.what);
+        counted_as_ =
+            overloaded_ ? metrics::decision_kind::delayed : metrics::decision_kind::rejected;
         return true;
     }
-    return false;
+    v_.what = verdict::kind::queued;
+    v_.wait_for = line;
+    waited_ = true;
+    word_ = to_string(v_.what);
+    counted_as_ = metrics::decision_kind::delayed;
+    return true;
 }
 
 bool request_limiter::decide_now(worker_context& w) {

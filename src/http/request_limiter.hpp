@@ -256,7 +256,8 @@ private:
     void derive_checks(const config::config& cfg, const limited_request& req);
     void reserve_hold(worker_context& w);
     /// A request that arrives while others wait for a slot of one of its keys joins the line
-    /// rather than taking a slot first.
+    /// rather than taking a slot first; refused, undecided, when the line is full
+    /// (`max-waiting`) or no request may wait (`max-held`). True when it did either.
     bool join_line(worker_context& w);
     bool decide_now(worker_context& w);
     /// Turns the store's outcome, in `outcome_`, into the verdict.

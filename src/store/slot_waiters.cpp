@@ -17,6 +17,9 @@ struct slot_waiters::node {
     /// Busy for a slot announced to it (woken, or a retry taken): a slot it leaves without is
     /// the next waiter's. Guarded by the registry's mutex.
     bool woken = false;
+    /// Woken by a pass-on after a recheck found a slot nobody announced (`admitted`): admitted
+    /// in turn, it passes on too. Guarded by the registry's mutex.
+    bool chained = false;
     std::string key;
 };
 
@@ -30,6 +33,10 @@ struct slot_waiters::line {
 
 slot_waiters::slot_waiters() = default;
 slot_waiters::~slot_waiters() = default;
+
+slot_waiters::ticket::ticket(ticket&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr))
+    , node_(std::move(other.node_)) {}
 
 slot_waiters::ticket& slot_waiters::ticket::operator=(ticket&& other) noexcept {
     if (this != &other) {
@@ -68,8 +75,8 @@ void slot_waiters::ticket::give_up() {
     std::string key = node_->key;
     // Read as it leaves, under one lock: a notify between a reading and the leaving would wake
     // this waiter (idle when read) and the wake-up would leave with it.
-    if (leave()) {
-        owner->notify(key);
+    if (const auto was = leave(); was.woken) {
+        owner->wake_oldest(key, was.chained);
     }
 }
 
@@ -80,9 +87,10 @@ void slot_waiters::ticket::admitted() {
     auto* owner = owner_;
     std::string key = node_->key;
     // Found by its own recheck, where nothing was announced (a lapsed lease, a lost
-    // announcement): more such slots may be free, and only the oldest waiter rechecks.
-    if (!leave()) {
-        owner->notify(key);
+    // announcement), or for such a pass-on: more such slots may be free, and only the oldest
+    // waiter rechecks.
+    if (const auto was = leave(); !was.woken || was.chained) {
+        owner->wake_oldest(key, true);
     }
 }
 
@@ -105,17 +113,19 @@ bool slot_waiters::ticket::rearm() {
         node_->woken = false;
         --l.announced;
     }
+    node_->chained = false; // it found none: the chain ends here
     node_->busy = false;
     return false;
 }
 
-bool slot_waiters::ticket::leave() noexcept {
+slot_waiters::ticket::left slot_waiters::ticket::leave() noexcept {
     if (owner_ == nullptr) {
-        return false;
+        return {};
     }
     node_->wake = nullptr; // a wake-up already posted finds nothing to run
     std::lock_guard lock(owner_->mutex_);
     const bool woken = node_->woken;
+    const bool chained = node_->chained;
     const auto found = owner_->lines_.find(node_->key);
     if (found != owner_->lines_.end()) {
         auto& waiters = found->second->waiters;
@@ -133,12 +143,12 @@ bool slot_waiters::ticket::leave() noexcept {
     }
     owner_ = nullptr;
     node_.reset();
-    return woken;
+    return {woken, chained};
 }
 
 slot_waiters::ticket
 slot_waiters::join(std::string key, const io_executor& ex, std::function<void()> wake) {
-    auto n = std::make_shared<node>(node{ex, std::move(wake), false, false, std::move(key)});
+    auto n = std::make_shared<node>(node{ex, std::move(wake), false, false, false, std::move(key)});
     bool woken = false;
     {
         std::lock_guard lock(mutex_);
@@ -178,6 +188,10 @@ void slot_waiters::post_wake(const std::shared_ptr<node>& n) {
 }
 
 bool slot_waiters::notify(std::string_view key) {
+    return wake_oldest(key, false);
+}
+
+bool slot_waiters::wake_oldest(std::string_view key, bool chained) {
     std::shared_ptr<node> chosen;
     {
         std::lock_guard lock(mutex_);
@@ -190,6 +204,7 @@ bool slot_waiters::notify(std::string_view key) {
             if (!n->busy) {
                 n->busy = true;
                 n->woken = true;
+                n->chained = chained;
                 ++l.announced;
                 chosen = n;
                 break;

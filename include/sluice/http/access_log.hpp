@@ -24,9 +24,10 @@ struct access_record {
     std::string_view decision = "-";
     unsigned status = 0;                         // 0: no response was sent (the client left first)
     std::chrono::milliseconds upstream_time{-1}; // -1: not forwarded
-    /// How long the request waited in sluice before it went on: its shaping hold, and its wait
-    /// for a CONCURRENCY slot.
+    /// Its shaping hold (the verdict's delay: when it goes on is counted from it).
     std::chrono::milliseconds delay{0};
+    /// Its wait for a CONCURRENCY slot. The log's delay_ms is what it waited in sluice, both.
+    std::chrono::milliseconds slot_wait{0};
     /// How a forwarded exchange ended when not in full: "client_left" (the client went before
     /// the response was all written: sluice closed the upstream connection at once; or its
     /// connection failed in a WebSocket tunnel), "upstream_broke" (the upstream's response

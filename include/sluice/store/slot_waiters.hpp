@@ -42,7 +42,7 @@ public:
     class ticket {
     public:
         ticket() = default;
-        ticket(ticket&&) noexcept = default;
+        ticket(ticket&& other) noexcept;
         ticket& operator=(ticket&&) noexcept;
         ticket(const ticket&) = delete;
         ticket& operator=(const ticket&) = delete;
@@ -57,7 +57,8 @@ public:
 
         /// Leaves the line with the slot. One found by the waiter's own recheck (nothing was
         /// announced: a lapsed lease, a lost announcement) wakes the next waiter, for the
-        /// others that may be free.
+        /// others that may be free, and so does each waiter admitted for such a wake-up, until
+        /// one finds none (`rearm`).
         void admitted();
 
         /// Leaves the line without taking a slot (its client left, its max-delay passed, another
@@ -72,9 +73,15 @@ public:
 
     private:
         friend class slot_waiters;
-        /// Leaves the line; whether a slot had been announced to it (woken, or a retry taken)
-        /// as it left.
-        bool leave() noexcept;
+
+        /// What a waiter that left had been given.
+        struct left {
+            bool woken = false;   // a slot announced to it (woken, or a retry taken)
+            bool chained = false; // that wake-up was passed on after a recheck's admission
+        };
+
+        /// Leaves the line; what it had been given as it left.
+        left leave() noexcept;
         slot_waiters* owner_ = nullptr;
         std::shared_ptr<node> node_;
     };
@@ -101,6 +108,9 @@ public:
 private:
     /// Runs `n`'s wake-up on its executor, unless its ticket has left by then.
     static void post_wake(const std::shared_ptr<node>& n);
+
+    /// `notify`; `chained` marks the waiter woken as woken by a pass-on (see `admitted`).
+    bool wake_oldest(std::string_view key, bool chained);
 
     mutable std::mutex mutex_;
     // Keyed by text a client chooses: a keyed hash (keyed_hash.hpp).

@@ -367,6 +367,15 @@ TEST_F(RequestLimiter, ARequestThatFindsItsLineFullIsRefusedNotQueued) {
     EXPECT_EQ(reply.status, bhttp::status::too_many_requests);
     EXPECT_EQ(reply.retry_after, 0);
     EXPECT_EQ(held_.load(), held_before) << "a refused request holds no place";
+    EXPECT_EQ(refused->response_fields().decision, nullptr) << "not decided: a slot may be free";
+    // At max-held, one that finds others waiting for its key does not try either: 503.
+    cfg.rate_limit.rules[0].limits[0].max_waiting.reset();
+    cfg.rate_limit.max_held = held_.load();
+    const auto over = request(cfg, "/s");
+    EXPECT_EQ(over->result().what, verdict::kind::rejected);
+    EXPECT_TRUE(over->overloaded());
+    EXPECT_EQ(over->refusal().status, bhttp::status::service_unavailable);
+    EXPECT_EQ(held_.load(), held_before);
     worker_.waiters = nullptr;
     worker_.metrics = nullptr;
 }

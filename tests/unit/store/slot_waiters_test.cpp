@@ -133,19 +133,39 @@ TEST_F(SlotWaiters, OnlyTheOldestRechecksAndNotWhileAnAnnouncedSlotIsUndecided) 
 }
 
 // A waiter admitted by its own recheck (nothing announced: a lapsed lease) wakes the next, since
-// only the oldest rechecks and such slots may be several; one admitted for a slot announced to it
-// passes nothing on.
-TEST_F(SlotWaiters, AWaiterAdmittedByItsRecheckWakesTheNext) {
+// only the oldest rechecks and such slots may be several (an instance died): so does each one
+// admitted for such a wake-up, until one finds none. One admitted for a slot announced to it (a
+// release) passes nothing on.
+TEST_F(SlotWaiters, AWaiterAdmittedByItsRecheckWakesTheNextAndTheChainGoesOn) {
     auto a = join("k", "a");
     auto b = join("k", "b");
     auto c = join("k", "c");
+    auto d = join("k", "d");
     EXPECT_TRUE(a.begin_decision());
     a.admitted();
     EXPECT_EQ(run(), std::vector<std::string>{"b"});
     EXPECT_TRUE(b.begin_decision());
     b.admitted();
-    EXPECT_TRUE(run().empty()) << "b took the slot it was woken for";
+    EXPECT_EQ(run(), std::vector<std::string>{"c"}) << "b took a slot nobody announced either";
+    EXPECT_TRUE(c.begin_decision());
+    EXPECT_FALSE(c.rearm()); // c found none: the chain ends
+    EXPECT_TRUE(run().empty());
+    waiters_.notify("k"); // a release announces a slot
+    EXPECT_EQ(run(), std::vector<std::string>{"c"});
+    EXPECT_TRUE(c.begin_decision());
+    c.admitted();
+    EXPECT_TRUE(run().empty()) << "c took the slot announced to it";
     EXPECT_EQ(waiters_.size(), 1u);
+}
+
+// A ticket moved from leaves the line with nothing: only the ticket it went to leaves it.
+TEST_F(SlotWaiters, AMovedTicketLeavesOnce) {
+    auto a = join("k", "a");
+    {
+        slot_waiters::ticket moved(std::move(a));
+        EXPECT_EQ(waiters_.size(), 1u);
+    }
+    EXPECT_EQ(waiters_.size(), 0u);
 }
 
 // A woken waiter that gives up (its client left, its max-delay passed) passes the wake-up on.
