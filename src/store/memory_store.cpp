@@ -357,6 +357,10 @@ void memory_store::release(std::span<const slot> taken) noexcept {
     for (const auto& s : taken) {
         const hashed_key key(s.key);
         auto& owner = impl_->shards[impl_->shard_index(key)];
+        // Whether a slot of the key's count came free: only then is a waiter woken, who would
+        // otherwise spend a decision on a slot that never freed. A key no longer held (dropped
+        // from a full store) counts afresh: its waiters may find room.
+        bool freed = true;
         {
             std::lock_guard lock(owner.mutex);
             // Gone only when evicted from a full store: that key's count started over already,
@@ -365,6 +369,8 @@ void memory_store::release(std::span<const slot> taken) noexcept {
             if (auto* found = owner.entries.find(key.key, key.hash); found != nullptr) {
                 // Changed in place: taken out and put back, which allocates nothing.
                 auto state = found->take_state();
+                const auto* count = std::get_if<limiter::concurrency_state>(&state);
+                freed = count != nullptr && count->epoch == s.epoch && count->in_flight > 0;
                 const bool idle = limiter::release(state, s.epoch);
                 found->set_state(std::move(state));
                 if (idle) {
@@ -373,7 +379,7 @@ void memory_store::release(std::span<const slot> taken) noexcept {
                 }
             }
         }
-        if (impl_->waiters != nullptr) {
+        if (freed && impl_->waiters != nullptr) {
             impl_->waiters->notify(s.key);
         }
     }

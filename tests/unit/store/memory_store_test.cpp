@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sluice/store/memory_store.hpp"
+#include "sluice/store/slot_waiters.hpp"
 
 #include <gtest/gtest.h>
 
@@ -98,6 +99,40 @@ TEST(MemoryStore, ASlotOfAnEarlierCountOfItsKeyGivesNothingBackToTheNext) {
     store.release(before);
     EXPECT_FALSE(store.acquire_now(one("k", slots)).decisions[0].allowed)
         << "the new count's slot is still taken";
+}
+
+// Only a release that frees a slot of the key's count wakes a waiter: one of an earlier count, or
+// one given back twice, would have it spend a decision (a store call) on a slot that never freed.
+TEST(MemoryStore, OnlyAReleaseThatFreesASlotWakesAWaiter) {
+    manual_clock clock;
+    memory_store store(clock);
+    slot_waiters waiters;
+    store.set_waiters(&waiters);
+    net::io_context ioc;
+    int woken = 0;
+    const auto wait = [&] {
+        return waiters.join("k", ioc.get_executor(), [&] { ++woken; });
+    };
+    config::limit slots;
+    slots.algo = config::algorithm::concurrency;
+    slots.limit_count = 1;
+    const auto before = store.acquire_now(one("k", slots)).slots;
+    store.acquire_now(one("k", leaky(10, 1))); // reloaded, and back: a new count
+    const auto current = store.acquire_now(one("k", slots)).slots;
+    ASSERT_EQ(current.size(), 1u);
+    auto ticket = wait();
+    store.release(before);
+    ioc.run();
+    EXPECT_EQ(woken, 0) << "nothing freed in the current count";
+    store.release(current);
+    ioc.restart();
+    ioc.run();
+    EXPECT_EQ(woken, 1);
+    ticket = wait();
+    store.release(current); // given back twice
+    ioc.restart();
+    ioc.run();
+    EXPECT_EQ(woken, 1);
 }
 
 TEST(MemoryStore, KeysAreIndependent) {
