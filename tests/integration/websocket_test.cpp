@@ -517,10 +517,10 @@ TEST(WebSocket, AClientThatStopsReadingStallsTheTunnelUntilTheIdleTimeout) {
     EXPECT_EQ(other.read_response_header().status, 101u);
 }
 
-// A refused upgrade is an ordinary response: relayed with its body, and the connection goes on
-// as its header says.
-TEST(WebSocket, ARefusedUpgradeIsAnOrdinaryResponse) {
-    recording_upstream upstream([](const recorded_request& r) {
+/// An upstream that answers an upgrade of /forbidden 403 with a body, and /plain 200 and closes;
+/// anything else 200 "ok".
+recording_upstream refusing_upstream() {
+    return recording_upstream([](const recorded_request& r) {
         response_plan plan;
         if (r.target == "/forbidden") {
             plan.status = 403;
@@ -531,6 +531,12 @@ TEST(WebSocket, ARefusedUpgradeIsAnOrdinaryResponse) {
         }
         return plan;
     });
+}
+
+// A refused upgrade is an ordinary response: relayed with its body, and the connection goes on
+// as its header says.
+TEST(WebSocket, ARefusedUpgradeIsAnOrdinaryResponse) {
+    auto upstream = refusing_upstream();
     sluice_process sluice(config_for(upstream));
 
     http_connection connection(sluice.port());
@@ -562,14 +568,7 @@ TEST(WebSocket, ARefusedUpgradeIsAnOrdinaryResponse) {
 // WebSocket frames sent in hope of the switch are a malformed request (400, the connection
 // closed) that never reaches the upstream.
 TEST(WebSocket, BytesSentBehindARefusedUpgradeAreReadAsHttp) {
-    recording_upstream upstream([](const recorded_request& r) {
-        response_plan plan;
-        if (r.target == "/forbidden") {
-            plan.status = 403;
-            plan.body = "no websockets here";
-        }
-        return plan;
-    });
+    auto upstream = refusing_upstream();
     sluice_process sluice(config_for(upstream));
 
     http_connection pipelined(sluice.port());

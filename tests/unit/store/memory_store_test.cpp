@@ -28,6 +28,31 @@ checks one(const std::string& key, const config::limit& l) {
     return checks{check{key, &l}};
 }
 
+/// A CONCURRENCY limit of one slot.
+config::limit one_slot() {
+    config::limit l;
+    l.algo = config::algorithm::concurrency;
+    l.limit_count = 1;
+    return l;
+}
+
+/// Slots of key "k" under `slots` from two of its counts: one taken before the key held a
+/// bucket's state (a reload to another algorithm, and back), and one taken since.
+struct two_counts {
+    sluice::store::slots before;
+    sluice::store::slots current;
+};
+
+two_counts slots_across_a_reload(memory_store& store, const config::limit& slots) {
+    two_counts out;
+    out.before = store.acquire_now(one("k", slots)).slots;
+    EXPECT_TRUE(store.acquire_now(one("k", leaky(10, 1))).decisions[0].allowed); // reloaded
+    out.current = store.acquire_now(one("k", slots)).slots; // and back: a new count
+    EXPECT_EQ(out.before.size(), 1u);
+    EXPECT_EQ(out.current.size(), 1u);
+    return out;
+}
+
 TEST(MemoryStore, WorkedExampleFromThePage) {
     manual_clock clock(5'000);
     memory_store store(clock);
@@ -68,9 +93,7 @@ TEST(MemoryStore, ASettlementThatCannotBeKeptIsDroppedNotFatal) {
 TEST(MemoryStore, AnAdmissionWhoseNewKeyCannotBeHeldKeepsItsSlots) {
     manual_clock clock;
     memory_store store(clock);
-    config::limit slots;
-    slots.algo = config::algorithm::concurrency;
-    slots.limit_count = 1;
+    const auto slots = one_slot();
     const auto bucket = leaky(10, 1);
     store.release(store.acquire_now(one("slots", slots)).slots); // "slots" exists, its slot free
     const checks request{check{"slots", &slots}, check{std::string(70'000, 'k'), &bucket}};
@@ -89,14 +112,8 @@ TEST(MemoryStore, AnAdmissionWhoseNewKeyCannotBeHeldKeepsItsSlots) {
 TEST(MemoryStore, ASlotOfAnEarlierCountOfItsKeyGivesNothingBackToTheNext) {
     manual_clock clock;
     memory_store store(clock);
-    config::limit slots;
-    slots.algo = config::algorithm::concurrency;
-    slots.limit_count = 1;
-    const auto before = store.acquire_now(one("k", slots)).slots;
-    ASSERT_EQ(before.size(), 1u);
-    EXPECT_TRUE(store.acquire_now(one("k", leaky(10, 1))).decisions[0].allowed); // reloaded
-    ASSERT_EQ(store.acquire_now(one("k", slots)).slots.size(), 1u); // and back: a new count
-    store.release(before);
+    const auto slots = one_slot();
+    store.release(slots_across_a_reload(store, slots).before);
     EXPECT_FALSE(store.acquire_now(one("k", slots)).decisions[0].allowed)
         << "the new count's slot is still taken";
 }
@@ -113,13 +130,8 @@ TEST(MemoryStore, OnlyAReleaseThatFreesASlotWakesAWaiter) {
     const auto wait = [&] {
         return waiters.join("k", ioc.get_executor(), [&] { ++woken; });
     };
-    config::limit slots;
-    slots.algo = config::algorithm::concurrency;
-    slots.limit_count = 1;
-    const auto before = store.acquire_now(one("k", slots)).slots;
-    store.acquire_now(one("k", leaky(10, 1))); // reloaded, and back: a new count
-    const auto current = store.acquire_now(one("k", slots)).slots;
-    ASSERT_EQ(current.size(), 1u);
+    const auto slots = one_slot();
+    const auto [before, current] = slots_across_a_reload(store, slots);
     auto ticket = wait();
     store.release(before);
     ioc.run();
@@ -294,9 +306,7 @@ TEST_F(MemoryStoreSweep, ASliceLooksAtNoMoreBucketsThanItsBound) {
 // its slices included: the shard's floor it ends with must not pass a key written behind it.
 TEST_F(MemoryStoreSweep, APassOfSlicesForgetsEveryResetKeyAndNoOther) {
     memory_store store(clock, 8);
-    config::limit slots;
-    slots.algo = config::algorithm::concurrency;
-    slots.limit_count = 1;
+    const auto slots = one_slot();
     charge(store, "quick-", 3000, quick);
     charge(store, "slow-", 3000, slow);
     const auto held = store.acquire_now(one("slots", slots)).slots; // never forgotten while held
